@@ -1,0 +1,119 @@
+//! The `rankpulse` command line. Only argument parsing and exit codes live
+//! here; every command is a library entry point.
+
+use clap::{Args, Parser, Subcommand};
+use rankpulse::eval::{self, EvalOptions};
+use rankpulse::metrics::{GaucWeight, Grade, IdealScope, NoRelevant};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "rankpulse",
+    version,
+    about = "Live ranking-quality metrics for search, and a trec_eval-compatible evaluator"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Evaluate a TREC run against qrels (trec_eval-compatible output).
+    Eval(EvalArgs),
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    /// Average over every topic in the qrels; topics missing from the run score 0.
+    #[arg(short = 'c')]
+    complete: bool,
+    /// Print each topic's values before the summary.
+    #[arg(short = 'q')]
+    per_query: bool,
+    /// Do not print the `all` summary.
+    #[arg(short = 'n')]
+    no_summary: bool,
+    /// Measure to compute, trec_eval syntax (repeatable): ndcg, ndcg_cut.5,10, recip_rank, map,
+    /// map_cut.k, P.k, recall.k, num_q, num_ret, num_rel, num_rel_ret, runid, ndcg_exp_cut.k,
+    /// err_cut.k, gauc, official. Default: official.
+    #[arg(short = 'm', value_name = "MEASURE")]
+    measures: Vec<String>,
+    /// Minimum grade counted as relevant.
+    #[arg(short = 'l', value_name = "LEVEL", default_value_t = 1, allow_negative_numbers = true)]
+    relevance_level: Grade,
+    /// Print a JSON report with full f64 precision instead of trec_eval's table.
+    #[arg(long)]
+    json: bool,
+    /// ERR's top grade: R(g) = (2^g - 1) / 2^max_grade (err_cut).
+    #[arg(long, value_name = "GRADE", default_value_t = 4)]
+    max_grade: Grade,
+    /// GAUC weight per topic: impressions (results retrieved), uniform, positives.
+    #[arg(long, value_name = "WEIGHT", default_value_t = GaucWeight::Impressions)]
+    gauc_weight: GaucWeight,
+    /// Topics with no relevant judged document: zero (counted as 0, trec_eval) or skip.
+    #[arg(long, value_name = "POLICY", default_value_t = NoRelevant::Zero)]
+    no_relevant: NoRelevant,
+    /// Ideal ranking for nDCG: judged (every judged document, trec_eval) or shown (the run's results).
+    #[arg(long, value_name = "SCOPE", default_value_t = IdealScope::Judged)]
+    ideal: IdealScope,
+    /// TREC qrels file: `qid iter docno rel`.
+    qrels: PathBuf,
+    /// TREC run file: `qid iter docno rank score run_id`, or `-` for stdin.
+    run: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Eval(args) => eval_command(args),
+    }
+}
+
+fn eval_command(args: EvalArgs) -> ExitCode {
+    let opts = EvalOptions {
+        complete: args.complete,
+        per_query: args.per_query,
+        no_summary: args.no_summary,
+        measures: args.measures,
+        json: args.json,
+        relevance_level: args.relevance_level,
+        max_grade: args.max_grade,
+        gauc_weight: args.gauc_weight,
+        no_relevant: args.no_relevant,
+        ideal: args.ideal,
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    match eval::run_files(&opts, &args.qrels, &args.run, &mut out) {
+        Ok(summary) => {
+            for note in &summary.notes {
+                eprintln!("rankpulse eval: {note}");
+            }
+            if summary.no_relevant > 0 {
+                eprintln!(
+                    "rankpulse eval: {} of {} topics have no relevant judged document (--no-relevant {}: {})",
+                    summary.no_relevant,
+                    summary.topics,
+                    opts.no_relevant,
+                    match opts.no_relevant {
+                        NoRelevant::Zero => "counted as 0",
+                        NoRelevant::Skip => "left out of the means",
+                    }
+                );
+            }
+            if summary.gauc_single_class > 0 {
+                eprintln!(
+                    "rankpulse eval: {} of {} topics have no AUC (only relevant or only non-relevant results) and are left out of gauc",
+                    summary.gauc_single_class, summary.topics
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rankpulse eval: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}
