@@ -76,6 +76,10 @@ pub enum EvalError {
     Measure(#[from] MeasureError),
     #[error("{path}:{line}: grade {grade} exceeds --max-grade {max_grade} (needed by err_cut)")]
     GradeAboveMax { path: PathBuf, line: u32, grade: Grade, max_grade: Grade },
+    #[error("{0}: no result lines")]
+    EmptyRun(PathBuf),
+    #[error("{0}: no judgment lines")]
+    EmptyQrels(PathBuf),
     #[error("no topic has both results in {run} and judgments in {qrels}")]
     NoTopics { qrels: PathBuf, run: PathBuf },
     #[error("--max-grade must be between 1 and 30, got {0}")]
@@ -129,6 +133,20 @@ pub fn run_files(
         (q.join().unwrap_or_else(|e| std::panic::resume_unwind(e)), r)
     });
     let (qrels, run) = (qrels?, run?);
+    // Like trec_eval, an empty file is a mistake, not a run that found nothing.
+    if qrels.items.is_empty() {
+        return Err(EvalError::EmptyQrels(qrels_path.to_path_buf()));
+    }
+    if run.topics.items.is_empty() {
+        return Err(EvalError::EmptyRun(run_path.to_path_buf()));
+    }
+    if let Some(e) = run.duplicates.iter().find_map(|d| {
+        let name = run.topics.names[d.topic];
+        let evaluated = qrels.names.contains(&name);
+        evaluated.then(|| d.to_error(run_path, name))
+    }) {
+        return Err(e.into());
+    }
     if plan.get(Kind::ErrCut).is_some()
         && let Some(j) = qrels.items.iter().find(|j| j.grade > opts.max_grade)
     {

@@ -115,6 +115,34 @@ pub type Qrels<'a> = Grouped<'a, Judgment<'a>>;
 pub struct Run<'a> {
     pub topics: Grouped<'a, Retrieved<'a>>,
     pub run_id: &'a [u8],
+    /// Documents retrieved twice within a topic. Only an error for topics
+    /// that get evaluated (trec_eval never looks at run-only topics), so the
+    /// caller decides once it knows the qrels.
+    pub duplicates: Vec<Duplicate<'a>>,
+}
+
+/// A document listed twice in one topic of a run.
+#[derive(Debug, Clone, Copy)]
+pub struct Duplicate<'a> {
+    pub topic: usize,
+    pub doc: &'a [u8],
+    pub first_line: u32,
+    pub line: u32,
+}
+
+impl Duplicate<'_> {
+    pub fn to_error(&self, path: &Path, topic_name: &[u8]) -> TrecError {
+        TrecError::line(
+            path,
+            self.line,
+            format!(
+                "document {:?} retrieved twice for topic {:?} (first on line {})",
+                show(self.doc),
+                show(topic_name),
+                self.first_line
+            ),
+        )
+    }
 }
 
 /// Splits a line on ASCII whitespace (C's `isspace`) into at most `N` fields,
@@ -255,6 +283,9 @@ pub fn parse_run<'a>(path: &Path, buf: &'a [u8]) -> Result<Run<'a>, TrecError> {
             std::str::from_utf8(f[4]).ok().and_then(|s| s.parse::<f64>().ok()).filter(|s| s.is_finite()).ok_or_else(
                 || TrecError::line(path, line_no, format!("score {:?} is not a finite number", show(f[4]))),
             )?;
+        // trec_eval compares scores with `<` and `>`, for which -0 equals 0;
+        // adding +0.0 turns -0.0 into 0.0 so the total order used below agrees.
+        let score = score + 0.0;
         let topic = topics.intern(f[0]);
         pairs.push((topic, Retrieved { doc: f[2], score, line: line_no }));
         run_id = f[5];
@@ -262,6 +293,7 @@ pub fn parse_run<'a>(path: &Path, buf: &'a [u8]) -> Result<Run<'a>, TrecError> {
     })?;
     let mut grouped = Grouped::from_pairs(topics.names, pairs);
     let mut by_doc: Vec<Retrieved<'a>> = Vec::new();
+    let mut duplicates = Vec::new();
     for t in 0..grouped.names.len() {
         let results = grouped.topic_mut(t);
         // Duplicates make the ranking ambiguous; trec_eval refuses them too.
@@ -269,20 +301,11 @@ pub fn parse_run<'a>(path: &Path, buf: &'a [u8]) -> Result<Run<'a>, TrecError> {
         by_doc.extend_from_slice(results);
         by_doc.sort_unstable_by(|a, b| a.doc.cmp(b.doc).then(a.line.cmp(&b.line)));
         if let Some(w) = by_doc.windows(2).find(|w| w[0].doc == w[1].doc) {
-            return Err(TrecError::line(
-                path,
-                w[1].line,
-                format!(
-                    "document {:?} retrieved twice for topic {:?} (first on line {})",
-                    show(w[1].doc),
-                    show(grouped.names[t]),
-                    w[0].line
-                ),
-            ));
+            duplicates.push(Duplicate { topic: t, doc: w[1].doc, first_line: w[0].line, line: w[1].line });
         }
         results.sort_unstable_by(|a, b| b.score.total_cmp(&a.score).then_with(|| b.doc.cmp(a.doc)));
     }
-    Ok(Run { topics: grouped, run_id })
+    Ok(Run { topics: grouped, run_id, duplicates })
 }
 
 #[cfg(test)]
@@ -301,6 +324,9 @@ mod tests {
         assert_eq!(docs, [&b"d10"[..], b"d2", b"d1"]);
         assert_eq!(run.run_id, b"r2");
         assert_eq!(run.topics.topic(1)[0].score, -0.001);
+        // -0 ties with 0 and the docno decides, as in trec_eval.
+        let run = parse_run(p(), b"1 Q0 a 1 0.00 r\n1 Q0 b 2 -0.00 r\n").unwrap();
+        assert_eq!(run.topics.topic(0)[0].doc, b"b");
     }
 
     #[test]
@@ -323,7 +349,8 @@ mod tests {
         assert!(err.contains("x:1: relevance \"high\""), "{err}");
         let err = parse_run(p(), b"1 Q0 a 1 nan r\n").unwrap_err().to_string();
         assert!(err.contains("x:1: score \"nan\""), "{err}");
-        let err = parse_run(p(), b"1 Q0 a 1 2 r\n1 Q0 a 2 1 r\n").unwrap_err().to_string();
+        let run = parse_run(p(), b"1 Q0 a 1 2 r\n1 Q0 a 2 1 r\n").unwrap();
+        let err = run.duplicates[0].to_error(p(), b"1").to_string();
         assert!(err.starts_with("x:2: document \"a\" retrieved twice"), "{err}");
         let err = parse_run(p(), b"1 Q0 a 1 2\n").unwrap_err().to_string();
         assert!(err.contains("found 5"), "{err}");

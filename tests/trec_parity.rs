@@ -1,0 +1,167 @@
+//! Golden parity with trec_eval 10.0: `rankpulse eval` must print exactly
+//! what trec_eval printed for the fixtures in `tests/fixtures/trec/` (made by
+//! `make_fixtures.sh` with the real trec_eval; see the README there), and
+//! must refuse malformed input with exit code 2 and a message naming file and
+//! line. Runs the real binary, so the command line is under test too.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const CQ_MEASURES: &[&str] = &[
+    "-m",
+    "runid",
+    "-m",
+    "num_q",
+    "-m",
+    "num_ret",
+    "-m",
+    "num_rel",
+    "-m",
+    "num_rel_ret",
+    "-m",
+    "map",
+    "-m",
+    "recip_rank",
+    "-m",
+    "P.1,3,5,10,20,100,1000",
+    "-m",
+    "recall.1,5,10,100,1000",
+    "-m",
+    "ndcg",
+    "-m",
+    "ndcg_cut.1,3,5,10,20,100,1000",
+    "-m",
+    "map_cut.5,10,100,1000",
+];
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trec")
+}
+
+fn rankpulse_eval(args: &[&str], qrels: &Path, run: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .arg("eval")
+        .args(args)
+        .arg(qrels)
+        .arg(run)
+        .output()
+        .expect("run rankpulse")
+}
+
+/// The five trec_eval command lines of the fixture README, by output suffix.
+fn variants() -> Vec<(&'static str, Vec<&'static str>)> {
+    let with = |flags: &[&'static str], measures: &[&'static str]| -> Vec<&'static str> {
+        flags.iter().chain(measures).copied().collect()
+    };
+    vec![
+        ("cq", with(&["-c", "-q"], CQ_MEASURES)),
+        ("c", with(&["-c"], CQ_MEASURES)),
+        ("defaults", vec!["-c", "-q", "-m", "P", "-m", "recall", "-m", "ndcg_cut", "-m", "map_cut"]),
+        (
+            "l2",
+            vec![
+                "-c",
+                "-q",
+                "-l",
+                "2",
+                "-m",
+                "num_rel",
+                "-m",
+                "num_rel_ret",
+                "-m",
+                "map",
+                "-m",
+                "recip_rank",
+                "-m",
+                "P.5,10",
+                "-m",
+                "recall.10",
+                "-m",
+                "ndcg_cut.10",
+            ],
+        ),
+        ("cqn", vec!["-c", "-q", "-n", "-m", "map", "-m", "P.5"]),
+    ]
+}
+
+fn assert_same(name: &str, out: &Output, expected_path: &Path) {
+    let expected = std::fs::read(expected_path).expect("golden file");
+    assert!(out.status.success(), "{name}: exit {:?}, stderr {}", out.status, String::from_utf8_lossy(&out.stderr));
+    if out.stdout != expected {
+        let got = String::from_utf8_lossy(&out.stdout);
+        let want = String::from_utf8_lossy(&expected);
+        let (i, (g, w)) = got
+            .lines()
+            .zip(want.lines())
+            .enumerate()
+            .find(|(_, (g, w))| g != w)
+            .unwrap_or((got.lines().count().min(want.lines().count()), ("<end>", "<end>")));
+        panic!("{name}: first difference at line {}:\n  rankpulse: {g}\n  trec_eval: {w}", i + 1);
+    }
+}
+
+#[test]
+fn main_pairs_match_trec_eval_byte_for_byte() {
+    let dir = fixtures();
+    for pair in ["edge", "random", "binary"] {
+        for (suffix, args) in variants() {
+            let out = rankpulse_eval(&args, &dir.join(format!("{pair}.qrels")), &dir.join(format!("{pair}.run")));
+            assert_same(&format!("{pair}.{suffix}"), &out, &dir.join(format!("{pair}.{suffix}.out")));
+        }
+    }
+}
+
+/// Odd-but-valid inputs on which trec_eval behaves sensibly: CRLF line ends,
+/// vertical tab and form feed as separators, a topic judged only with -1,
+/// runs over 1000 results (no truncation), run ids that change mid-file (the
+/// last wins), a duplicate in a topic that is never evaluated.
+#[test]
+fn probes_match_trec_eval() {
+    let dir = fixtures().join("probes");
+    let cq: Vec<&str> = ["-c", "-q"].iter().chain(CQ_MEASURES).copied().collect();
+    for probe in
+        ["crlf", "vt_ff_whitespace", "all_negative_topic", "over_1000", "mixed_runid", "dup_run_unjudged_topic"]
+    {
+        let out = rankpulse_eval(&cq, &dir.join(format!("{probe}.qrels")), &dir.join(format!("{probe}.run")));
+        assert_same(probe, &out, &dir.join(format!("{probe}.cq.out")));
+    }
+}
+
+/// Inputs trec_eval also refuses; rankpulse says which file and line.
+#[test]
+fn malformed_input_exits_2_naming_file_and_line() {
+    let dir = fixtures().join("errors");
+    let cases: &[(&str, &str)] = &[
+        ("dup_run", "dup_run.run:"),
+        ("dup_qrels", "dup_qrels.qrels:"),
+        ("dup_qrels_unrun", "dup_qrels_unrun.qrels:"),
+        ("run_5col", "run_5col.run:"),
+        ("qrels_3col", "qrels_3col.qrels:"),
+        ("qrels_5col", "qrels_5col.qrels:"),
+        ("empty_run", "empty_run.run: no result lines"),
+        ("empty_qrels", "empty_qrels.qrels: no judgment lines"),
+    ];
+    let cq: Vec<&str> = ["-c", "-q"].iter().chain(CQ_MEASURES).copied().collect();
+    for (case, needle) in cases {
+        let out = rankpulse_eval(&cq, &dir.join(format!("{case}.qrels")), &dir.join(format!("{case}.run")));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{case}: {stderr}");
+        assert!(stderr.contains(needle), "{case}: stderr {stderr:?} lacks {needle:?}");
+        if !needle.contains("no ") {
+            // "path:LINE: message"
+            let after = stderr.split(needle).nth(1).unwrap_or("");
+            assert!(after.chars().next().is_some_and(|c| c.is_ascii_digit()), "{case}: no line number in {stderr:?}");
+        }
+    }
+}
+
+#[test]
+fn missing_file_and_bad_measure_exit_2() {
+    let dir = fixtures();
+    let out = rankpulse_eval(&["-m", "map"], &dir.join("nope.qrels"), &dir.join("edge.run"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope.qrels"));
+    let out = rankpulse_eval(&["-m", "bpref"], &dir.join("edge.qrels"), &dir.join("edge.run"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown measure \"bpref\""));
+}
