@@ -166,6 +166,7 @@ pub fn run_files(
 }
 
 /// Per-topic values of one measure, reused across topics.
+#[derive(Clone)]
 struct Slot<'p> {
     measure: &'p Measure,
     names: Vec<String>,
@@ -174,8 +175,6 @@ struct Slot<'p> {
     counted: bool,
     /// Weight of this topic in the mean (GAUC weights; 1 otherwise).
     weight: f64,
-    sums: Vec<f64>,
-    weights: f64,
 }
 
 /// Buffers for one topic's ranked grades and the engine's outputs.
@@ -188,6 +187,65 @@ struct TopicBuffers {
     scratch: Scratch,
 }
 
+/// What one worker computed for a contiguous range of topics (in output order).
+#[derive(Default)]
+struct Chunk {
+    /// Per topic, every slot's values, flattened in slot order.
+    values: Vec<f64>,
+    /// Per topic and slot: (counted, weight).
+    counted: Vec<(bool, f64)>,
+    /// Per-query report lines (`-q` without `--json`).
+    text: String,
+    /// Per-query JSON objects (`-q --json`).
+    json: Vec<(String, Value)>,
+    no_relevant: usize,
+    gauc_single_class: usize,
+}
+
+/// Below this many topics a second thread costs more than it saves.
+const TOPICS_PER_THREAD_MIN: usize = 2_000;
+
+fn new_slots(plan: &Plan) -> Vec<Slot<'_>> {
+    plan.measures
+        .iter()
+        .map(|m| {
+            let names = m.value_names();
+            let n = names.len();
+            Slot { measure: m, names, values: vec![0.0; n], counted: true, weight: 1.0 }
+        })
+        .collect()
+}
+
+/// Scores a range of topics: `(qrels topic, run topic)` pairs.
+fn score_chunk(opts: &EvalOptions, plan: &Plan, qrels: &Qrels, run: &Run, topics: &[(usize, Option<usize>)]) -> Chunk {
+    let mut slots = new_slots(plan);
+    let mut buffers = TopicBuffers::default();
+    let mut chunk = Chunk::default();
+    for &(t, r) in topics {
+        let results = r.map_or(&[][..], |r| run.topics.topic(r));
+        buffers.load(qrels.topic(t), results);
+        let num_rel = metrics::count_relevant(&buffers.judged, opts.relevance_level);
+        chunk.no_relevant += usize::from(num_rel == 0);
+        for slot in &mut slots {
+            score_topic(opts, slot, &mut buffers, num_rel);
+            if slot.measure.kind == Kind::Gauc && !slot.counted {
+                chunk.gauc_single_class += 1;
+            }
+            chunk.values.extend_from_slice(&slot.values);
+            chunk.counted.push((slot.counted, slot.weight));
+        }
+        if opts.per_query {
+            let qid = String::from_utf8_lossy(qrels.names[t]);
+            if opts.json {
+                chunk.json.push((qid.into_owned(), topic_json(&slots)));
+            } else {
+                write_topic(&mut chunk.text, &qid, &slots);
+            }
+        }
+    }
+    chunk
+}
+
 fn evaluate(
     opts: &EvalOptions,
     plan: &Plan,
@@ -195,76 +253,54 @@ fn evaluate(
     run: &Run,
     out: &mut dyn Write,
 ) -> Result<EvalSummary, EvalError> {
-    // Topic order: qrels topics sorted by id bytes (C strcmp order).
-    let mut order: Vec<usize> = (0..qrels.names.len()).collect();
-    order.sort_unstable_by(|&a, &b| qrels.names[a].cmp(qrels.names[b]));
+    // Topic order: qrels topics sorted by id bytes (C strcmp order); without
+    // -c only those the run answered.
     let run_index: rustc_hash::FxHashMap<&[u8], usize> =
         run.topics.names.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-
-    let mut slots: Vec<Slot> = plan
-        .measures
-        .iter()
-        .map(|m| {
-            let names = m.value_names();
-            let n = names.len();
-            Slot {
-                measure: m,
-                names,
-                values: vec![0.0; n],
-                counted: true,
-                weight: 1.0,
-                sums: vec![0.0; n],
-                weights: 0.0,
-            }
-        })
+    let mut topics: Vec<(usize, Option<usize>)> = (0..qrels.names.len())
+        .map(|t| (t, run_index.get(qrels.names[t]).copied()))
+        .filter(|(_, r)| r.is_some() || opts.complete)
         .collect();
-    let mut buffers = TopicBuffers::default();
-    let mut summary = EvalSummary::default();
-    let mut per_query_json = Map::new();
-    let mut text = String::with_capacity(1 << 16);
+    topics.sort_unstable_by(|a, b| qrels.names[a.0].cmp(qrels.names[b.0]));
 
-    for &t in &order {
-        let results = run_index.get(qrels.names[t]).map(|&r| run.topics.topic(r));
-        if results.is_none() && !opts.complete {
-            continue;
-        }
-        let results = results.unwrap_or(&[]);
-        let judged = qrels.topic(t);
-        buffers.load(judged, results);
-        let num_rel = metrics::count_relevant(&buffers.judged, opts.relevance_level);
-        if num_rel == 0 {
-            summary.no_relevant += 1;
-        }
-        for slot in &mut slots {
-            score_topic(opts, slot, &mut buffers, num_rel);
-            if slot.measure.kind == Kind::Gauc && !slot.counted {
-                summary.gauc_single_class += 1;
-            }
-        }
-        summary.topics += 1;
-        let qid = String::from_utf8_lossy(qrels.names[t]);
-        if opts.per_query {
-            if opts.json {
-                per_query_json.insert(qid.to_string(), topic_json(&slots));
-            } else {
-                write_topic(&mut text, &qid, &slots);
-                if text.len() > (1 << 16) - 512 {
-                    out.write_all(text.as_bytes())?;
-                    text.clear();
+    // Score in parallel over contiguous ranges, then fold in topic order so
+    // the sums are bit-identical to a sequential pass (and to trec_eval's).
+    let threads =
+        std::thread::available_parallelism().map_or(1, |n| n.get()).min(topics.len() / TOPICS_PER_THREAD_MIN).max(1);
+    let per_thread = topics.len().div_ceil(threads).max(1);
+    let chunks: Vec<Chunk> = std::thread::scope(|s| {
+        let handles: Vec<_> = topics
+            .chunks(per_thread)
+            .map(|range| s.spawn(move || score_chunk(opts, plan, qrels, run, range)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+
+    let slots = new_slots(plan);
+    let mut sums: Vec<Vec<f64>> = slots.iter().map(|s| vec![0.0; s.names.len()]).collect();
+    let mut weights = vec![0.0; slots.len()];
+    let mut summary = EvalSummary { topics: topics.len(), ..EvalSummary::default() };
+    let mut per_query_json = Map::new();
+    for chunk in chunks {
+        summary.no_relevant += chunk.no_relevant;
+        summary.gauc_single_class += chunk.gauc_single_class;
+        out.write_all(chunk.text.as_bytes())?;
+        per_query_json.extend(chunk.json);
+        let mut values = chunk.values.as_slice();
+        for row in chunk.counted.chunks(slots.len()) {
+            for (s, &(counted, weight)) in row.iter().enumerate() {
+                let (here, rest) = values.split_at(sums[s].len());
+                values = rest;
+                if counted {
+                    for (sum, v) in sums[s].iter_mut().zip(here) {
+                        *sum += weight * v;
+                    }
+                    weights[s] += weight;
                 }
-            }
-        }
-        for slot in &mut slots {
-            if slot.counted {
-                for (sum, v) in slot.sums.iter_mut().zip(&slot.values) {
-                    *sum += slot.weight * v;
-                }
-                slot.weights += slot.weight;
             }
         }
     }
-    out.write_all(text.as_bytes())?;
-    text.clear();
+    let mut text = String::new();
 
     let num_q = summary.topics;
     let run_id = String::from_utf8_lossy(run.run_id);
@@ -272,15 +308,16 @@ fn evaluate(
     let complete_num_rel = qrels.items.iter().filter(|j| j.grade > 0).count() as f64;
     let finals: Vec<(String, bool, Option<f64>)> = slots
         .iter()
-        .flat_map(|slot| {
+        .zip(sums.iter().zip(&weights))
+        .flat_map(|(slot, (sums, &weight))| {
             let kind = slot.measure.kind;
-            slot.names.iter().zip(&slot.sums).map(move |(name, &sum)| {
+            slot.names.iter().zip(sums).map(move |(name, &sum)| {
                 let value = match kind {
                     Kind::Runid => None,
                     Kind::NumQ => Some(num_q as f64),
                     Kind::NumRel if opts.complete => Some(complete_num_rel),
                     Kind::NumRet | Kind::NumRel | Kind::NumRelRet => Some(sum),
-                    _ if slot.weights > 0.0 => Some(sum / slot.weights),
+                    _ if weight > 0.0 => Some(sum / weight),
                     _ => None,
                 };
                 (name.clone(), kind.is_count(), value)
@@ -348,12 +385,9 @@ impl TopicBuffers {
         self.shown.clear();
         self.scores.clear();
         for r in results {
-            // Judgments are sorted by docno; unjudged documents get -1
+            // Unjudged documents get -1
             // (trec_eval's "not in pool"), which no threshold makes relevant.
-            let grade = match judged.binary_search_by(|j| j.doc.cmp(r.doc)) {
-                Ok(i) => judged[i].grade,
-                Err(_) => -1,
-            };
+            let grade = Qrels::find(judged, r.key, r.doc).unwrap_or(-1);
             self.shown.push(grade);
             self.scores.push(r.score);
         }

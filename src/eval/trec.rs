@@ -12,7 +12,9 @@
 //! score that is not a finite number, a document listed twice in one topic.
 
 use crate::metrics::Grade;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHasher};
+use std::hash::Hasher;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -34,22 +36,52 @@ impl TrecError {
     }
 }
 
-/// Reads a file, or standard input for `-`.
-pub fn read_input(path: &Path) -> Result<Vec<u8>, TrecError> {
+/// A whole input file: memory-mapped when it is a regular file (no copy of
+/// tens of megabytes), read into memory for standard input.
+pub enum Input {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Deref for Input {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Input::Mapped(m) => m,
+            Input::Owned(v) => v,
+        }
+    }
+}
+
+/// Opens a file, or standard input for `-`.
+pub fn read_input(path: &Path) -> Result<Input, TrecError> {
     let io_err = |source| TrecError::Io { path: path.to_path_buf(), source };
     if path.as_os_str() == "-" {
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut buf).map_err(io_err)?;
-        Ok(buf)
-    } else {
-        std::fs::read(path).map_err(io_err)
+        return Ok(Input::Owned(buf));
     }
+    let file = std::fs::File::open(path).map_err(io_err)?;
+    let meta = file.metadata().map_err(io_err)?;
+    if !meta.is_file() || meta.len() == 0 {
+        // Pipes, devices and empty files: plain reads (mapping needs a length).
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut &file, &mut buf).map_err(io_err)?;
+        return Ok(Input::Owned(buf));
+    }
+    // SAFETY: the map is read-only and lives only while this command runs;
+    // as with every tool that maps its input (ripgrep, trec_eval itself),
+    // a file truncated by another process meanwhile is not supported.
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(io_err)?;
+    Ok(Input::Mapped(map))
 }
 
 /// One judged document.
 #[derive(Debug, Clone, Copy)]
 pub struct Judgment<'a> {
     pub doc: &'a [u8],
+    /// Hash of `doc`: sorting and searching compare it before the bytes.
+    pub key: u64,
     pub grade: Grade,
     /// 1-based line in the qrels file, for error messages.
     pub line: u32,
@@ -59,6 +91,7 @@ pub struct Judgment<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct Retrieved<'a> {
     pub doc: &'a [u8],
+    pub key: u64,
     pub score: f64,
     pub line: u32,
 }
@@ -72,7 +105,7 @@ pub struct Grouped<'a, T> {
     pub items: Vec<T>,
 }
 
-impl<'a, T> Grouped<'a, T> {
+impl<'a, T: Copy> Grouped<'a, T> {
     pub fn topic(&self, t: usize) -> &[T] {
         &self.items[self.offsets[t]..self.offsets[t + 1]]
     }
@@ -81,32 +114,42 @@ impl<'a, T> Grouped<'a, T> {
         &mut self.items[self.offsets[t]..self.offsets[t + 1]]
     }
 
-    /// Groups `(topic, item)` pairs in one counting-sort pass, keeping file order within a topic.
-    fn from_pairs(names: Vec<&'a [u8]>, pairs: Vec<(u32, T)>) -> Self
-    where
-        T: Copy,
-    {
+    /// Groups items by topic. Files almost always list a topic's lines
+    /// together, and then the items are already in place; otherwise one
+    /// counting-sort pass moves them, keeping file order within a topic.
+    fn new(topics: Interner<'a>, items: Vec<T>, topic_of: &[u32]) -> Self {
+        let names = topics.names;
         let mut offsets = vec![0usize; names.len() + 1];
-        for (t, _) in &pairs {
-            offsets[*t as usize + 1] += 1;
+        for &t in topic_of {
+            offsets[t as usize + 1] += 1;
         }
         for t in 0..names.len() {
             offsets[t + 1] += offsets[t];
         }
+        if topics.contiguous || items.is_empty() {
+            return Grouped { names, offsets, items };
+        }
         let mut next = offsets.clone();
-        let mut items: Vec<Option<T>> = vec![None; pairs.len()];
-        for (t, item) in pairs {
+        let mut grouped = vec![items[0]; items.len()];
+        for (item, &t) in items.iter().zip(topic_of) {
             let slot = &mut next[t as usize];
-            items[*slot] = Some(item);
+            grouped[*slot] = *item;
             *slot += 1;
         }
-        let items = items.into_iter().flatten().collect();
-        Grouped { names, offsets, items }
+        Grouped { names, offsets, items: grouped }
     }
 }
 
-/// Parsed qrels: per topic, judgments sorted by docno.
+/// Parsed qrels: per topic, judgments sorted by (`key`, `doc`).
 pub type Qrels<'a> = Grouped<'a, Judgment<'a>>;
+
+impl Qrels<'_> {
+    /// The judgment of `doc` in topic `t`, if any.
+    #[inline]
+    pub fn find(judged: &[Judgment], key: u64, doc: &[u8]) -> Option<Grade> {
+        judged.binary_search_by(|j| j.key.cmp(&key).then_with(|| j.doc.cmp(doc))).ok().map(|i| judged[i].grade)
+    }
+}
 
 /// Parsed run: per topic, results in evaluation order (score descending,
 /// then docno descending, as trec_eval; the rank column is ignored), plus
@@ -139,79 +182,110 @@ impl Duplicate<'_> {
                 "document {:?} retrieved twice for topic {:?} (first on line {})",
                 show(self.doc),
                 show(topic_name),
-                self.first_line
+                self.first_line.min(self.line)
             ),
         )
     }
 }
 
-/// Splits a line on ASCII whitespace (C's `isspace`) into at most `N` fields,
-/// returning how many it found (more than `N` counts as `N + 1`).
+#[inline]
+fn doc_key(doc: &[u8]) -> u64 {
+    let mut h = FxHasher::default();
+    h.write(doc);
+    h.finish()
+}
+
+#[inline]
+fn is_space(b: u8) -> bool {
+    // C's isspace: the separators trec_eval accepts.
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c')
+}
+
+/// Splits a line on whitespace into at most `N` fields; returns how many it
+/// found (`N + 1` when there are more).
 #[inline]
 fn split_fields<'a, const N: usize>(line: &'a [u8], fields: &mut [&'a [u8]; N]) -> usize {
     let mut n = 0;
     let mut i = 0;
     let len = line.len();
-    while i < len {
+    loop {
         while i < len && is_space(line[i]) {
             i += 1;
         }
         if i == len {
-            break;
+            return n;
+        }
+        if n == N {
+            return N + 1;
         }
         let start = i;
         while i < len && !is_space(line[i]) {
             i += 1;
         }
-        if n == N {
-            return N + 1;
-        }
         fields[n] = &line[start..i];
         n += 1;
     }
-    n
 }
 
+/// Calls `f(line_number, fields, count)` for every line that is neither
+/// blank nor a `#` comment.
 #[inline]
-fn is_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c')
-}
-
-/// Calls `f(line_number, line)` for every line that is neither blank nor a
-/// `#` comment.
-fn for_each_line<'a>(
+fn for_each_line<'a, const N: usize>(
     buf: &'a [u8],
-    mut f: impl FnMut(u32, &'a [u8]) -> Result<(), TrecError>,
+    mut f: impl FnMut(u32, &[&'a [u8]; N], usize) -> Result<(), TrecError>,
 ) -> Result<(), TrecError> {
     let mut line_no = 0u32;
-    for line in buf.split(|&b| b == b'\n') {
+    let mut pos = 0usize;
+    let mut fields: [&'a [u8]; N] = [&[]; N];
+    while pos < buf.len() {
+        let end = memchr::memchr(b'\n', &buf[pos..]).map_or(buf.len(), |i| pos + i);
+        let line = &buf[pos..end];
+        pos = end + 1;
         line_no += 1;
-        let first = line.iter().position(|&b| !is_space(b));
-        match first {
-            None => continue,
-            Some(i) if line[i] == b'#' => continue,
-            Some(_) => f(line_no, line)?,
+        let n = split_fields(line, &mut fields);
+        if n == 0 || fields[0].first() == Some(&b'#') {
+            continue;
         }
+        f(line_no, &fields, n)?;
     }
     Ok(())
 }
 
 /// Interns topic ids into dense indices in order of first appearance.
-#[derive(Default)]
 struct Interner<'a> {
     ids: FxHashMap<&'a [u8], u32>,
     names: Vec<&'a [u8]>,
+    /// The previous line's topic: consecutive lines nearly always share it.
+    last: Option<(&'a [u8], u32)>,
+    /// Whether every topic's lines so far form one block.
+    contiguous: bool,
 }
 
 impl<'a> Interner<'a> {
+    fn new() -> Self {
+        Interner { ids: FxHashMap::default(), names: Vec::new(), last: None, contiguous: true }
+    }
+
     #[inline]
     fn intern(&mut self, name: &'a [u8]) -> u32 {
-        if let Some(&id) = self.ids.get(name) {
+        if let Some((last, id)) = self.last
+            && last == name
+        {
             return id;
         }
-        let id = self.names.len() as u32;
-        self.ids.insert(name, id);
-        self.names.push(name);
+        let id = match self.ids.get(name) {
+            Some(&id) => {
+                self.contiguous = false;
+                id
+            }
+            None => {
+                let id = self.names.len() as u32;
+                self.ids.insert(name, id);
+                self.names.push(name);
+                id
+            }
+        };
+        self.last = Some((name, id));
         id
     }
 }
@@ -220,13 +294,77 @@ fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Parses a decimal integer grade: optional sign, then digits only.
+#[inline]
+fn parse_grade(field: &[u8]) -> Option<Grade> {
+    let (negative, digits) = match field.first()? {
+        b'-' => (true, &field[1..]),
+        b'+' => (false, &field[1..]),
+        _ => (false, field),
+    };
+    if digits.is_empty() || digits.len() > 10 {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        value = value * 10 + i64::from(b - b'0');
+    }
+    Grade::try_from(if negative { -value } else { value }).ok()
+}
+
+/// Powers of ten that are exact in f64.
+const EXACT_POWERS_OF_TEN: [f64; 16] =
+    [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+
+/// Parses a score like `strtod` (correctly rounded). Plain decimals of at
+/// most 15 significant digits, the shape of nearly every run file, take a
+/// fast path that is still exact: the digits form an integer below 2^53 and
+/// the divisor 10^d is exact, so one IEEE division rounds correctly (Clinger's
+/// fast path). Anything else goes to the standard parser.
+#[inline]
+fn parse_score(field: &[u8]) -> Option<f64> {
+    let (negative, rest) = match field.first()? {
+        b'-' => (true, &field[1..]),
+        b'+' => (false, &field[1..]),
+        _ => (false, field),
+    };
+    let mut mantissa: u64 = 0;
+    let mut digits = 0usize;
+    let mut decimals = 0usize;
+    let mut seen_point = false;
+    let mut simple = !rest.is_empty() && rest.len() <= 17;
+    if simple {
+        for &b in rest {
+            match b {
+                b'0'..=b'9' => {
+                    mantissa = mantissa * 10 + u64::from(b - b'0');
+                    digits += 1;
+                    decimals += usize::from(seen_point);
+                }
+                b'.' if !seen_point => seen_point = true,
+                _ => {
+                    simple = false;
+                    break;
+                }
+            }
+        }
+    }
+    if simple && digits > 0 && digits <= 15 && decimals < EXACT_POWERS_OF_TEN.len() {
+        let magnitude = mantissa as f64 / EXACT_POWERS_OF_TEN[decimals];
+        return Some(if negative { -magnitude } else { magnitude });
+    }
+    std::str::from_utf8(field).ok()?.parse::<f64>().ok()
+}
+
 /// Parses a qrels file held in `buf`.
 pub fn parse_qrels<'a>(path: &Path, buf: &'a [u8]) -> Result<Qrels<'a>, TrecError> {
-    let mut topics = Interner::default();
-    let mut pairs = Vec::with_capacity(buf.len() / 24);
-    for_each_line(buf, |line_no, line| {
-        let mut f = [&[][..]; 4];
-        let n = split_fields(line, &mut f);
+    let mut topics = Interner::new();
+    let mut items = Vec::with_capacity(buf.len() / 18);
+    let mut topic_of = Vec::with_capacity(buf.len() / 18);
+    for_each_line::<4>(buf, |line_no, f, n| {
         if n != 4 {
             let found = if n > 4 { "more".to_string() } else { n.to_string() };
             return Err(TrecError::line(
@@ -235,20 +373,18 @@ pub fn parse_qrels<'a>(path: &Path, buf: &'a [u8]) -> Result<Qrels<'a>, TrecErro
                 format!("expected 4 columns \"qid iter docno rel\", found {found}"),
             ));
         }
-        let grade = std::str::from_utf8(f[3])
-            .ok()
-            .and_then(|s| s.parse::<Grade>().ok())
+        let grade = parse_grade(f[3])
             .ok_or_else(|| TrecError::line(path, line_no, format!("relevance {:?} is not an integer", show(f[3]))))?;
-        let topic = topics.intern(f[0]);
-        pairs.push((topic, Judgment { doc: f[2], grade, line: line_no }));
+        topic_of.push(topics.intern(f[0]));
+        items.push(Judgment { doc: f[2], key: doc_key(f[2]), grade, line: line_no });
         Ok(())
     })?;
-    let mut qrels = Grouped::from_pairs(topics.names, pairs);
+    let mut qrels = Grouped::new(topics, items, &topic_of);
     for t in 0..qrels.names.len() {
         let judged = qrels.topic_mut(t);
-        judged.sort_unstable_by(|a, b| a.doc.cmp(b.doc).then(a.line.cmp(&b.line)));
-        if let Some(w) = judged.windows(2).find(|w| w[0].doc == w[1].doc) {
-            let (first, dup) = (w[0], w[1]);
+        judged.sort_unstable_by(|a, b| a.key.cmp(&b.key).then_with(|| a.doc.cmp(b.doc)));
+        if let Some(w) = judged.windows(2).find(|w| w[0].key == w[1].key && w[0].doc == w[1].doc) {
+            let (first, dup) = if w[0].line < w[1].line { (w[0], w[1]) } else { (w[1], w[0]) };
             return Err(TrecError::line(
                 path,
                 dup.line,
@@ -266,12 +402,11 @@ pub fn parse_qrels<'a>(path: &Path, buf: &'a [u8]) -> Result<Qrels<'a>, TrecErro
 
 /// Parses a run file held in `buf`.
 pub fn parse_run<'a>(path: &Path, buf: &'a [u8]) -> Result<Run<'a>, TrecError> {
-    let mut topics = Interner::default();
-    let mut pairs = Vec::with_capacity(buf.len() / 40);
+    let mut topics = Interner::new();
+    let mut items = Vec::with_capacity(buf.len() / 30);
+    let mut topic_of = Vec::with_capacity(buf.len() / 30);
     let mut run_id: &[u8] = b"";
-    for_each_line(buf, |line_no, line| {
-        let mut f = [&[][..]; 6];
-        let n = split_fields(line, &mut f);
+    for_each_line::<6>(buf, |line_no, f, n| {
         if n < 6 {
             return Err(TrecError::line(
                 path,
@@ -279,29 +414,26 @@ pub fn parse_run<'a>(path: &Path, buf: &'a [u8]) -> Result<Run<'a>, TrecError> {
                 format!("expected 6 columns \"qid iter docno rank score run_id\", found {n}"),
             ));
         }
-        let score =
-            std::str::from_utf8(f[4]).ok().and_then(|s| s.parse::<f64>().ok()).filter(|s| s.is_finite()).ok_or_else(
-                || TrecError::line(path, line_no, format!("score {:?} is not a finite number", show(f[4]))),
-            )?;
+        let score = parse_score(f[4])
+            .filter(|s| s.is_finite())
+            .ok_or_else(|| TrecError::line(path, line_no, format!("score {:?} is not a finite number", show(f[4]))))?;
         // trec_eval compares scores with `<` and `>`, for which -0 equals 0;
         // adding +0.0 turns -0.0 into 0.0 so the total order used below agrees.
         let score = score + 0.0;
-        let topic = topics.intern(f[0]);
-        pairs.push((topic, Retrieved { doc: f[2], score, line: line_no }));
+        topic_of.push(topics.intern(f[0]));
+        items.push(Retrieved { doc: f[2], key: doc_key(f[2]), score, line: line_no });
         run_id = f[5];
         Ok(())
     })?;
-    let mut grouped = Grouped::from_pairs(topics.names, pairs);
-    let mut by_doc: Vec<Retrieved<'a>> = Vec::new();
+    let mut grouped = Grouped::new(topics, items, &topic_of);
     let mut duplicates = Vec::new();
     for t in 0..grouped.names.len() {
         let results = grouped.topic_mut(t);
         // Duplicates make the ranking ambiguous; trec_eval refuses them too.
-        by_doc.clear();
-        by_doc.extend_from_slice(results);
-        by_doc.sort_unstable_by(|a, b| a.doc.cmp(b.doc).then(a.line.cmp(&b.line)));
-        if let Some(w) = by_doc.windows(2).find(|w| w[0].doc == w[1].doc) {
-            duplicates.push(Duplicate { topic: t, doc: w[1].doc, first_line: w[0].line, line: w[1].line });
+        results.sort_unstable_by(|a, b| a.key.cmp(&b.key).then_with(|| a.doc.cmp(b.doc)));
+        if let Some(w) = results.windows(2).find(|w| w[0].key == w[1].key && w[0].doc == w[1].doc) {
+            let (first, dup) = if w[0].line < w[1].line { (w[0], w[1]) } else { (w[1], w[0]) };
+            duplicates.push(Duplicate { topic: t, doc: dup.doc, first_line: first.line, line: dup.line });
         }
         results.sort_unstable_by(|a, b| b.score.total_cmp(&a.score).then_with(|| b.doc.cmp(a.doc)));
     }
@@ -330,12 +462,47 @@ mod tests {
     }
 
     #[test]
+    fn fast_score_parse_agrees_with_std() {
+        let cases = [
+            "0",
+            "1",
+            "-1",
+            "+2.5",
+            "0.1",
+            "0.30",
+            "1.98",
+            "-0.00",
+            "123456789012345",
+            "1234567890.12345",
+            "0.000000000000001",
+            "1e-3",
+            "1.5E+0",
+            "10e-1",
+            "1.",
+            ".5",
+            "-.5",
+            "12345678901234567",
+            "inf",
+        ];
+        for c in cases {
+            let ours = parse_score(c.as_bytes());
+            let std = c.parse::<f64>().ok();
+            assert_eq!(ours.map(f64::to_bits), std.map(f64::to_bits), "{c}");
+        }
+        assert_eq!(parse_score(b"1.2.3"), None);
+        assert_eq!(parse_score(b"-"), None);
+        assert_eq!(parse_score(b"."), None);
+    }
+
+    #[test]
     fn qrels_group_and_sort() {
         let buf = b"2 0 b 1\n1 0 z -1\n2\t0  a 3\n";
         let q = parse_qrels(p(), buf).unwrap();
         assert_eq!(q.names, [&b"2"[..], b"1"]);
-        let t0: Vec<(&[u8], Grade)> = q.topic(0).iter().map(|j| (j.doc, j.grade)).collect();
-        assert_eq!(t0, [(&b"a"[..], 3), (&b"b"[..], 1)]);
+        assert_eq!(Qrels::find(q.topic(0), doc_key(b"a"), b"a"), Some(3));
+        assert_eq!(Qrels::find(q.topic(0), doc_key(b"b"), b"b"), Some(1));
+        assert_eq!(Qrels::find(q.topic(0), doc_key(b"c"), b"c"), None);
+        assert_eq!(q.topic(0).len(), 2);
         assert_eq!(q.topic(1)[0].grade, -1);
     }
 
