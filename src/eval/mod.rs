@@ -143,7 +143,7 @@ pub fn run_files(
     if let Some(e) = run.duplicates.iter().find_map(|d| {
         let name = run.topics.names[d.topic];
         let evaluated = qrels.names.contains(&name);
-        evaluated.then(|| d.to_error(run_path, name))
+        evaluated.then(|| d.to_error(run_path, &run_buf, name))
     }) {
         return Err(e.into());
     }
@@ -152,7 +152,7 @@ pub fn run_files(
     {
         return Err(EvalError::GradeAboveMax {
             path: qrels_path.to_path_buf(),
-            line: j.line,
+            line: trec::line_of(&qrels_buf, j.doc),
             grade: j.grade,
             max_grade: opts.max_grade,
         });

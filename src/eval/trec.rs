@@ -76,15 +76,14 @@ pub fn read_input(path: &Path) -> Result<Input, TrecError> {
     Ok(Input::Mapped(map))
 }
 
-/// One judged document.
+/// One judged document. (Line numbers are not stored: error paths recover
+/// them from the position of `doc` in the file, see [`line_of`].)
 #[derive(Debug, Clone, Copy)]
 pub struct Judgment<'a> {
     pub doc: &'a [u8],
     /// Hash of `doc`: sorting and searching compare it before the bytes.
     pub key: u64,
     pub grade: Grade,
-    /// 1-based line in the qrels file, for error messages.
-    pub line: u32,
 }
 
 /// One retrieved document.
@@ -93,7 +92,13 @@ pub struct Retrieved<'a> {
     pub doc: &'a [u8],
     pub key: u64,
     pub score: f64,
-    pub line: u32,
+}
+
+/// The 1-based line of `buf` on which the slice `field` (borrowed from `buf`)
+/// starts. Only used to report errors, so a scan is fine.
+pub fn line_of(buf: &[u8], field: &[u8]) -> u32 {
+    let offset = (field.as_ptr() as usize).saturating_sub(buf.as_ptr() as usize).min(buf.len());
+    memchr::memchr_iter(b'\n', &buf[..offset]).count() as u32 + 1
 }
 
 /// Lines of one file grouped by topic: `items[offsets[t]..offsets[t + 1]]`
@@ -114,27 +119,36 @@ impl<'a, T: Copy> Grouped<'a, T> {
         &mut self.items[self.offsets[t]..self.offsets[t + 1]]
     }
 
-    /// Groups items by topic. Files almost always list a topic's lines
+    /// Groups items by topic. `topics.runs` lists the blocks of consecutive
+    /// lines sharing a topic. Files almost always list a topic's lines
     /// together, and then the items are already in place; otherwise one
-    /// counting-sort pass moves them, keeping file order within a topic.
-    fn new(topics: Interner<'a>, items: Vec<T>, topic_of: &[u32]) -> Self {
+    /// counting-sort pass moves the blocks, keeping file order within a topic.
+    fn new(topics: Interner<'a>, items: Vec<T>) -> Self {
         let names = topics.names;
+        let runs = topics.runs;
+        let block = |i: usize| -> (usize, usize, usize) {
+            let (t, start) = runs[i];
+            let end = runs.get(i + 1).map_or(items.len(), |r| r.1);
+            (t as usize, start, end)
+        };
         let mut offsets = vec![0usize; names.len() + 1];
-        for &t in topic_of {
-            offsets[t as usize + 1] += 1;
+        for i in 0..runs.len() {
+            let (t, start, end) = block(i);
+            offsets[t + 1] += end - start;
         }
         for t in 0..names.len() {
             offsets[t + 1] += offsets[t];
         }
-        if topics.contiguous || items.is_empty() {
+        if runs.len() == names.len() || items.is_empty() {
             return Grouped { names, offsets, items };
         }
         let mut next = offsets.clone();
         let mut grouped = vec![items[0]; items.len()];
-        for (item, &t) in items.iter().zip(topic_of) {
-            let slot = &mut next[t as usize];
-            grouped[*slot] = *item;
-            *slot += 1;
+        for i in 0..runs.len() {
+            let (t, start, end) = block(i);
+            let at = next[t];
+            grouped[at..at + (end - start)].copy_from_slice(&items[start..end]);
+            next[t] += end - start;
         }
         Grouped { names, offsets, items: grouped }
     }
@@ -168,24 +182,29 @@ pub struct Run<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct Duplicate<'a> {
     pub topic: usize,
-    pub doc: &'a [u8],
-    pub first_line: u32,
-    pub line: u32,
+    /// The first occurrence and the repeat, as slices of the run file.
+    pub first: &'a [u8],
+    pub repeat: &'a [u8],
 }
 
 impl Duplicate<'_> {
-    pub fn to_error(&self, path: &Path, topic_name: &[u8]) -> TrecError {
+    pub fn to_error(&self, path: &Path, buf: &[u8], topic_name: &[u8]) -> TrecError {
         TrecError::line(
             path,
-            self.line,
+            line_of(buf, self.repeat),
             format!(
                 "document {:?} retrieved twice for topic {:?} (first on line {})",
-                show(self.doc),
+                show(self.repeat),
                 show(topic_name),
-                self.first_line.min(self.line)
+                line_of(buf, self.first)
             ),
         )
     }
+}
+
+/// Orders two occurrences of the same document by their place in the file.
+fn in_file_order<'a>(a: &'a [u8], b: &'a [u8]) -> (&'a [u8], &'a [u8]) {
+    if a.as_ptr() <= b.as_ptr() { (a, b) } else { (b, a) }
 }
 
 #[inline]
@@ -195,10 +214,21 @@ fn doc_key(doc: &[u8]) -> u64 {
     h.finish()
 }
 
-#[inline]
+/// C's `isspace`, the separators trec_eval accepts, as a lookup table.
+static SPACE: [bool; 256] = {
+    let mut table = [false; 256];
+    table[b' ' as usize] = true;
+    table[b'\t' as usize] = true;
+    table[b'\n' as usize] = true;
+    table[b'\r' as usize] = true;
+    table[0x0b] = true;
+    table[0x0c] = true;
+    table
+};
+
+#[inline(always)]
 fn is_space(b: u8) -> bool {
-    // C's isspace: the separators trec_eval accepts.
-    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c')
+    SPACE[b as usize]
 }
 
 /// Splits a line on whitespace into at most `N` fields; returns how many it
@@ -251,33 +281,32 @@ fn for_each_line<'a, const N: usize>(
     Ok(())
 }
 
-/// Interns topic ids into dense indices in order of first appearance.
+/// Interns topic ids into dense indices in order of first appearance, and
+/// records the blocks of consecutive lines that share a topic.
 struct Interner<'a> {
     ids: FxHashMap<&'a [u8], u32>,
     names: Vec<&'a [u8]>,
     /// The previous line's topic: consecutive lines nearly always share it.
     last: Option<(&'a [u8], u32)>,
-    /// Whether every topic's lines so far form one block.
-    contiguous: bool,
+    /// (topic, index of the block's first item), one entry per block.
+    runs: Vec<(u32, usize)>,
 }
 
 impl<'a> Interner<'a> {
     fn new() -> Self {
-        Interner { ids: FxHashMap::default(), names: Vec::new(), last: None, contiguous: true }
+        Interner { ids: FxHashMap::default(), names: Vec::new(), last: None, runs: Vec::new() }
     }
 
+    /// Notes that item number `index` belongs to topic `name`.
     #[inline]
-    fn intern(&mut self, name: &'a [u8]) -> u32 {
-        if let Some((last, id)) = self.last
-            && last == name
+    fn intern(&mut self, name: &'a [u8], index: usize) {
+        if let Some((last, _)) = self.last
+            && short_eq(last, name)
         {
-            return id;
+            return;
         }
         let id = match self.ids.get(name) {
-            Some(&id) => {
-                self.contiguous = false;
-                id
-            }
+            Some(&id) => id,
             None => {
                 let id = self.names.len() as u32;
                 self.ids.insert(name, id);
@@ -286,8 +315,31 @@ impl<'a> Interner<'a> {
             }
         };
         self.last = Some((name, id));
-        id
+        self.runs.push((id, index));
     }
+}
+
+/// Equality for short ids (topic ids are a few bytes): word-sized compares
+/// inline instead of a `memcmp` call on every line.
+#[inline(always)]
+fn short_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut a_words = a.chunks_exact(8);
+    let mut b_words = b.chunks_exact(8);
+    for (x, y) in (&mut a_words).zip(&mut b_words) {
+        let x = u64::from_ne_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]]);
+        let y = u64::from_ne_bytes([y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]]);
+        if x != y {
+            return false;
+        }
+    }
+    let mut diff = 0u8;
+    for (x, y) in a_words.remainder().iter().zip(b_words.remainder()) {
+        diff |= x ^ y;
+    }
+    diff == 0
 }
 
 fn show(bytes: &[u8]) -> String {
@@ -363,7 +415,6 @@ fn parse_score(field: &[u8]) -> Option<f64> {
 pub fn parse_qrels<'a>(path: &Path, buf: &'a [u8]) -> Result<Qrels<'a>, TrecError> {
     let mut topics = Interner::new();
     let mut items = Vec::with_capacity(buf.len() / 18);
-    let mut topic_of = Vec::with_capacity(buf.len() / 18);
     for_each_line::<4>(buf, |line_no, f, n| {
         if n != 4 {
             let found = if n > 4 { "more".to_string() } else { n.to_string() };
@@ -375,24 +426,24 @@ pub fn parse_qrels<'a>(path: &Path, buf: &'a [u8]) -> Result<Qrels<'a>, TrecErro
         }
         let grade = parse_grade(f[3])
             .ok_or_else(|| TrecError::line(path, line_no, format!("relevance {:?} is not an integer", show(f[3]))))?;
-        topic_of.push(topics.intern(f[0]));
-        items.push(Judgment { doc: f[2], key: doc_key(f[2]), grade, line: line_no });
+        topics.intern(f[0], items.len());
+        items.push(Judgment { doc: f[2], key: doc_key(f[2]), grade });
         Ok(())
     })?;
-    let mut qrels = Grouped::new(topics, items, &topic_of);
+    let mut qrels = Grouped::new(topics, items);
     for t in 0..qrels.names.len() {
         let judged = qrels.topic_mut(t);
         judged.sort_unstable_by(|a, b| a.key.cmp(&b.key).then_with(|| a.doc.cmp(b.doc)));
         if let Some(w) = judged.windows(2).find(|w| w[0].key == w[1].key && w[0].doc == w[1].doc) {
-            let (first, dup) = if w[0].line < w[1].line { (w[0], w[1]) } else { (w[1], w[0]) };
+            let (first, repeat) = in_file_order(w[0].doc, w[1].doc);
             return Err(TrecError::line(
                 path,
-                dup.line,
+                line_of(buf, repeat),
                 format!(
                     "document {:?} judged twice for topic {:?} (first on line {})",
-                    show(dup.doc),
+                    show(repeat),
                     show(qrels.names[t]),
-                    first.line
+                    line_of(buf, first)
                 ),
             ));
         }
@@ -404,7 +455,6 @@ pub fn parse_qrels<'a>(path: &Path, buf: &'a [u8]) -> Result<Qrels<'a>, TrecErro
 pub fn parse_run<'a>(path: &Path, buf: &'a [u8]) -> Result<Run<'a>, TrecError> {
     let mut topics = Interner::new();
     let mut items = Vec::with_capacity(buf.len() / 30);
-    let mut topic_of = Vec::with_capacity(buf.len() / 30);
     let mut run_id: &[u8] = b"";
     for_each_line::<6>(buf, |line_no, f, n| {
         if n < 6 {
@@ -420,20 +470,20 @@ pub fn parse_run<'a>(path: &Path, buf: &'a [u8]) -> Result<Run<'a>, TrecError> {
         // trec_eval compares scores with `<` and `>`, for which -0 equals 0;
         // adding +0.0 turns -0.0 into 0.0 so the total order used below agrees.
         let score = score + 0.0;
-        topic_of.push(topics.intern(f[0]));
-        items.push(Retrieved { doc: f[2], key: doc_key(f[2]), score, line: line_no });
+        topics.intern(f[0], items.len());
+        items.push(Retrieved { doc: f[2], key: doc_key(f[2]), score });
         run_id = f[5];
         Ok(())
     })?;
-    let mut grouped = Grouped::new(topics, items, &topic_of);
+    let mut grouped = Grouped::new(topics, items);
     let mut duplicates = Vec::new();
     for t in 0..grouped.names.len() {
         let results = grouped.topic_mut(t);
         // Duplicates make the ranking ambiguous; trec_eval refuses them too.
         results.sort_unstable_by(|a, b| a.key.cmp(&b.key).then_with(|| a.doc.cmp(b.doc)));
         if let Some(w) = results.windows(2).find(|w| w[0].key == w[1].key && w[0].doc == w[1].doc) {
-            let (first, dup) = if w[0].line < w[1].line { (w[0], w[1]) } else { (w[1], w[0]) };
-            duplicates.push(Duplicate { topic: t, doc: dup.doc, first_line: first.line, line: dup.line });
+            let (first, repeat) = in_file_order(w[0].doc, w[1].doc);
+            duplicates.push(Duplicate { topic: t, first, repeat });
         }
         results.sort_unstable_by(|a, b| b.score.total_cmp(&a.score).then_with(|| b.doc.cmp(a.doc)));
     }
@@ -459,6 +509,16 @@ mod tests {
         // -0 ties with 0 and the docno decides, as in trec_eval.
         let run = parse_run(p(), b"1 Q0 a 1 0.00 r\n1 Q0 b 2 -0.00 r\n").unwrap();
         assert_eq!(run.topics.topic(0)[0].doc, b"b");
+    }
+
+    #[test]
+    fn short_eq_is_equality() {
+        let ids: [&[u8]; 7] = [b"", b"1", b"12", b"123456789", b"123456780", b"12345678", b"abcdefghijklmnopq"];
+        for a in ids {
+            for b in ids {
+                assert_eq!(short_eq(a, b), a == b, "{a:?} {b:?}");
+            }
+        }
     }
 
     #[test]
@@ -516,8 +576,9 @@ mod tests {
         assert!(err.contains("x:1: relevance \"high\""), "{err}");
         let err = parse_run(p(), b"1 Q0 a 1 nan r\n").unwrap_err().to_string();
         assert!(err.contains("x:1: score \"nan\""), "{err}");
-        let run = parse_run(p(), b"1 Q0 a 1 2 r\n1 Q0 a 2 1 r\n").unwrap();
-        let err = run.duplicates[0].to_error(p(), b"1").to_string();
+        let buf = b"1 Q0 a 1 2 r\n1 Q0 a 2 1 r\n";
+        let run = parse_run(p(), buf).unwrap();
+        let err = run.duplicates[0].to_error(p(), buf, b"1").to_string();
         assert!(err.starts_with("x:2: document \"a\" retrieved twice"), "{err}");
         let err = parse_run(p(), b"1 Q0 a 1 2\n").unwrap_err().to_string();
         assert!(err.contains("found 5"), "{err}");
