@@ -33,8 +33,10 @@ pub fn gain(grade: Grade, kind: Gain) -> f64 {
     }
     match kind {
         Gain::Linear => f64::from(grade),
-        // Grades above 1023 would overflow f64; they are far outside any
-        // real judging scale, so saturate rather than produce infinity.
+        // 2^g as an integer shift is exact and avoids a libm call per
+        // result; grades above 62 (far outside any judging scale) go
+        // through exp2, saturating at 1023 rather than reaching infinity.
+        Gain::Exp2 if grade < 63 => (1u64 << grade) as f64 - 1.0,
         Gain::Exp2 => (f64::from(grade.min(1023))).exp2() - 1.0,
     }
 }
@@ -158,6 +160,9 @@ mod tests {
     #[test]
     fn exp2_gain_and_cutoffs() {
         assert_eq!(gain(3, Gain::Exp2), 7.0);
+        for g in 1..80 {
+            assert_eq!(gain(g, Gain::Exp2), f64::from(g).exp2() - 1.0, "grade {g}");
+        }
         assert_eq!(gain(0, Gain::Exp2), 0.0);
         assert_eq!(gain(-1, Gain::Linear), 0.0);
         // DCG with 2^g - 1: 7/1 + 3/log2(3) at k=2; whole list adds 7/2.

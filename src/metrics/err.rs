@@ -15,7 +15,12 @@ pub fn satisfaction_probability(g: Grade, max_grade: Grade) -> f64 {
     }
     let max = max_grade.clamp(1, 1023);
     let g = g.min(max);
-    (f64::from(g).exp2() - 1.0) / f64::from(max).exp2()
+    if max < 63 {
+        // Exact powers of two without libm calls (the hot path).
+        ((1u64 << g) - 1) as f64 / (1u64 << max) as f64
+    } else {
+        (f64::from(g).exp2() - 1.0) / f64::from(max).exp2()
+    }
 }
 
 /// ERR@k for each ascending cutoff.
@@ -50,6 +55,12 @@ mod tests {
         assert_eq!(satisfaction_probability(1, 4), 1.0 / 16.0);
         assert_eq!(satisfaction_probability(9, 4), 15.0 / 16.0);
         assert_eq!(satisfaction_probability(-3, 4), 0.0);
+        for max in 1..70 {
+            for g in 1..=max {
+                let libm = (f64::from(g).exp2() - 1.0) / f64::from(max).exp2();
+                assert_eq!(satisfaction_probability(g, max), libm, "g={g} max={max}");
+            }
+        }
     }
 
     /// Hand computation with max grade 3 (R = 7/8, 3/8, 1/8 for grades 3, 2, 1):
