@@ -25,5 +25,12 @@
 //! `src/main.rs` is only the command line.
 
 pub mod accumulate;
+pub mod assemble;
+pub mod config;
 pub mod eval;
+pub mod event;
 pub mod metrics;
+pub mod pipeline;
+pub mod publish;
+pub mod replay;
+pub mod window;

@@ -2,6 +2,7 @@
 //! here; every command is a library entry point.
 
 use clap::{Args, Parser, Subcommand};
+use rankpulse::config::Config;
 use rankpulse::eval::{self, EvalOptions};
 use rankpulse::metrics::{GaucWeight, Grade, IdealScope, NoRelevant};
 use std::path::PathBuf;
@@ -22,6 +23,17 @@ struct Cli {
 enum Command {
     /// Evaluate a TREC run against qrels (trec_eval-compatible output).
     Eval(EvalArgs),
+    /// Run the stream pipeline over a file of JSON events (one per line) and print the final /metrics exposition.
+    Replay(ReplayArgs),
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// Configuration file (TOML); defaults apply to every key it leaves out.
+    #[arg(long, short = 'C', value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Events file, one JSON event per line, or `-` for stdin.
+    file: PathBuf,
 }
 
 #[derive(Args)]
@@ -68,7 +80,29 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Eval(args) => eval_command(args),
+        Command::Replay(args) => match replay_command(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rankpulse replay: {e:#}");
+                ExitCode::from(2)
+            }
+        },
     }
+}
+
+fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    let config = Config::load(args.config.as_deref())?;
+    let text = if args.file.as_os_str() == "-" {
+        rankpulse::replay::replay(&config, std::io::stdin().lock())
+    } else {
+        let file = std::fs::File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?;
+        rankpulse::replay::replay(&config, std::io::BufReader::with_capacity(1 << 16, file))
+    }
+    .with_context(|| format!("cannot read {}", args.file.display()))?;
+    std::io::stdout().lock().write_all(text.as_bytes())?;
+    Ok(())
 }
 
 fn eval_command(args: EvalArgs) -> ExitCode {

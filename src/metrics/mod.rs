@@ -16,6 +16,7 @@
 pub mod auc;
 pub mod dcg;
 pub mod err;
+pub mod list;
 pub mod precision;
 pub mod rr;
 

@@ -1,0 +1,552 @@
+//! Configuration: the first thing `run` and `replay` read, validated once
+//! before any event is touched.
+//!
+//! Sources, later ones winning: built-in defaults (the same values as
+//! `config/default.toml`), the TOML file given with `--config`, then
+//! environment variables `RANKPULSE__SECTION__KEY` (for example
+//! `RANKPULSE__SESSION__GAP=45s` or `RANKPULSE__METRICS__CUTOFFS=[1,3,10]`;
+//! a value is read as a TOML value when it parses as one, else as a string).
+//! Unknown keys and bad values are refused with a message naming the key.
+
+use crate::metrics::{Conventions, Gain, GaucWeight, Grade, IdealScope, NoRelevant};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use thiserror::Error;
+
+/// Prefix of environment overrides; sections and keys are separated by `__`.
+pub const ENV_PREFIX: &str = "RANKPULSE__";
+
+/// Label names rankpulse itself puts on series; dimension labels may not reuse them.
+pub const RESERVED_LABELS: &[&str] =
+    &["k", "window", "metric", "reason", "topic", "partition", "type", "le", "quantile", "job", "instance"];
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("config key {key}: {message}")]
+    Key { key: String, message: String },
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+}
+
+impl ConfigError {
+    fn key(key: &str, message: impl Into<String>) -> Self {
+        ConfigError::Key { key: key.to_string(), message: message.into() }
+    }
+}
+
+/// A duration written as text ("30s", "5m", "1h30m"); the text is kept
+/// because window spans are also label values.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Span {
+    pub text: String,
+    pub duration: Duration,
+}
+
+impl Span {
+    pub fn ms(&self) -> i64 {
+        i64::try_from(self.duration.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+impl fmt::Debug for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::str::FromStr for Span {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Span, String> {
+        let duration = humantime::parse_duration(s.trim())
+            .map_err(|e| format!("{s:?} is not a duration like \"30s\", \"5m\" or \"1h\" ({e})"))?;
+        Ok(Span { text: s.trim().to_string(), duration })
+    }
+}
+
+impl<'de> Deserialize<'de> for Span {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Span, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Span {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+fn span(s: &str) -> Span {
+    // Only called with the literals below, which parse.
+    s.parse().unwrap_or(Span { text: s.to_string(), duration: Duration::from_secs(30) })
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub kafka: KafkaConfig,
+    pub session: SessionConfig,
+    pub metrics: MetricsConfig,
+    pub judgments: JudgmentsConfig,
+    pub dimensions: DimensionsConfig,
+    pub windows: WindowsConfig,
+    pub http: HttpConfig,
+    pub input: InputConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    /// Bootstrap servers, comma separated.
+    pub brokers: String,
+    /// Consumer group: instances sharing it share the partitions.
+    pub group_id: String,
+    /// Impression and judgment topics, co-partitioned by session id.
+    pub topics: Vec<String>,
+    /// Passed to librdkafka unchanged (TLS, SASL, tuning).
+    pub properties: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionConfig {
+    /// A list is final once no event of it arrived for this long (event time).
+    pub gap: Span,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// The k of every @k metric; one series per cutoff.
+    pub cutoffs: Vec<usize>,
+    pub gain: Gain,
+    pub ideal: IdealScope,
+    pub no_relevant: NoRelevant,
+    pub relevance_threshold: Grade,
+    pub max_grade: Grade,
+    pub gauc_weight: GaucWeight,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JudgmentsConfig {
+    /// Grade given to a judgment that carries an `action` instead of a `grade`.
+    pub actions: BTreeMap<String, Grade>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DimensionsConfig {
+    /// Keys of an impression's `dimensions` that become Prometheus labels.
+    pub labels: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WindowsConfig {
+    /// Rolling windows exposed as gauges (`window` label).
+    pub spans: Vec<Span>,
+    /// Time-bucket width: windows are exact up to one bucket at their old edge.
+    pub bucket: Span,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Address of `/metrics`, `/healthz`, `/readyz` and the status page.
+    pub listen: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InputConfig {
+    /// Larger messages are rejected (`too_large`) without being parsed.
+    pub max_message_bytes: usize,
+    /// Impressions with more results are rejected (`too_many_results`).
+    pub max_results: usize,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: "127.0.0.1:9092".into(),
+            group_id: "rankpulse".into(),
+            topics: vec!["search-impressions".into(), "search-judgments".into()],
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig { gap: span("30s") }
+    }
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        let c = Conventions::default();
+        MetricsConfig {
+            cutoffs: vec![1, 3, 5, 10],
+            gain: c.gain,
+            ideal: c.ideal,
+            no_relevant: c.no_relevant,
+            relevance_threshold: c.relevance_threshold,
+            max_grade: c.max_grade,
+            gauc_weight: c.gauc_weight,
+        }
+    }
+}
+
+impl Default for JudgmentsConfig {
+    fn default() -> Self {
+        let actions = [("click", 1), ("add_to_cart", 2), ("purchase", 3)];
+        JudgmentsConfig { actions: actions.into_iter().map(|(a, g)| (a.to_string(), g)).collect() }
+    }
+}
+
+impl Default for DimensionsConfig {
+    fn default() -> Self {
+        DimensionsConfig { labels: vec!["ranker".into(), "market".into()] }
+    }
+}
+
+impl Default for WindowsConfig {
+    fn default() -> Self {
+        WindowsConfig { spans: vec![span("1m"), span("5m"), span("1h")], bucket: span("10s") }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig { listen: "127.0.0.1:9464".into() }
+    }
+}
+
+impl Default for InputConfig {
+    fn default() -> Self {
+        InputConfig { max_message_bytes: 1 << 20, max_results: 200 }
+    }
+}
+
+#[allow(clippy::derivable_impls)]
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            kafka: KafkaConfig::default(),
+            session: SessionConfig::default(),
+            metrics: MetricsConfig::default(),
+            judgments: JudgmentsConfig::default(),
+            dimensions: DimensionsConfig::default(),
+            windows: WindowsConfig::default(),
+            http: HttpConfig::default(),
+            input: InputConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads defaults, then `path` (if any), then the process environment.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        Self::load_with_env(path, std::env::vars())
+    }
+
+    /// As [`Config::load`], with the environment given explicitly (tests).
+    pub fn load_with_env(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut table = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+                text.parse::<toml::Table>()
+                    .map_err(|e| ConfigError::Syntax { path: path.to_path_buf(), message: e.to_string() })?
+            }
+            None => toml::Table::new(),
+        };
+        for (var, value) in env {
+            let Some(rest) = var.strip_prefix(ENV_PREFIX) else { continue };
+            apply_env(&mut table, &var, rest, &value)?;
+        }
+        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+            let key = e.path().to_string();
+            ConfigError::Key { key, message: e.into_inner().to_string() }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The metric conventions these settings select.
+    pub fn conventions(&self) -> Conventions {
+        let m = &self.metrics;
+        Conventions {
+            gain: m.gain,
+            ideal: m.ideal,
+            no_relevant: m.no_relevant,
+            relevance_threshold: m.relevance_threshold,
+            max_grade: m.max_grade,
+            gauc_weight: m.gauc_weight,
+        }
+    }
+
+    /// Checks everything types alone cannot; each message names its key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let k = &self.kafka;
+        if k.brokers.trim().is_empty() {
+            return Err(ConfigError::key("kafka.brokers", "must name at least one broker"));
+        }
+        if k.group_id.trim().is_empty() {
+            return Err(ConfigError::key("kafka.group_id", "must not be empty"));
+        }
+        if k.topics.is_empty() || k.topics.iter().any(|t| t.trim().is_empty()) {
+            return Err(ConfigError::key("kafka.topics", "must list one or more non-empty topic names"));
+        }
+        for key in ["group.id", "bootstrap.servers", "enable.auto.commit"] {
+            if k.properties.contains_key(key) {
+                return Err(ConfigError::key(
+                    &format!("kafka.properties.{key}"),
+                    "is managed by rankpulse (use kafka.brokers / kafka.group_id; offsets are committed by rankpulse)",
+                ));
+            }
+        }
+        if self.session.gap.duration.is_zero() {
+            return Err(ConfigError::key("session.gap", "must be longer than 0s"));
+        }
+        let m = &self.metrics;
+        if m.cutoffs.is_empty() {
+            return Err(ConfigError::key("metrics.cutoffs", "must list at least one cutoff"));
+        }
+        let mut sorted = m.cutoffs.clone();
+        sorted.sort_unstable();
+        if sorted[0] == 0 || sorted.windows(2).any(|w| w[0] == w[1]) {
+            return Err(ConfigError::key("metrics.cutoffs", "cutoffs must be positive and distinct"));
+        }
+        if !(1..=30).contains(&m.max_grade) {
+            return Err(ConfigError::key(
+                "metrics.max_grade",
+                format!("must be between 1 and 30, got {}", m.max_grade),
+            ));
+        }
+        if !(1..=m.max_grade).contains(&m.relevance_threshold) {
+            return Err(ConfigError::key(
+                "metrics.relevance_threshold",
+                format!("must be between 1 and metrics.max_grade ({}), got {}", m.max_grade, m.relevance_threshold),
+            ));
+        }
+        for (action, &grade) in &self.judgments.actions {
+            if !(0..=m.max_grade).contains(&grade) {
+                return Err(ConfigError::key(
+                    &format!("judgments.actions.{action}"),
+                    format!("grade {grade} is outside 0..={} (metrics.max_grade)", m.max_grade),
+                ));
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for label in &self.dimensions.labels {
+            let valid = label.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !label.starts_with("__");
+            if !valid {
+                return Err(ConfigError::key(
+                    "dimensions.labels",
+                    format!("{label:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)"),
+                ));
+            }
+            if RESERVED_LABELS.contains(&label.as_str()) {
+                return Err(ConfigError::key(
+                    "dimensions.labels",
+                    format!("{label:?} is reserved for rankpulse's own labels ({})", RESERVED_LABELS.join(", ")),
+                ));
+            }
+            if !seen.insert(label) {
+                return Err(ConfigError::key("dimensions.labels", format!("{label:?} is listed twice")));
+            }
+        }
+        let w = &self.windows;
+        if w.bucket.duration < Duration::from_secs(1) {
+            return Err(ConfigError::key("windows.bucket", "must be at least 1s"));
+        }
+        if w.spans.is_empty() {
+            return Err(ConfigError::key("windows.spans", "must list at least one window"));
+        }
+        for s in &w.spans {
+            if s.duration < w.bucket.duration {
+                return Err(ConfigError::key(
+                    "windows.spans",
+                    format!("window {} is shorter than windows.bucket ({})", s.text, w.bucket.text),
+                ));
+            }
+        }
+        let mut texts: Vec<&str> = w.spans.iter().map(|s| s.text.as_str()).collect();
+        texts.sort_unstable();
+        if texts.windows(2).any(|p| p[0] == p[1]) {
+            return Err(ConfigError::key("windows.spans", "windows must be distinct"));
+        }
+        if self.http.listen.parse::<SocketAddr>().is_err() {
+            return Err(ConfigError::key(
+                "http.listen",
+                format!("{:?} is not an address like \"127.0.0.1:9464\"", self.http.listen),
+            ));
+        }
+        if self.input.max_results == 0 {
+            return Err(ConfigError::key("input.max_results", "must be at least 1"));
+        }
+        if self.input.max_message_bytes < 64 {
+            return Err(ConfigError::key("input.max_message_bytes", "must be at least 64"));
+        }
+        Ok(())
+    }
+
+    /// The cutoffs in ascending order (the engine's one-pass functions need that).
+    pub fn sorted_cutoffs(&self) -> Vec<usize> {
+        let mut c = self.metrics.cutoffs.clone();
+        c.sort_unstable();
+        c
+    }
+
+    /// A TOML dump with secrets (passwords, keys, tokens in kafka.properties) redacted.
+    pub fn redacted_toml(&self) -> String {
+        let mut copy = self.clone();
+        for (key, value) in copy.kafka.properties.iter_mut() {
+            if is_secret_property(key) {
+                *value = "<redacted>".into();
+            }
+        }
+        toml::to_string(&copy).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+}
+
+/// librdkafka properties that carry secrets.
+pub fn is_secret_property(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    ["password", "secret", "token", "key.pem", "private", "jaas"].iter().any(|s| k.contains(s))
+}
+
+/// Sets `RANKPULSE__A__B__C=value` at path a.b.c. Keys are lower-cased
+/// (environment variables are conventionally upper case), except below
+/// `kafka.properties`, whose keys use dots: `RANKPULSE__KAFKA__PROPERTIES__SASL_MECHANISM`
+/// sets `sasl.mechanism`.
+fn apply_env(table: &mut toml::Table, var: &str, rest: &str, value: &str) -> Result<(), ConfigError> {
+    let parts: Vec<String> = rest.split("__").map(|p| p.to_ascii_lowercase()).collect();
+    if parts.len() < 2 || parts.iter().any(|p| p.is_empty()) {
+        return Err(ConfigError::Env { var: var.to_string(), message: "expected RANKPULSE__SECTION__KEY".to_string() });
+    }
+    let parts: Vec<String> = if parts[0] == "kafka" && parts[1] == "properties" && parts.len() >= 3 {
+        vec!["kafka".into(), "properties".into(), parts[2..].join("__").replace('_', ".")]
+    } else {
+        parts
+    };
+    // A TOML literal when it is one ("45", "true", "[1, 3]", "\"x\""), else a plain string.
+    let parsed = format!("v = {value}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()));
+    // kafka.properties values are strings for librdkafka.
+    let parsed =
+        if parts[0] == "kafka" && parts[1] == "properties" { toml::Value::String(value.to_string()) } else { parsed };
+    let mut node = table;
+    for part in &parts[..parts.len() - 1] {
+        let entry = node.entry(part.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        node = entry
+            .as_table_mut()
+            .ok_or_else(|| ConfigError::Env { var: var.to_string(), message: format!("{part} is not a section") })?;
+    }
+    node.insert(parts[parts.len() - 1].clone(), parsed);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let dir = std::env::temp_dir().join(format!("rankpulse-config-{}-{}", std::process::id(), text.len()));
+        std::fs::write(&dir, text).unwrap();
+        let r = Config::load_with_env(Some(&dir), env(&[]));
+        let _ = std::fs::remove_file(&dir);
+        r
+    }
+
+    #[test]
+    fn shipped_default_file_equals_built_in_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml");
+        let from_file = Config::load_with_env(Some(&path), env(&[])).unwrap();
+        assert_eq!(toml::to_string(&from_file).unwrap(), toml::to_string(&Config::default()).unwrap());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key() {
+        let e = from_toml("[session]\ngapp = \"30s\"\n").unwrap_err().to_string();
+        assert!(e.contains("session") && e.contains("unknown field `gapp`"), "{e}");
+        let e = from_toml("[metrics]\ngain = \"exp\"\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key metrics.gain:"), "{e}");
+        let e = from_toml("[session]\ngap = \"soon\"\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key session.gap:"), "{e}");
+        let e = from_toml("[metrics]\ncutoffs = [3, 3]\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key metrics.cutoffs:"), "{e}");
+        let e = from_toml("[dimensions]\nlabels = [\"k\"]\n").unwrap_err().to_string();
+        assert!(e.contains("reserved"), "{e}");
+        let e = from_toml("[judgments.actions]\nclick = 9\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key judgments.actions.click:"), "{e}");
+        let e = from_toml("[http]\nlisten = \"localhost\"\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key http.listen:"), "{e}");
+    }
+
+    #[test]
+    fn environment_overrides_file_and_defaults() {
+        let c = Config::load_with_env(
+            None,
+            env(&[
+                ("RANKPULSE__SESSION__GAP", "45s"),
+                ("RANKPULSE__METRICS__CUTOFFS", "[1, 10]"),
+                ("RANKPULSE__METRICS__GAIN", "linear"),
+                ("RANKPULSE__KAFKA__BROKERS", "a:9092,b:9092"),
+                ("RANKPULSE__KAFKA__PROPERTIES__SASL_MECHANISM", "PLAIN"),
+                ("RANKPULSE__JUDGMENTS__ACTIONS__LIKE", "2"),
+                ("OTHER", "x"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.session.gap.duration, Duration::from_secs(45));
+        assert_eq!(c.metrics.cutoffs, [1, 10]);
+        assert_eq!(c.metrics.gain, Gain::Linear);
+        assert_eq!(c.kafka.brokers, "a:9092,b:9092");
+        assert_eq!(c.kafka.properties["sasl.mechanism"], "PLAIN");
+        assert_eq!(c.judgments.actions["like"], 2);
+        let e = Config::load_with_env(None, env(&[("RANKPULSE__METRICS__MAX_GRADE", "many")])).unwrap_err();
+        assert!(e.to_string().starts_with("config key metrics.max_grade:"), "{e}");
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        let c = Config::load_with_env(
+            None,
+            env(&[
+                ("RANKPULSE__KAFKA__PROPERTIES__SASL_PASSWORD", "hunter2"),
+                ("RANKPULSE__KAFKA__PROPERTIES__SASL_USERNAME", "bob"),
+            ]),
+        )
+        .unwrap();
+        let dump = c.redacted_toml();
+        assert!(!dump.contains("hunter2"), "{dump}");
+        assert!(dump.contains("bob"));
+    }
+}

@@ -1,0 +1,465 @@
+//! Event schema and decoding: Kafka message bytes → typed [`Event`].
+//!
+//! First stage of the stream. Decoding borrows strings from the message
+//! where JSON allows it (no escapes), and every way a message can be wrong
+//! maps to one [`RejectReason`], a small fixed set that becomes the `reason`
+//! label of `rankpulse_events_rejected_total`. A rejected message is counted,
+//! never fatal, and never changes a metric. The schema is documented in
+//! `docs/event.schema.json`.
+
+use crate::metrics::Grade;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Why a message was rejected. The names are label values: stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RejectReason {
+    TooLarge,
+    InvalidUtf8,
+    InvalidJson,
+    UnknownType,
+    MissingField,
+    WrongType,
+    InvalidTimestamp,
+    InvalidPosition,
+    GradeOutOfRange,
+    UnknownAction,
+    NonFinite,
+    TooManyResults,
+}
+
+impl RejectReason {
+    pub const ALL: [RejectReason; 12] = [
+        RejectReason::TooLarge,
+        RejectReason::InvalidUtf8,
+        RejectReason::InvalidJson,
+        RejectReason::UnknownType,
+        RejectReason::MissingField,
+        RejectReason::WrongType,
+        RejectReason::InvalidTimestamp,
+        RejectReason::InvalidPosition,
+        RejectReason::GradeOutOfRange,
+        RejectReason::UnknownAction,
+        RejectReason::NonFinite,
+        RejectReason::TooManyResults,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::TooLarge => "too_large",
+            RejectReason::InvalidUtf8 => "invalid_utf8",
+            RejectReason::InvalidJson => "invalid_json",
+            RejectReason::UnknownType => "unknown_type",
+            RejectReason::MissingField => "missing_field",
+            RejectReason::WrongType => "wrong_type",
+            RejectReason::InvalidTimestamp => "invalid_timestamp",
+            RejectReason::InvalidPosition => "invalid_position",
+            RejectReason::GradeOutOfRange => "grade_out_of_range",
+            RejectReason::UnknownAction => "unknown_action",
+            RejectReason::NonFinite => "non_finite",
+            RejectReason::TooManyResults => "too_many_results",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One shown result of an impression.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shown<'a> {
+    pub doc_id: Cow<'a, str>,
+    /// 1-based display position.
+    pub position: u32,
+    /// The ranker's score, when it sent one (AUC uses it).
+    pub score: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Impression<'a> {
+    pub event_id: Cow<'a, str>,
+    pub session_id: Cow<'a, str>,
+    pub query_id: Option<Cow<'a, str>>,
+    /// Event time, epoch milliseconds.
+    pub timestamp_ms: i64,
+    pub results: Vec<Shown<'a>>,
+    /// All dimensions sent; the configured labels are picked later.
+    pub dimensions: BTreeMap<Cow<'a, str>, Cow<'a, str>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judgment<'a> {
+    pub event_id: Cow<'a, str>,
+    pub session_id: Cow<'a, str>,
+    pub query_id: Option<Cow<'a, str>>,
+    pub doc_id: Cow<'a, str>,
+    pub grade: Grade,
+    pub timestamp_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event<'a> {
+    Impression(Impression<'a>),
+    Judgment(Judgment<'a>),
+}
+
+impl Event<'_> {
+    pub fn timestamp_ms(&self) -> i64 {
+        match self {
+            Event::Impression(i) => i.timestamp_ms,
+            Event::Judgment(j) => j.timestamp_ms,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Impression(_) => "impression",
+            Event::Judgment(_) => "judgment",
+        }
+    }
+}
+
+/// What decoding needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct DecodeLimits {
+    pub max_message_bytes: usize,
+    pub max_results: usize,
+    pub max_grade: Grade,
+    /// `action` name → grade.
+    pub actions: BTreeMap<String, Grade>,
+}
+
+impl DecodeLimits {
+    pub fn from_config(c: &crate::config::Config) -> Self {
+        DecodeLimits {
+            max_message_bytes: c.input.max_message_bytes,
+            max_results: c.input.max_results,
+            max_grade: c.metrics.max_grade,
+            actions: c.judgments.actions.clone(),
+        }
+    }
+}
+
+/// A JSON string borrowed from the message when it has no escapes (serde's
+/// own `Option<Cow<str>>` always copies).
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl PartialEq for Text<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl Eq for Text<'_> {}
+impl PartialOrd for Text<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Text<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
+/// The wire shape, every field optional so that a missing one is reported
+/// as `missing_field` rather than as a JSON error. Unknown fields are
+/// ignored, so producers can add fields without breaking consumers.
+#[derive(Deserialize)]
+struct RawEvent<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    event_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    session_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    query_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    timestamp: Option<RawTimestamp<'a>>,
+    #[serde(borrow, default)]
+    results: Option<Vec<RawShown<'a>>>,
+    #[serde(borrow, default)]
+    dimensions: Option<BTreeMap<Text<'a>, Text<'a>>>,
+    #[serde(borrow, default)]
+    doc_id: Option<Text<'a>>,
+    #[serde(default)]
+    grade: Option<i64>,
+    #[serde(borrow, default)]
+    action: Option<Text<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawShown<'a> {
+    #[serde(borrow, default)]
+    doc_id: Option<Text<'a>>,
+    #[serde(default)]
+    position: Option<i64>,
+    #[serde(default)]
+    score: Option<f64>,
+}
+
+/// `timestamp`: epoch milliseconds (integer or float) or an RFC 3339 string.
+enum RawTimestamp<'a> {
+    Millis(f64),
+    Text(Cow<'a, str>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawTimestamp<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawTimestamp<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("epoch milliseconds or an RFC 3339 string")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(RawTimestamp::Millis(v as f64))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(RawTimestamp::Millis(v as f64))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(RawTimestamp::Millis(v))
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(RawTimestamp::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawTimestamp::Text(Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Latest accepted event time: year 9999, so arithmetic on it cannot overflow.
+const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
+
+impl RawTimestamp<'_> {
+    fn to_millis(&self) -> Result<i64, RejectReason> {
+        let ms = match self {
+            RawTimestamp::Millis(v) => {
+                if !v.is_finite() {
+                    return Err(RejectReason::NonFinite);
+                }
+                v.floor()
+            }
+            RawTimestamp::Text(s) => chrono::DateTime::parse_from_rfc3339(s)
+                .map_err(|_| RejectReason::InvalidTimestamp)?
+                .timestamp_millis() as f64,
+        };
+        if !(0.0..=MAX_TIMESTAMP_MS as f64).contains(&ms) {
+            return Err(RejectReason::InvalidTimestamp);
+        }
+        Ok(ms as i64)
+    }
+}
+
+fn required<'a>(field: Option<Text<'a>>) -> Result<Cow<'a, str>, RejectReason> {
+    match field {
+        Some(Text(s)) if !s.is_empty() => Ok(s),
+        _ => Err(RejectReason::MissingField),
+    }
+}
+
+fn optional<'a>(field: Option<Text<'a>>) -> Option<Cow<'a, str>> {
+    field.map(|t| t.0).filter(|s| !s.is_empty())
+}
+
+/// Decodes one message. Never panics on any input.
+pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, RejectReason> {
+    if bytes.len() > limits.max_message_bytes {
+        return Err(RejectReason::TooLarge);
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| RejectReason::InvalidUtf8)?;
+    let raw: RawEvent<'a> = serde_json::from_str(text).map_err(|e| classify(&e))?;
+    let kind = raw.kind.as_ref().map(|t| t.0.as_ref()).ok_or(RejectReason::MissingField)?;
+    match kind {
+        "impression" => decode_impression(raw, limits).map(Event::Impression),
+        "judgment" => decode_judgment(raw, limits).map(Event::Judgment),
+        _ => Err(RejectReason::UnknownType),
+    }
+}
+
+fn classify(e: &serde_json::Error) -> RejectReason {
+    use serde_json::error::Category;
+    match e.classify() {
+        // serde_json reports numbers beyond f64 range as syntax errors.
+        Category::Syntax if e.to_string().contains("number out of range") => RejectReason::NonFinite,
+        Category::Syntax | Category::Eof | Category::Io => RejectReason::InvalidJson,
+        Category::Data => RejectReason::WrongType,
+    }
+}
+
+fn decode_impression<'a>(raw: RawEvent<'a>, limits: &DecodeLimits) -> Result<Impression<'a>, RejectReason> {
+    let event_id = required(raw.event_id)?;
+    let session_id = required(raw.session_id)?;
+    let timestamp_ms = raw.timestamp.ok_or(RejectReason::MissingField)?.to_millis()?;
+    let raw_results = raw.results.ok_or(RejectReason::MissingField)?;
+    if raw_results.len() > limits.max_results {
+        return Err(RejectReason::TooManyResults);
+    }
+    let mut results = Vec::with_capacity(raw_results.len());
+    for (i, r) in raw_results.into_iter().enumerate() {
+        let doc_id = required(r.doc_id)?;
+        let position = match r.position {
+            None => u32::try_from(i + 1).map_err(|_| RejectReason::InvalidPosition)?,
+            Some(p) if p >= 1 => u32::try_from(p).map_err(|_| RejectReason::InvalidPosition)?,
+            Some(_) => return Err(RejectReason::InvalidPosition),
+        };
+        if r.score.is_some_and(|s| !s.is_finite()) {
+            return Err(RejectReason::NonFinite);
+        }
+        results.push(Shown { doc_id, position, score: r.score });
+    }
+    Ok(Impression {
+        event_id,
+        session_id,
+        query_id: optional(raw.query_id),
+        timestamp_ms,
+        results,
+        dimensions: raw.dimensions.unwrap_or_default().into_iter().map(|(k, v)| (k.0, v.0)).collect(),
+    })
+}
+
+fn decode_judgment<'a>(raw: RawEvent<'a>, limits: &DecodeLimits) -> Result<Judgment<'a>, RejectReason> {
+    let event_id = required(raw.event_id)?;
+    let session_id = required(raw.session_id)?;
+    let doc_id = required(raw.doc_id)?;
+    let timestamp_ms = raw.timestamp.ok_or(RejectReason::MissingField)?.to_millis()?;
+    let grade = match (raw.grade, raw.action) {
+        (Some(g), _) => {
+            if !(0..=i64::from(limits.max_grade)).contains(&g) {
+                return Err(RejectReason::GradeOutOfRange);
+            }
+            g as Grade
+        }
+        (None, Some(action)) => *limits.actions.get(action.0.as_ref()).ok_or(RejectReason::UnknownAction)?,
+        (None, None) => return Err(RejectReason::MissingField),
+    };
+    Ok(Judgment { event_id, session_id, query_id: optional(raw.query_id), doc_id, grade, timestamp_ms })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> DecodeLimits {
+        DecodeLimits::from_config(&crate::config::Config::default())
+    }
+
+    fn reason(json: &str) -> RejectReason {
+        decode(json.as_bytes(), &limits()).unwrap_err()
+    }
+
+    #[test]
+    fn decodes_the_contract_examples() {
+        let imp = r#"{"type":"impression","event_id":"e1","session_id":"s1","query_id":"q1","timestamp":1700000000000,
+            "results":[{"doc_id":"d1","position":1,"score":12.5},{"doc_id":"d2","position":2}],
+            "dimensions":{"ranker":"v2","market":"us"}}"#;
+        let Event::Impression(i) = decode(imp.as_bytes(), &limits()).unwrap() else { panic!() };
+        assert_eq!(i.timestamp_ms, 1_700_000_000_000);
+        assert_eq!(i.results[0], Shown { doc_id: "d1".into(), position: 1, score: Some(12.5) });
+        assert_eq!(i.results[1].score, None);
+        assert_eq!(i.dimensions["ranker"], "v2");
+        assert!(matches!(i.session_id, Cow::Borrowed(_)), "plain strings are borrowed, not copied");
+
+        let j = r#"{"type":"judgment","event_id":"e2","session_id":"s1","query_id":"q1","doc_id":"d1","grade":2,"timestamp":"2023-11-14T22:13:20Z"}"#;
+        let Event::Judgment(j) = decode(j.as_bytes(), &limits()).unwrap() else { panic!() };
+        assert_eq!(j.grade, 2);
+        assert_eq!(j.timestamp_ms, 1_700_000_000_000);
+
+        let c = r#"{"type":"judgment","event_id":"e3","session_id":"s1","doc_id":"d1","action":"purchase","timestamp":"2023-11-14T23:13:20.5+01:00"}"#;
+        let Event::Judgment(c) = decode(c.as_bytes(), &limits()).unwrap() else { panic!() };
+        assert_eq!((c.grade, c.query_id, c.timestamp_ms), (3, None, 1_700_000_000_500));
+    }
+
+    #[test]
+    fn positions_default_to_array_order() {
+        let imp = r#"{"type":"impression","event_id":"e","session_id":"s","timestamp":1,"results":[{"doc_id":"a"},{"doc_id":"b"}]}"#;
+        let Event::Impression(i) = decode(imp.as_bytes(), &limits()).unwrap() else { panic!() };
+        assert_eq!(i.results.iter().map(|r| r.position).collect::<Vec<_>>(), [1, 2]);
+    }
+
+    #[test]
+    fn every_reject_reason() {
+        let ok_j = |extra: &str| {
+            format!(r#"{{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","timestamp":1{extra}}}"#)
+        };
+        assert_eq!(reason("{"), RejectReason::InvalidJson);
+        assert_eq!(decode(b"{\"type\":\"\xff\"}", &limits()).unwrap_err(), RejectReason::InvalidUtf8);
+        assert_eq!(reason(r#"{"type":"click"}"#), RejectReason::UnknownType);
+        assert_eq!(reason(r#"{"event_id":"e"}"#), RejectReason::MissingField);
+        assert_eq!(reason(&ok_j("")), RejectReason::MissingField, "no grade and no action");
+        assert_eq!(
+            reason(r#"{"type":"judgment","event_id":"e","doc_id":"d","grade":1,"timestamp":1}"#),
+            RejectReason::MissingField
+        );
+        assert_eq!(
+            reason(r#"{"type":"judgment","event_id":"","session_id":"s","doc_id":"d","grade":1,"timestamp":1}"#),
+            RejectReason::MissingField
+        );
+        assert_eq!(reason(&ok_j(r#","grade":"2""#)), RejectReason::WrongType);
+        assert_eq!(reason(&ok_j(r#","grade":9"#)), RejectReason::GradeOutOfRange);
+        assert_eq!(reason(&ok_j(r#","grade":-1"#)), RejectReason::GradeOutOfRange);
+        assert_eq!(reason(&ok_j(r#","action":"stare""#)), RejectReason::UnknownAction);
+        assert_eq!(
+            reason(
+                r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":1,"timestamp":"yesterday"}"#
+            ),
+            RejectReason::InvalidTimestamp
+        );
+        assert_eq!(
+            reason(r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":1,"timestamp":-5}"#),
+            RejectReason::InvalidTimestamp
+        );
+        assert_eq!(
+            reason(r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":1,"timestamp":true}"#),
+            RejectReason::WrongType
+        );
+        let imp = |results: &str| {
+            format!(r#"{{"type":"impression","event_id":"e","session_id":"s","timestamp":1,"results":{results}}}"#)
+        };
+        assert_eq!(reason(&imp(r#"[{"doc_id":"a","position":0}]"#)), RejectReason::InvalidPosition);
+        assert_eq!(reason(&imp(r#"[{"doc_id":"a","score":1e999}]"#)), RejectReason::NonFinite);
+        assert_eq!(reason(&imp(r#"[{"position":1}]"#)), RejectReason::MissingField);
+        assert_eq!(reason(&imp(r#"{"doc_id":"a"}"#)), RejectReason::WrongType);
+        let many: Vec<String> = (0..201).map(|i| format!(r#"{{"doc_id":"d{i}"}}"#)).collect();
+        assert_eq!(reason(&imp(&format!("[{}]", many.join(",")))), RejectReason::TooManyResults);
+        let mut small = limits();
+        small.max_message_bytes = 64;
+        assert_eq!(decode(imp("[]").repeat(3).as_bytes(), &small).unwrap_err(), RejectReason::TooLarge);
+    }
+}

@@ -1,0 +1,281 @@
+//! Publishing: the only place Prometheus metrics are defined.
+//!
+//! Last stage of the stream. At scrape time (or at the end of a replay) a
+//! snapshot of the accumulators and counters is turned into metric
+//! families; nothing is touched per event. Names and labels are a public
+//! contract (dashboards and alerts depend on them): see the README.
+
+use crate::accumulate::{Accumulators, Moments};
+use crate::config::{Config, Span};
+use crate::event::RejectReason;
+use crate::metrics::list::Family;
+use crate::pipeline::OpsCounters;
+use crate::window::window_cell;
+use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::{Encoder, TextEncoder};
+use std::collections::BTreeMap;
+
+pub const PREFIX: &str = "rankpulse_";
+pub const LABEL_K: &str = "k";
+pub const LABEL_WINDOW: &str = "window";
+pub const LABEL_METRIC: &str = "metric";
+pub const LABEL_REASON: &str = "reason";
+pub const LABEL_TOPIC: &str = "topic";
+pub const LABEL_TYPE: &str = "type";
+pub const LABEL_PARTITION: &str = "partition";
+pub const GAUC: &str = "gauc";
+
+/// Per-partition consumer state (daemon only).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PartitionState {
+    /// High watermark minus the consumer's position.
+    pub lag: Option<i64>,
+    /// Event time of the newest event consumed, seconds.
+    pub last_event_seconds: Option<f64>,
+}
+
+/// Everything one exposition shows.
+pub struct Snapshot<'a> {
+    pub config: &'a Config,
+    /// "Now" for the windows: wall clock in the daemon, newest event time in a replay.
+    pub now_ms: i64,
+    pub accumulators: &'a Accumulators,
+    pub counters: &'a OpsCounters,
+    pub open_lists: usize,
+    /// (topic, partition) → state; empty in a replay.
+    pub partitions: &'a BTreeMap<(String, i32), PartitionState>,
+}
+
+struct Families {
+    families: BTreeMap<String, MetricFamily>,
+}
+
+impl Families {
+    fn new() -> Self {
+        Families { families: BTreeMap::new() }
+    }
+
+    fn family(&mut self, name: &str, help: &str, kind: MetricType) -> &mut MetricFamily {
+        self.families.entry(name.to_string()).or_insert_with(|| {
+            let mut f = MetricFamily::default();
+            f.set_name(name.to_string());
+            f.set_help(help.to_string());
+            f.set_field_type(kind);
+            f
+        })
+    }
+
+    fn gauge(&mut self, name: &str, help: &str, labels: &[(&str, &str)], value: f64) {
+        let mut g = Gauge::default();
+        g.set_value(value);
+        let mut m = metric(labels);
+        m.set_gauge(g);
+        self.family(name, help, MetricType::GAUGE).mut_metric().push(m);
+    }
+
+    fn counter(&mut self, name: &str, help: &str, labels: &[(&str, &str)], value: f64) {
+        let mut c = Counter::default();
+        c.set_value(value);
+        let mut m = metric(labels);
+        m.set_counter(c);
+        self.family(name, help, MetricType::COUNTER).mut_metric().push(m);
+    }
+
+    fn encode(self) -> String {
+        let families: Vec<MetricFamily> = self.families.into_values().filter(|f| !f.get_metric().is_empty()).collect();
+        let mut buf = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed families.
+        let _ = TextEncoder::new().encode(&families, &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+fn metric(labels: &[(&str, &str)]) -> Metric {
+    let mut m = Metric::default();
+    m.set_label(
+        labels
+            .iter()
+            .map(|(name, value)| {
+                let mut l = LabelPair::default();
+                l.set_name(name.to_string());
+                l.set_value(value.to_string());
+                l
+            })
+            .collect(),
+    );
+    m
+}
+
+fn help_for(family: Family) -> &'static str {
+    match family {
+        Family::Ndcg => "Mean nDCG@k of the lists whose impression time is in the window",
+        Family::Mrr => "Mean reciprocal rank@k (MRR) of the lists in the window",
+        Family::Err => "Mean expected reciprocal rank@k of the lists in the window",
+        Family::Precision => "Mean precision@k of the lists in the window",
+        Family::Recall => "Mean recall@k of the lists in the window",
+        Family::Map => "Mean average precision@k (MAP) of the lists in the window",
+    }
+}
+
+/// Renders the Prometheus text exposition of a snapshot.
+pub fn render(s: &Snapshot) -> String {
+    let mut f = Families::new();
+    let config = s.config;
+    let dim_labels = &config.dimensions.labels;
+    let cutoffs = config.sorted_cutoffs();
+    let k_text: Vec<String> = cutoffs.iter().map(|k| k.to_string()).collect();
+    let acc = s.accumulators;
+
+    for (dims, series) in &acc.series {
+        let dl: Vec<(&str, &str)> =
+            dim_labels.iter().map(String::as_str).zip(dims.iter().map(String::as_str)).collect();
+        fn with<'x>(extra: &[(&'x str, &'x str)], dl: &[(&'x str, &'x str)]) -> Vec<(&'x str, &'x str)> {
+            let mut v: Vec<(&str, &str)> = extra.to_vec();
+            v.extend(dl.iter().copied());
+            v
+        }
+        // Windows.
+        for Span { text: window, .. } in &config.windows.spans {
+            let span_ms = config.windows.spans.iter().find(|sp| &sp.text == window).map_or(0, Span::ms);
+            let cell = window_cell(acc, series, s.now_ms, span_ms);
+            f.gauge(
+                &format!("{PREFIX}lists"),
+                "Lists finalized whose impression time is in the window",
+                &with(&[(LABEL_WINDOW, window)], &dl),
+                cell.lists as f64,
+            );
+            for family in Family::ALL {
+                for (i, k) in k_text.iter().enumerate() {
+                    let m = cell.family(family, cutoffs.len(), i);
+                    window_gauges(
+                        &mut f,
+                        family.name(),
+                        help_for(family),
+                        &with(&[(LABEL_K, k), (LABEL_WINDOW, window)], &dl),
+                        m,
+                    );
+                }
+            }
+            window_gauges(
+                &mut f,
+                GAUC,
+                "GAUC: weighted mean per-list AUC of the lists in the window",
+                &with(&[(LABEL_WINDOW, window)], &dl),
+                cell.gauc(),
+            );
+        }
+        // Counters since start.
+        for family in Family::ALL {
+            for (i, k) in k_text.iter().enumerate() {
+                let m = series.total.family(family, cutoffs.len(), i);
+                total_counters(&mut f, family.name(), &with(&[(LABEL_K, k)], &dl), m);
+            }
+        }
+        total_counters(&mut f, GAUC, &with(&[], &dl), series.total.gauc());
+        f.counter(
+            &format!("{PREFIX}lists_finalized_total"),
+            "Lists finalized and scored since start",
+            &with(&[], &dl),
+            series.total.lists as f64,
+        );
+        for ((metric, reason), n) in &series.excluded {
+            f.counter(
+                &format!("{PREFIX}lists_excluded_total"),
+                "Lists left out of a metric's mean since start, by metric and reason",
+                &with(&[(LABEL_METRIC, metric), (LABEL_REASON, reason.as_str())], &dl),
+                *n as f64,
+            );
+        }
+        for (kind, n) in &series.no_relevant {
+            f.counter(
+                &format!("{PREFIX}lists_no_relevant_total"),
+                "Lists with nothing relevant judged (kind graded: no positive grade; binary: none at the threshold), whatever metrics.no_relevant says",
+                &with(&[("kind", kind)], &dl),
+                *n as f64,
+            );
+        }
+    }
+
+    // Operation.
+    for ((topic, kind), n) in &s.counters.events {
+        f.counter(
+            &format!("{PREFIX}events_total"),
+            "Events accepted, by topic and type",
+            &[(LABEL_TOPIC, topic), (LABEL_TYPE, kind)],
+            *n as f64,
+        );
+    }
+    for reason in RejectReason::ALL {
+        let n = s.counters.rejected.get(&reason).copied().unwrap_or(0);
+        f.counter(
+            &format!("{PREFIX}events_rejected_total"),
+            "Messages rejected, by reason; a rejected message changes no metric",
+            &[(LABEL_REASON, reason.as_str())],
+            n as f64,
+        );
+    }
+    for kind in ["impression", "judgment"] {
+        let n = s.counters.duplicates.get(kind).copied().unwrap_or(0);
+        f.counter(
+            &format!("{PREFIX}events_duplicate_total"),
+            "Events ignored because their event_id was already applied to the list",
+            &[(LABEL_TYPE, kind)],
+            n as f64,
+        );
+    }
+    f.counter(
+        &format!("{PREFIX}orphan_lists_total"),
+        "Lists that ended with judgments but no impression (nothing to score)",
+        &[],
+        s.counters.orphans as f64,
+    );
+    f.gauge(&format!("{PREFIX}open_lists"), "Lists still collecting events", &[], s.open_lists as f64);
+    for ((topic, partition), state) in s.partitions {
+        let p = partition.to_string();
+        if let Some(lag) = state.lag {
+            f.gauge(
+                &format!("{PREFIX}consumer_lag"),
+                "Messages between the consumer's position and the partition's high watermark",
+                &[(LABEL_TOPIC, topic), (LABEL_PARTITION, &p)],
+                lag as f64,
+            );
+        }
+        if let Some(ts) = state.last_event_seconds {
+            f.gauge(
+                &format!("{PREFIX}last_event_timestamp_seconds"),
+                "Event time of the newest event consumed from the partition",
+                &[(LABEL_TOPIC, topic), (LABEL_PARTITION, &p)],
+                ts,
+            );
+        }
+    }
+    f.gauge(&format!("{PREFIX}build_info"), "Build information", &[("version", env!("CARGO_PKG_VERSION"))], 1.0);
+    f.encode()
+}
+
+/// `rankpulse_<m>` (mean) and `rankpulse_<m>_stderr`, when defined.
+fn window_gauges(f: &mut Families, name: &str, help: &str, labels: &[(&str, &str)], m: &Moments) {
+    if let Some(mean) = m.mean() {
+        f.gauge(&format!("{PREFIX}{name}"), help, labels, mean);
+    }
+    if let Some(se) = m.stderr() {
+        f.gauge(&format!("{PREFIX}{name}_stderr"), &format!("Standard error of rankpulse_{name}"), labels, se);
+    }
+}
+
+/// `rankpulse_<m>_sum` and `_count` since start: rate(_sum)/rate(_count) is
+/// an exact mean across any number of instances.
+fn total_counters(f: &mut Families, name: &str, labels: &[(&str, &str)], m: &Moments) {
+    f.counter(
+        &format!("{PREFIX}{name}_sum"),
+        &format!("Sum of per-list {name} values since start (GAUC: weight times AUC)"),
+        labels,
+        m.weighted_sum(),
+    );
+    f.counter(
+        &format!("{PREFIX}{name}_count"),
+        &format!("Lists counted in rankpulse_{name}_sum since start (GAUC: total weight)"),
+        labels,
+        m.weight as f64,
+    );
+}
