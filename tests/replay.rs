@@ -1,0 +1,95 @@
+//! `rankpulse replay` end to end through the binary: a small event file
+//! whose values are computed by hand below, checked on the exposition text.
+
+use std::path::Path;
+use std::process::Command;
+
+fn replay(args: &[&str], file: &Path) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse")).arg("replay").args(args).arg(file).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn value(exposition: &str, series: &str) -> f64 {
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no series {series} in\n{exposition}"))
+        .parse()
+        .unwrap()
+}
+
+/// small.jsonl holds two lists and one invalid line.
+/// List (s1, q1), ranker control: shown a, b, c with scores 3, 2, 1; b is
+/// clicked (grade 1) and then graded 3, so its grade is 3.
+///   nDCG@3 (exp2) = (7 / log2 3) / 7 = 0.6309298; nDCG@1 = 0
+///   MRR@1 = 0, MRR@3 = 1/2; ERR@3 = (1/2)(7/16) = 0.21875
+///   P@3 = 1/3, R@3 = 1, AP@3 = 1/2; AUC: b (2) beats c (1), loses to a (3) → 1/2, weight 3
+/// List (s2, no query), ranker candidate: shown a, b without scores; a graded 2.
+///   nDCG@1 = 1, MRR@1 = 1, AUC by position = 1, weight 2
+#[test]
+fn hand_computed_replay() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
+    let (code, out, err) = replay(&[], &file);
+    assert_eq!(code, 0, "{err}");
+    let control = r#"ranker="control",market="us"}"#;
+    let candidate = r#"ranker="candidate",market="us"}"#;
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+    assert!(close(value(&out, &format!(r#"rankpulse_ndcg{{k="3",window="5m",{control}"#)), 1.0 / 3f64.log2()));
+    assert_eq!(value(&out, &format!(r#"rankpulse_ndcg{{k="1",window="5m",{control}"#)), 0.0);
+    assert_eq!(value(&out, &format!(r#"rankpulse_mrr{{k="3",window="1h",{control}"#)), 0.5);
+    assert_eq!(value(&out, &format!(r#"rankpulse_err{{k="3",window="1m",{control}"#)), 0.21875);
+    assert!(close(value(&out, &format!(r#"rankpulse_precision{{k="3",window="1m",{control}"#)), 1.0 / 3.0));
+    assert_eq!(value(&out, &format!(r#"rankpulse_recall{{k="3",window="1m",{control}"#)), 1.0);
+    assert_eq!(value(&out, &format!(r#"rankpulse_map{{k="3",window="1m",{control}"#)), 0.5);
+    assert_eq!(value(&out, &format!(r#"rankpulse_gauc{{window="1m",{control}"#)), 0.5);
+    assert_eq!(value(&out, &format!(r#"rankpulse_gauc_sum{{{control}"#)), 1.5);
+    assert_eq!(value(&out, &format!(r#"rankpulse_gauc_count{{{control}"#)), 3.0);
+    assert_eq!(value(&out, &format!(r#"rankpulse_ndcg{{k="1",window="1m",{candidate}"#)), 1.0);
+    assert_eq!(value(&out, &format!(r#"rankpulse_gauc{{window="1m",{candidate}"#)), 1.0);
+    assert_eq!(value(&out, &format!(r#"rankpulse_lists{{window="1h",{candidate}"#)), 1.0);
+    assert_eq!(value(&out, &format!(r#"rankpulse_lists_finalized_total{{{control}"#)), 1.0);
+    assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="invalid_json"}"#), 1.0);
+    assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="too_large"}"#), 0.0);
+    assert_eq!(value(&out, r#"rankpulse_events_total{topic="replay",type="judgment"}"#), 3.0);
+    assert_eq!(value(&out, "rankpulse_open_lists"), 0.0);
+    // One list per window: no standard error yet.
+    assert!(!out.contains("rankpulse_ndcg_stderr"), "{out}");
+}
+
+#[test]
+fn replay_is_deterministic_and_reads_stdin() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
+    let (_, first, _) = replay(&[], &file);
+    let (_, second, _) = replay(&[], &file);
+    assert_eq!(first, second);
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["replay", "-"])
+        .stdin(std::fs::File::open(&file).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), first);
+}
+
+#[test]
+fn bad_config_is_refused_naming_the_key() {
+    let dir = std::env::temp_dir().join(format!("rankpulse-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("bad.toml");
+    std::fs::write(&config, "[windows]\nbucket = \"ten seconds\"\n").unwrap();
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
+    let (code, _, err) = replay(&["--config", config.to_str().unwrap()], &file);
+    assert_eq!(code, 2);
+    assert!(err.contains("config key windows.bucket"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["replay", file.to_str().unwrap()])
+        .env("RANKPULSE__METRICS__GAIN", "quadratic")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("config key metrics.gain"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
