@@ -109,6 +109,18 @@ struct OpenList {
     judged: Vec<(u64, Grade)>,
     /// Hashes of the event ids already applied (duplicates count once).
     event_ids: Vec<u64>,
+    /// Smallest input offset per source (Kafka topic-partition) among this
+    /// list's events: offsets at or past it must not be committed while
+    /// the list is open.
+    offsets: Vec<Source>,
+}
+
+/// Where an event came from: a source id (the daemon numbers its Kafka
+/// topic-partitions) and the message's offset in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    pub id: u32,
+    pub offset: i64,
 }
 
 /// A list that will change no more, ready for the metric engine.
@@ -177,6 +189,7 @@ impl Assembler {
         &mut self,
         event: &Event,
         arrival_ms: i64,
+        source: Option<Source>,
         sink: &mut impl FnMut(Outcome, Option<FinalList>),
     ) -> Applied {
         let (session, query, ts, event_id) = match event {
@@ -199,9 +212,16 @@ impl Assembler {
             shown: Vec::new(),
             judged: Vec::new(),
             event_ids: Vec::new(),
+            offsets: Vec::new(),
         });
         if list.event_ids.contains(&event_hash) {
             return Applied::Duplicate;
+        }
+        if let Some(src) = source {
+            match list.offsets.iter_mut().find(|o| o.id == src.id) {
+                Some(o) => o.offset = o.offset.min(src.offset),
+                None => list.offsets.push(src),
+            }
         }
         list.event_ids.push(event_hash);
         list.last_event_ms = list.last_event_ms.max(ts);
@@ -236,6 +256,20 @@ impl Assembler {
                 self.emit(list, sink);
             }
         }
+    }
+
+    /// For each source, the smallest offset still held by an open list:
+    /// the at-least-once commit point is the lesser of this and the next
+    /// offset to consume.
+    pub fn min_open_offsets(&self) -> FxHashMap<u32, i64> {
+        let mut min: FxHashMap<u32, i64> = FxHashMap::default();
+        for list in self.open_lists.values() {
+            for o in &list.offsets {
+                let m = min.entry(o.id).or_insert(o.offset);
+                *m = (*m).min(o.offset);
+            }
+        }
+        min
     }
 
     /// Finalizes every open list (shutdown, end of replay).
@@ -330,7 +364,7 @@ mod tests {
     fn collect(asm: &mut Assembler, events: &[String]) -> Vec<(Outcome, Option<FinalList>)> {
         let mut out = Vec::new();
         for e in events {
-            asm.ingest(&ev(e), 0, &mut |o, f| out.push((o, f)));
+            asm.ingest(&ev(e), 0, None, &mut |o, f| out.push((o, f)));
         }
         asm.finalize_all(&mut |o, f| out.push((o, f)));
         out
@@ -381,14 +415,17 @@ mod tests {
     fn expiry_by_watermark_and_by_processing_time() {
         let mut asm = Assembler::new(10_000, vec![]);
         let mut out = Vec::new();
-        asm.ingest(&ev(&imp("i1", "a", 0, &[("d", 1)])), 100, &mut |o, f| out.push((o, f)));
-        asm.ingest(&ev(&imp("i2", "b", 9_999, &[("d", 1)])), 100, &mut |o, f| out.push((o, f)));
+        asm.ingest(&ev(&imp("i1", "a", 0, &[("d", 1)])), 100, None, &mut |o, f| out.push((o, f)));
+        asm.ingest(&ev(&imp("i2", "b", 9_999, &[("d", 1)])), 100, None, &mut |o, f| out.push((o, f)));
         asm.finalize_expired(None, &mut |o, f| out.push((o, f)));
         assert_eq!(out.len(), 0);
-        asm.ingest(&ev(&imp("i3", "c", 10_000, &[("d", 1)])), 100, &mut |o, f| out.push((o, f)));
+        asm.ingest(&ev(&imp("i3", "c", 10_000, &[("d", 1)])), 100, Some(Source { id: 7, offset: 42 }), &mut |o, f| {
+            out.push((o, f))
+        });
         asm.finalize_expired(None, &mut |o, f| out.push((o, f)));
         assert_eq!(out.len(), 1, "list a closed by the watermark");
         assert_eq!(asm.open_lists(), 2);
+        assert_eq!(asm.min_open_offsets().get(&7), Some(&42));
         asm.finalize_expired(Some(10_100), &mut |o, f| out.push((o, f)));
         assert_eq!(out.len(), 3, "idle: processing time closes the rest");
     }

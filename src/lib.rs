@@ -27,8 +27,11 @@
 pub mod accumulate;
 pub mod assemble;
 pub mod config;
+pub mod daemon;
 pub mod eval;
 pub mod event;
+pub mod http;
+pub mod kafka;
 pub mod metrics;
 pub mod pipeline;
 pub mod publish;

@@ -23,8 +23,20 @@ struct Cli {
 enum Command {
     /// Evaluate a TREC run against qrels (trec_eval-compatible output).
     Eval(EvalArgs),
+    /// Run the daemon: consume impressions and judgments from Kafka, serve /metrics.
+    Run(RunArgs),
     /// Run the stream pipeline over a file of JSON events (one per line) and print the final /metrics exposition.
     Replay(ReplayArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Configuration file (TOML); defaults apply to every key it leaves out.
+    #[arg(long, short = 'C', value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Print the effective configuration (secrets redacted) and exit.
+    #[arg(long)]
+    print_config: bool,
 }
 
 #[derive(Args)]
@@ -80,6 +92,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Eval(args) => eval_command(args),
+        Command::Run(args) => match run_command(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rankpulse run: {e:#}");
+                ExitCode::from(2)
+            }
+        },
         Command::Replay(args) => match replay_command(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -88,6 +107,44 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+fn run_command(args: RunArgs) -> anyhow::Result<()> {
+    let config = Config::load(args.config.as_deref())?;
+    if args.print_config {
+        print!("{}", config.redacted_toml());
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let summary = runtime.block_on(rankpulse::daemon::run(config, shutdown_signal()))?;
+    eprintln!(
+        "rankpulse: stopped after {} messages, {} lists finalized, offsets committed: {:?}",
+        summary.messages, summary.lists_finalized, summary.committed
+    );
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM: the daemon's one cancellation path.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    eprintln!("rankpulse: shutting down: stop fetching, finalize, commit");
 }
 
 fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {

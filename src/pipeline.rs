@@ -6,13 +6,14 @@
 //! and are rendered at scrape time.
 
 use crate::accumulate::Accumulators;
-use crate::assemble::{Applied, Assembler, FinalList, Outcome};
+use crate::assemble::{Applied, Assembler, FinalList, Outcome, Source};
 use crate::config::Config;
 use crate::event::{DecodeLimits, Event, RejectReason, decode};
 use crate::metrics::list::{ListScore, ListScorer};
 use std::collections::BTreeMap;
 
 /// Counters of what went through the pipeline (the operation metrics).
+/// Shards' counters add up with [`OpsCounters::merge`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OpsCounters {
     /// Accepted events by (topic, type).
@@ -23,6 +24,21 @@ pub struct OpsCounters {
     pub duplicates: BTreeMap<&'static str, u64>,
     /// Lists that ended with judgments but no impression.
     pub orphans: u64,
+}
+
+impl OpsCounters {
+    pub fn merge(&mut self, other: &OpsCounters) {
+        for (k, v) in &other.events {
+            *self.events.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &other.rejected {
+            *self.rejected.entry(*k).or_default() += v;
+        }
+        for (k, v) in &other.duplicates {
+            *self.duplicates.entry(*k).or_default() += v;
+        }
+        self.orphans += other.orphans;
+    }
 }
 
 /// One shard of the stream.
@@ -52,7 +68,13 @@ impl Pipeline {
 
     /// Decodes and applies one message from `topic`. A rejected message is
     /// counted and changes nothing else.
-    pub fn ingest(&mut self, topic: &str, payload: &[u8], arrival_ms: i64) -> Result<(), RejectReason> {
+    pub fn ingest(
+        &mut self,
+        topic: &str,
+        payload: &[u8],
+        arrival_ms: i64,
+        source: Option<Source>,
+    ) -> Result<(), RejectReason> {
         let event = match decode(payload, &self.limits) {
             Ok(e) => e,
             Err(reason) => {
@@ -60,12 +82,12 @@ impl Pipeline {
                 return Err(reason);
             }
         };
-        self.apply(topic, &event, arrival_ms);
+        self.apply(topic, &event, arrival_ms, source);
         Ok(())
     }
 
     /// Applies an already decoded event.
-    pub fn apply(&mut self, topic: &str, event: &Event, arrival_ms: i64) {
+    pub fn apply(&mut self, topic: &str, event: &Event, arrival_ms: i64, source: Option<Source>) {
         let kind = event.kind();
         match self.counters.events.get_mut(&(topic.to_string(), kind)) {
             Some(n) => *n += 1,
@@ -74,7 +96,7 @@ impl Pipeline {
             }
         }
         let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
-        let applied = assembler.ingest(event, arrival_ms, &mut |outcome, list| {
+        let applied = assembler.ingest(event, arrival_ms, source, &mut |outcome, list| {
             fold(scorer, score, accumulators, counters, outcome, list);
         });
         if applied == Applied::Duplicate {

@@ -230,6 +230,8 @@ pub fn render(s: &Snapshot) -> String {
         s.counters.orphans as f64,
     );
     f.gauge(&format!("{PREFIX}open_lists"), "Lists still collecting events", &[], s.open_lists as f64);
+    // Event time per partition number (all topics: they are co-partitioned).
+    let mut newest: BTreeMap<i32, f64> = BTreeMap::new();
     for ((topic, partition), state) in s.partitions {
         let p = partition.to_string();
         if let Some(lag) = state.lag {
@@ -241,13 +243,17 @@ pub fn render(s: &Snapshot) -> String {
             );
         }
         if let Some(ts) = state.last_event_seconds {
-            f.gauge(
-                &format!("{PREFIX}last_event_timestamp_seconds"),
-                "Event time of the newest event consumed from the partition",
-                &[(LABEL_TOPIC, topic), (LABEL_PARTITION, &p)],
-                ts,
-            );
+            let e = newest.entry(*partition).or_insert(ts);
+            *e = e.max(ts);
         }
+    }
+    for (partition, ts) in newest {
+        f.gauge(
+            &format!("{PREFIX}last_event_timestamp_seconds"),
+            "Event time of the newest event consumed from the partition (any topic)",
+            &[(LABEL_PARTITION, &partition.to_string())],
+            ts,
+        );
     }
     f.gauge(&format!("{PREFIX}build_info"), "Build information", &[("version", env!("CARGO_PKG_VERSION"))], 1.0);
     f.encode()

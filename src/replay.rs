@@ -32,7 +32,7 @@ pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<
         }
         // Processing time is not used in a replay: it would make the result
         // depend on how fast the file is read.
-        let _ = pipeline.ingest(REPLAY_TOPIC, message, 0);
+        let _ = pipeline.ingest(REPLAY_TOPIC, message, 0, None);
         lines += 1;
         if lines % SWEEP_EVERY_LINES == 0 {
             pipeline.finalize_expired(None);

@@ -1,0 +1,85 @@
+//! Helpers shared by the Kafka integration tests: a minimal HTTP GET, an
+//! exposition reader, and a deterministic event generator.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// GET `path` from `addr`; returns (status, body).
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf)?;
+    let status = buf.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Sum of every sample of `name` (any labels) in an exposition.
+pub fn sum_of(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' ')))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The lines of an exposition that do not depend on time or on the input
+/// path: the since-start counters of the quality metrics.
+pub fn counter_lines(exposition: &str) -> Vec<String> {
+    let mut v: Vec<String> = exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            let name = l.split(['{', ' ']).next().unwrap_or("");
+            (name.ends_with("_sum") || name.ends_with("_count") || name.starts_with("rankpulse_lists_"))
+                && name.starts_with("rankpulse_")
+        })
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+/// `n` lists of events (impression, then 0..3 judgments), as
+/// (session_id, json) pairs, with event times starting at `base_ms`.
+pub fn events(n: usize, base_ms: i64, seed: u64) -> Vec<(String, String)> {
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut out = Vec::new();
+    for i in 0..n {
+        let session = format!("s{i}");
+        let ranker = if next() % 2 == 0 { "control" } else { "candidate" };
+        let t = base_ms + i as i64 * 10;
+        let results: Vec<String> =
+            (0..5).map(|p| format!(r#"{{"doc_id":"d{p}","position":{},"score":{}}}"#, p + 1, 10 - p)).collect();
+        out.push((
+            session.clone(),
+            format!(
+                r#"{{"type":"impression","event_id":"i{i}","session_id":"{session}","query_id":"q","timestamp":{t},"results":[{}],"dimensions":{{"ranker":"{ranker}","market":"us"}}}}"#,
+                results.join(",")
+            ),
+        ));
+        for j in 0..(next() % 4) {
+            let doc = next() % 7;
+            let grade = next() % 5;
+            out.push((
+                session.clone(),
+                format!(
+                    r#"{{"type":"judgment","event_id":"j{i}-{j}","session_id":"{session}","query_id":"q","doc_id":"d{doc}","grade":{grade},"timestamp":{}}}"#,
+                    t + 1 + j as i64
+                ),
+            ));
+        }
+    }
+    out
+}
