@@ -18,12 +18,16 @@ pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
     Ok((status, body))
 }
 
-/// Sum of every sample of `name` (any labels) in an exposition.
+/// Sum of every sample of `name` in an exposition: a metric name (any
+/// labels), or a name with the start of a label set (`rankpulse_lists{window="1h"`).
 pub fn sum_of(exposition: &str, name: &str) -> f64 {
+    let partial_labels = name.contains('{');
     exposition
         .lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' ')))
+        .filter(|l| {
+            l.starts_with(name) && (partial_labels || matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' ')))
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }

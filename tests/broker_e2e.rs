@@ -1,0 +1,174 @@
+//! End to end against a standalone Kafka-compatible broker (Tansu), with the
+//! real `rankpulse run` binary: events produced by a real client are counted
+//! once, `/metrics` is scraped over HTTP, SIGTERM stops the daemon with exit
+//! 0 within 10 s, and a restarted daemon resumes from the committed offsets
+//! (it re-reads nothing).
+//!
+//! Needs `RANKPULSE_TANSU=/path/to/tansu` (`.ci/run` installs it, see
+//! `../shared/BROKER.md`). Without it the test says so and passes, unless
+//! `RANKPULSE_REQUIRE_BROKER=1` (set by `.ci/run`), which makes a missing
+//! broker a failure.
+
+mod common;
+
+use common::{events, http_get, sum_of};
+use rdkafka::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const IMPRESSIONS: &str = "search-impressions";
+const JUDGMENTS: &str = "search-judgments";
+const PARTITIONS: i32 = 4;
+
+/// Kills the child when the test ends, however it ends.
+struct Guard(Child);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn start_daemon(broker: &str, http: &str, group: &str) -> Guard {
+    Guard(
+        Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+            .arg("run")
+            .env("RANKPULSE__KAFKA__BROKERS", broker)
+            .env("RANKPULSE__KAFKA__GROUP_ID", group)
+            .env("RANKPULSE__HTTP__LISTEN", http)
+            .env("RANKPULSE__SESSION__GAP", "2s")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start rankpulse"),
+    )
+}
+
+fn metrics(http: &str) -> String {
+    http_get(http, "/metrics").map(|(_, b)| b).unwrap_or_default()
+}
+
+fn consumed(http: &str) -> f64 {
+    let m = metrics(http);
+    sum_of(&m, "rankpulse_events_total") + sum_of(&m, "rankpulse_events_rejected_total")
+}
+
+/// SIGTERM, then the exit status within 10 s.
+fn terminate(daemon: &mut Guard) -> std::process::ExitStatus {
+    let started = Instant::now();
+    let ok = Command::new("kill").args(["-TERM", &daemon.0.id().to_string()]).status().unwrap();
+    assert!(ok.success());
+    loop {
+        if let Some(status) = daemon.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "rankpulse did not exit within 10 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_end_to_end_sigterm_and_resume() {
+    let Ok(tansu) = std::env::var("RANKPULSE_TANSU") else {
+        assert!(
+            std::env::var("RANKPULSE_REQUIRE_BROKER").is_err(),
+            "RANKPULSE_REQUIRE_BROKER is set but RANKPULSE_TANSU is not"
+        );
+        eprintln!("skipped: set RANKPULSE_TANSU to a tansu binary to run the standalone-broker tier");
+        return;
+    };
+    let port = free_port();
+    let url = format!("tcp://127.0.0.1:{port}");
+    let broker = format!("127.0.0.1:{port}");
+    let _tansu = Guard(
+        Command::new(&tansu)
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                "memory://tansu/",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tansu"),
+    );
+    wait_until("the broker to listen", Duration::from_secs(20), || std::net::TcpStream::connect(&broker).is_ok());
+    for topic in [IMPRESSIONS, JUDGMENTS] {
+        let status = Command::new(&tansu)
+            .args(["topic", "create", topic, "--partitions", &PARTITIONS.to_string(), "--broker", &url])
+            .status()
+            .unwrap();
+        assert!(status.success(), "tansu topic create {topic}");
+    }
+
+    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &broker).create().unwrap();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let evs = events(300, now_ms - 60_000, 11);
+    for (session, json) in &evs {
+        let topic = if json.contains(r#""type":"impression""#) { IMPRESSIONS } else { JUDGMENTS };
+        producer.send(FutureRecord::to(topic).key(session).payload(json), Duration::from_secs(10)).await.unwrap();
+    }
+    producer.send(FutureRecord::to(IMPRESSIONS).key("bad").payload("\u{1}"), Duration::from_secs(10)).await.unwrap();
+    let total = evs.len() as f64 + 1.0;
+
+    let group = format!("rankpulse-e2e-{}", std::process::id());
+    let http = format!("127.0.0.1:{}", free_port());
+    let mut daemon = start_daemon(&broker, &http, &group);
+    // A consumer group may take about 20 s to form on this broker build.
+    tokio::task::block_in_place(|| {
+        wait_until("every message to be consumed", Duration::from_secs(90), || consumed(&http) >= total)
+    });
+    let m = metrics(&http);
+    assert_eq!(consumed(&http), total);
+    assert_eq!(sum_of(&m, r#"rankpulse_events_rejected_total{reason="invalid_json"}"#), 1.0);
+    assert_eq!(http_get(&http, "/readyz").unwrap().0, 200);
+    // Windows: all 300 lists are within the last hour of wall-clock time
+    // once their 2 s gap has passed.
+    tokio::task::block_in_place(|| {
+        wait_until("lists to finalize", Duration::from_secs(30), || {
+            sum_of(&metrics(&http), r#"rankpulse_lists{window="1h""#) >= 300.0
+        })
+    });
+    let status = tokio::task::block_in_place(|| terminate(&mut daemon));
+    assert!(status.success(), "exit status {status:?}");
+
+    // Restart with the same group: nothing old is read again. One marker per
+    // partition of each topic must be the only thing consumed.
+    let mut daemon = start_daemon(&broker, &http, &group);
+    for topic in [IMPRESSIONS, JUDGMENTS] {
+        for p in 0..PARTITIONS {
+            let json = format!(
+                r#"{{"type":"judgment","event_id":"m-{topic}-{p}","session_id":"m{p}","doc_id":"d","grade":1,"timestamp":{now_ms}}}"#
+            );
+            producer
+                .send(FutureRecord::to(topic).partition(p).key("m").payload(&json), Duration::from_secs(10))
+                .await
+                .unwrap();
+        }
+    }
+    let markers = 2.0 * f64::from(PARTITIONS);
+    tokio::task::block_in_place(|| {
+        wait_until("the markers after restart", Duration::from_secs(90), || consumed(&http) >= markers)
+    });
+    assert_eq!(consumed(&http), markers, "a restarted daemon re-read committed events");
+    let status = tokio::task::block_in_place(|| terminate(&mut daemon));
+    assert!(status.success());
+}
