@@ -28,6 +28,8 @@ use thiserror::Error;
 pub const TICK: Duration = Duration::from_millis(500);
 /// Longest a final synchronous commit may take at shutdown.
 const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest closing the consumer (leaving the group) may take at shutdown.
+pub const CONSUMER_CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, Error)]
 pub enum DaemonError {
@@ -108,8 +110,8 @@ impl Daemon {
         }
     }
 
-    /// Offsets that became safe to commit.
-    fn commit_points(&self) -> Option<(rdkafka::TopicPartitionList, Vec<(u32, i64)>)> {
+    /// Offsets that became safe to commit (`all`: every point, not only those that moved).
+    fn commit_points(&self, all: bool) -> Option<(rdkafka::TopicPartitionList, Vec<(u32, i64)>)> {
         let mut held: BTreeMap<u32, i64> = BTreeMap::new();
         for shard in self.shards.values() {
             for (id, offset) in shard.assembler.min_open_offsets() {
@@ -117,7 +119,7 @@ impl Daemon {
                 *e = (*e).min(offset);
             }
         }
-        self.sources.commit_list(&|id| held.get(&id).copied())
+        self.sources.commit_list(&|id| held.get(&id).copied(), all)
     }
 
     fn publish(&self) {
@@ -213,7 +215,7 @@ pub async fn run_on(
             _ = &mut shutdown => break,
             _ = tick.tick() => {
                 daemon.finalize_expired();
-                if let Some((tpl, moved)) = daemon.commit_points() {
+                if let Some((tpl, moved)) = daemon.commit_points(false) {
                     // Async: a failed commit is retried with a later point on the next tick.
                     if consumer.commit(&tpl, CommitMode::Async).is_ok() {
                         daemon.sources.mark_committed(&moved);
@@ -244,7 +246,7 @@ pub async fn run_on(
         committed: BTreeMap::new(),
         final_exposition: String::new(),
     };
-    if let Some((tpl, moved)) = daemon.commit_points() {
+    if let Some((tpl, moved)) = daemon.commit_points(true) {
         let c = consumer.clone();
         let commit = tokio::task::spawn_blocking(move || c.commit(&tpl, CommitMode::Sync));
         match tokio::time::timeout(FINAL_COMMIT_TIMEOUT, commit).await {
@@ -262,5 +264,11 @@ pub async fn run_on(
     // 5. Stop HTTP.
     let _ = http_stop.send(());
     let _ = http.await;
+    // Closing the consumer leaves the group; with the broker unreachable
+    // librdkafka can block on it, so it gets a bounded time off the runtime.
+    let close = tokio::task::spawn_blocking(move || drop(consumer));
+    if tokio::time::timeout(CONSUMER_CLOSE_TIMEOUT, close).await.is_err() {
+        eprintln!("rankpulse: the Kafka consumer did not close in {CONSUMER_CLOSE_TIMEOUT:?}; exiting anyway");
+    }
     Ok(summary)
 }

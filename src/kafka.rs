@@ -119,15 +119,21 @@ impl Sources {
         id
     }
 
-    /// Commit points that moved: for each source, min(next offset, first
-    /// offset still held by an open list).
-    pub fn commit_list(&self, held: &dyn Fn(u32) -> Option<i64>) -> Option<(TopicPartitionList, Vec<(u32, i64)>)> {
+    /// Commit points: for each source, min(next offset, first offset still
+    /// held by an open list); only those that moved past the last commit
+    /// unless `all` (the final commit repeats every point, in case an
+    /// earlier asynchronous commit failed).
+    pub fn commit_list(
+        &self,
+        held: &dyn Fn(u32) -> Option<i64>,
+        all: bool,
+    ) -> Option<(TopicPartitionList, Vec<(u32, i64)>)> {
         let mut tpl = TopicPartitionList::new();
         let mut moved = Vec::new();
         for (id, s) in self.entries.iter().enumerate() {
             let Some(next) = s.next_offset else { continue };
             let point = held(id as u32).map_or(next, |h| h.min(next));
-            if s.committed.is_none_or(|c| point > c)
+            if (all || s.committed.is_none_or(|c| point > c))
                 && tpl.add_partition_offset(&s.topic, s.partition, Offset::Offset(point)).is_ok()
             {
                 moved.push((id as u32, point));

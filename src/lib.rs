@@ -8,19 +8,30 @@
 //!
 //! # Layout
 //!
-//! One data flow, one stage per module:
+//! One data flow, one stage per module, each changing one representation
+//! into the next:
 //!
 //! ```text
-//! online:  Kafka message → decode → assemble → finalize → metrics → accumulate → publish
-//! offline: TREC qrels + run ─────────────────────────────→ metrics → eval report
+//! online:  Kafka message → event::decode → assemble (open lists) → finalize
+//!          → metrics (per-list values) → accumulate (dimensions × bucket)
+//!          → window → publish (exposition) → http
+//! offline: TREC qrels + run → eval → metrics → trec_eval-format report
+//! replay:  JSON lines → the online pipeline without Kafka
 //! ```
 //!
+//! - [`config`]: typed settings, environment overrides, validation.
+//! - [`event`]: the event schema, decoding and reject reasons.
+//! - [`assemble`]: open lists per (session_id, query_id) and their finalization.
 //! - [`metrics`]: the engine. Pure per-list functions, one file per metric
-//!   family, and [`metrics::Conventions`], every convention as a typed setting.
-//! - [`accumulate`]: [`accumulate::Moments`], exactly mergeable and retractable
-//!   sums of per-list values (fixed point, so shards merge bit-identically).
-//! - [`eval`]: `rankpulse eval`, trec_eval-compatible reading, scoring and
-//!   reporting.
+//!   family, [`metrics::Conventions`] and [`metrics::list::ListScorer`].
+//! - [`accumulate`]: [`accumulate::Moments`], exactly mergeable and
+//!   retractable sums, kept per dimension values × time bucket.
+//! - [`window`]: rolling windows out of the buckets.
+//! - [`pipeline`]: the stages above without I/O, one shard.
+//! - [`kafka`], [`daemon`], [`http`]: `rankpulse run`.
+//! - [`publish`]: the only place Prometheus metrics are defined.
+//! - [`replay`]: `rankpulse replay`.
+//! - [`eval`]: `rankpulse eval`, trec_eval-compatible.
 //!
 //! `src/main.rs` is only the command line.
 

@@ -116,7 +116,10 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let summary = runtime.block_on(rankpulse::daemon::run(config, shutdown_signal()))?;
+    let result = runtime.block_on(rankpulse::daemon::run(config, shutdown_signal()));
+    // Do not wait for a consumer close that the daemon already gave up on.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    let summary = result?;
     eprintln!(
         "rankpulse: stopped after {} messages, {} lists finalized, offsets committed: {:?}",
         summary.messages, summary.lists_finalized, summary.committed
