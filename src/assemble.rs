@@ -28,32 +28,44 @@ pub type DimsId = u32;
 pub const MISSING_DIMENSION: &str = "unknown";
 
 /// Interns the tuples of configured dimension values seen on impressions.
+/// A tuple already seen is found by hash and compared in place: no
+/// allocation per impression.
 #[derive(Debug, Default)]
 pub struct Dimensions {
     pub labels: Vec<String>,
-    ids: FxHashMap<Arc<[String]>, DimsId>,
+    by_hash: FxHashMap<u64, Vec<DimsId>>,
     pub values: Vec<Arc<[String]>>,
 }
 
 impl Dimensions {
     pub fn new(labels: Vec<String>) -> Self {
-        Dimensions { labels, ids: FxHashMap::default(), values: Vec::new() }
+        Dimensions { labels, by_hash: FxHashMap::default(), values: Vec::new() }
+    }
+
+    fn value<'e>(label: &str, impression: &'e Impression) -> &'e str {
+        impression.dimensions.get(label).map_or(MISSING_DIMENSION, |v| v.as_ref())
     }
 
     /// The id of an impression's configured dimension values.
     pub fn intern(&mut self, impression: &Impression) -> DimsId {
-        let tuple: Vec<String> = self
-            .labels
-            .iter()
-            .map(|l| impression.dimensions.get(l.as_str()).map_or(MISSING_DIMENSION, |v| v.as_ref()).to_string())
-            .collect();
-        if let Some(&id) = self.ids.get(tuple.as_slice()) {
-            return id;
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        for label in &self.labels {
+            hasher.update(Self::value(label, impression).as_bytes());
+            hasher.update(&[0xff]);
         }
-        let tuple: Arc<[String]> = tuple.into();
+        let hash = hasher.digest();
+        if let Some(ids) = self.by_hash.get(&hash) {
+            for &id in ids {
+                let stored = &self.values[id as usize];
+                if self.labels.iter().zip(stored.iter()).all(|(l, v)| Self::value(l, impression) == v) {
+                    return id;
+                }
+            }
+        }
+        let tuple: Arc<[String]> = self.labels.iter().map(|l| Self::value(l, impression).to_string()).collect();
         let id = self.values.len() as DimsId;
-        self.values.push(tuple.clone());
-        self.ids.insert(tuple, id);
+        self.values.push(tuple);
+        self.by_hash.entry(hash).or_default().push(id);
         id
     }
 }

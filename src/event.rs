@@ -193,6 +193,77 @@ impl Ord for Text<'_> {
     }
 }
 
+/// A dimension value: strings as sent, numbers and booleans as their JSON
+/// text (producers often send `"experiment": 42`), `null` as absent.
+/// Objects and arrays are a wrong type.
+struct DimValue<'a>(Option<Cow<'a, str>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for DimValue<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DimValue<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string, number, boolean or null")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(DimValue(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(DimValue(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(DimValue(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(DimValue(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(DimValue(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(DimValue(Some(Cow::Borrowed(if v { "true" } else { "false" }))))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(DimValue(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(DimValue(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A grade: an integer, or a number with no fraction (`2.0`).
+struct RawGrade(i64);
+
+impl<'de> Deserialize<'de> for RawGrade {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawGrade;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an integer grade")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(RawGrade(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(RawGrade(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                if v.fract() == 0.0 && v.abs() < 1e15 {
+                    Ok(RawGrade(v as i64))
+                } else {
+                    Err(E::invalid_type(de::Unexpected::Float(v), &self))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// The wire shape, every field optional so that a missing one is reported
 /// as `missing_field` rather than as a JSON error. Unknown fields are
 /// ignored, so producers can add fields without breaking consumers.
@@ -211,11 +282,11 @@ struct RawEvent<'a> {
     #[serde(borrow, default)]
     results: Option<Vec<RawShown<'a>>>,
     #[serde(borrow, default)]
-    dimensions: Option<BTreeMap<Text<'a>, Text<'a>>>,
+    dimensions: Option<BTreeMap<Text<'a>, DimValue<'a>>>,
     #[serde(borrow, default)]
     doc_id: Option<Text<'a>>,
     #[serde(default)]
-    grade: Option<i64>,
+    grade: Option<RawGrade>,
     #[serde(borrow, default)]
     action: Option<Text<'a>>,
 }
@@ -350,7 +421,7 @@ fn decode_impression<'a>(raw: RawEvent<'a>, limits: &DecodeLimits) -> Result<Imp
         query_id: optional(raw.query_id),
         timestamp_ms,
         results,
-        dimensions: raw.dimensions.unwrap_or_default().into_iter().map(|(k, v)| (k.0, v.0)).collect(),
+        dimensions: raw.dimensions.unwrap_or_default().into_iter().filter_map(|(k, v)| Some((k.0, v.0?))).collect(),
     })
 }
 
@@ -360,7 +431,7 @@ fn decode_judgment<'a>(raw: RawEvent<'a>, limits: &DecodeLimits) -> Result<Judgm
     let doc_id = required(raw.doc_id)?;
     let timestamp_ms = raw.timestamp.ok_or(RejectReason::MissingField)?.to_millis()?;
     let grade = match (raw.grade, raw.action) {
-        (Some(g), _) => {
+        (Some(RawGrade(g)), _) => {
             if !(0..=i64::from(limits.max_grade)).contains(&g) {
                 return Err(RejectReason::GradeOutOfRange);
             }
@@ -404,6 +475,24 @@ mod tests {
         let c = r#"{"type":"judgment","event_id":"e3","session_id":"s1","doc_id":"d1","action":"purchase","timestamp":"2023-11-14T23:13:20.5+01:00"}"#;
         let Event::Judgment(c) = decode(c.as_bytes(), &limits()).unwrap() else { panic!() };
         assert_eq!((c.grade, c.query_id, c.timestamp_ms), (3, None, 1_700_000_000_500));
+    }
+
+    #[test]
+    fn lenient_where_the_meaning_is_clear() {
+        let imp = r#"{"type":"impression","event_id":"e","session_id":"s","timestamp":1.9,"results":[],
+            "dimensions":{"ranker":"v2","arm":7,"beta":true,"gone":null}}"#;
+        let Event::Impression(i) = decode(imp.as_bytes(), &limits()).unwrap() else { panic!() };
+        assert_eq!(i.timestamp_ms, 1);
+        assert_eq!(i.dimensions.get("arm").map(|v| v.as_ref()), Some("7"));
+        assert_eq!(i.dimensions.get("beta").map(|v| v.as_ref()), Some("true"));
+        assert!(!i.dimensions.contains_key("gone"));
+        let j = r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":2.0,"timestamp":1}"#;
+        let Event::Judgment(j) = decode(j.as_bytes(), &limits()).unwrap() else { panic!() };
+        assert_eq!(j.grade, 2);
+        let bad = r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":2.5,"timestamp":1}"#;
+        assert_eq!(reason(bad), RejectReason::WrongType);
+        let bad = r#"{"type":"impression","event_id":"e","session_id":"s","timestamp":1,"results":[],"dimensions":{"a":[1]}}"#;
+        assert_eq!(reason(bad), RejectReason::WrongType);
     }
 
     #[test]

@@ -89,8 +89,9 @@ impl Pipeline {
     /// Applies an already decoded event.
     pub fn apply(&mut self, topic: &str, event: &Event, arrival_ms: i64, source: Option<Source>) {
         let kind = event.kind();
-        match self.counters.events.get_mut(&(topic.to_string(), kind)) {
-            Some(n) => *n += 1,
+        // Looked up by borrowed parts: no String per event.
+        match self.counters.events.iter_mut().find(|((t, k), _)| *k == kind && t == topic) {
+            Some((_, n)) => *n += 1,
             None => {
                 self.counters.events.insert((topic.to_string(), kind), 1);
             }

@@ -93,3 +93,42 @@ fn bad_config_is_refused_naming_the_key() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("config key metrics.gain"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The exposition parses and lints clean with Prometheus's own checker,
+/// except for the `_sum`/`_count` counter names the contract fixes (promtool
+/// would like counters to end in `_total`). Needs `promtool` on PATH;
+/// `.ci/run` installs it and sets RANKPULSE_REQUIRE_PROMTOOL=1.
+#[test]
+fn exposition_passes_promtool() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
+    let (_, text, _) = replay(&[], &file);
+    let child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            assert!(std::env::var("RANKPULSE_REQUIRE_PROMTOOL").is_err(), "promtool required but not runnable: {e}");
+            eprintln!("skipped: promtool not found ({e})");
+            return;
+        }
+    };
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let unexpected: Vec<&str> = report
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter(|l| {
+            let contract_name = l.split(' ').next().is_some_and(|n| n.ends_with("_sum") || n.ends_with("_count"));
+            let naming_lint = l.contains("should have \"_total\" suffix") || l.contains("should not have \"_");
+            !(contract_name && naming_lint)
+        })
+        .collect();
+    assert!(unexpected.is_empty(), "promtool check metrics:\n{}", unexpected.join("\n"));
+    assert!(report.contains("rankpulse_ndcg_sum"), "the lint should have seen the contract names: {report}");
+}
