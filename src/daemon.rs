@@ -141,6 +141,7 @@ impl Daemon {
             partitions: &partitions,
         });
         self.published.set_exposition(text);
+        self.published.with_history(|h| h.sample(&self.config, &accumulators, wall_ms()));
     }
 
     /// Drops time buckets no window can reach.
@@ -172,7 +173,17 @@ pub async fn run_on(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<RunSummary, DaemonError> {
-    let published = Arc::new(Published::default());
+    let published = Arc::new(Published::new(&config));
+    run_with(config, listener, shutdown, published).await
+}
+
+/// As [`run_on`], publishing into `published` (the demo reads it to print summaries).
+pub async fn run_with(
+    config: Config,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+    published: Arc<Published>,
+) -> Result<RunSummary, DaemonError> {
     let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let http = tokio::spawn(http::serve(listener, published.clone(), async move {
         let _ = http_stopped.await;

@@ -4,6 +4,7 @@
 //! so a scrape never slows consumption and never holds a lock for longer
 //! than it takes to clone an `Arc`.
 
+use crate::status::{History, render_page};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -11,7 +12,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// What the daemon publishes for the handlers.
 #[derive(Debug, Default)]
@@ -20,9 +21,15 @@ pub struct Published {
     exposition: RwLock<Arc<String>>,
     /// Consuming: partitions assigned and the broker reachable.
     ready: AtomicBool,
+    /// Headline series over the last hour, for the status page.
+    history: Mutex<History>,
 }
 
 impl Published {
+    pub fn new(config: &crate::config::Config) -> Self {
+        Published { history: Mutex::new(History::new(config)), ..Published::default() }
+    }
+
     pub fn set_exposition(&self, text: String) {
         let text = Arc::new(text);
         match self.exposition.write() {
@@ -44,6 +51,14 @@ impl Published {
 
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` on the history (the daemon samples into it as it publishes).
+    pub fn with_history<T>(&self, f: impl FnOnce(&mut History) -> T) -> T {
+        match self.history.lock() {
+            Ok(mut h) => f(&mut h),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
+        }
     }
 }
 
@@ -70,11 +85,9 @@ async fn readyz(State(p): State<Arc<Published>>) -> Response {
     }
 }
 
-async fn index() -> Html<&'static str> {
-    Html(
-        "<!doctype html><title>rankpulse</title><h1>rankpulse</h1>\
-         <p><a href=\"/metrics\">/metrics</a> · <a href=\"/healthz\">/healthz</a> · <a href=\"/readyz\">/readyz</a></p>",
-    )
+async fn index(State(p): State<Arc<Published>>) -> Html<String> {
+    let ready = p.is_ready();
+    Html(p.with_history(|h| render_page(h, ready)))
 }
 
 /// Serves until `shutdown` resolves.

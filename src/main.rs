@@ -23,10 +23,58 @@ struct Cli {
 enum Command {
     /// Evaluate a TREC run against qrels (trec_eval-compatible output).
     Eval(EvalArgs),
+    /// Try it: an in-process Kafka, a traffic generator (a control and a degrading candidate ranker) and the daemon.
+    Demo(DemoArgs),
     /// Run the daemon: consume impressions and judgments from Kafka, serve /metrics.
     Run(RunArgs),
+    /// Produce the demo's traffic to an external Kafka.
+    Loadgen(LoadgenArgs),
     /// Run the stream pipeline over a file of JSON events (one per line) and print the final /metrics exposition.
     Replay(ReplayArgs),
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Address of the status page and /metrics.
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    listen: String,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long, value_name = "SECS")]
+    duration: Option<u64>,
+    /// Seconds after which the candidate ranker degrades.
+    #[arg(long, value_name = "SECS", default_value_t = 180)]
+    degrade_after: u64,
+    /// Searches (lists) per second.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Seconds between summary lines.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    report_every: u64,
+}
+
+#[derive(Args)]
+struct LoadgenArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    brokers: String,
+    /// Impressions topic.
+    #[arg(long, default_value = "search-impressions")]
+    impressions_topic: String,
+    /// Judgments topic.
+    #[arg(long, default_value = "search-judgments")]
+    judgments_topic: String,
+    /// Searches (lists) per second.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Seconds after which the candidate ranker degrades.
+    #[arg(long, value_name = "SECS", default_value_t = 180)]
+    degrade_after: u64,
+    /// Share of deliberately invalid messages.
+    #[arg(long, default_value_t = 0.01)]
+    invalid_share: f64,
+    /// Stop after this many seconds (default: run until Ctrl-C or SIGTERM).
+    #[arg(long, value_name = "SECS")]
+    duration: Option<u64>,
 }
 
 #[derive(Args)]
@@ -92,6 +140,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Eval(args) => eval_command(args),
+        Command::Demo(args) => report("demo", demo_command(args)),
+        Command::Loadgen(args) => report("loadgen", loadgen_command(args)),
         Command::Run(args) => match run_command(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -107,6 +157,60 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+fn report(command: &str, result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rankpulse {command}: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
+    use rankpulse::demo::{DemoOptions, Traffic};
+    let options = DemoOptions {
+        listen: args.listen,
+        duration: args.duration.map(std::time::Duration::from_secs),
+        traffic: Traffic {
+            lists_per_second: args.rate,
+            degrade_after: std::time::Duration::from_secs(args.degrade_after),
+            ..Traffic::default()
+        },
+        report_every: std::time::Duration::from_secs(args.report_every.max(1)),
+    };
+    rankpulse::demo::demo(options, shutdown_signal())
+}
+
+fn loadgen_command(args: LoadgenArgs) -> anyhow::Result<()> {
+    use rankpulse::demo::{Traffic, generate, producer};
+    let traffic = Traffic {
+        impressions_topic: args.impressions_topic,
+        judgments_topic: args.judgments_topic,
+        lists_per_second: args.rate,
+        degrade_after: std::time::Duration::from_secs(args.degrade_after),
+        invalid_share: args.invalid_share,
+        ..Traffic::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let producer = producer(&args.brokers)?;
+        eprintln!("rankpulse loadgen: {} lists/s to {} ({} / {})", traffic.lists_per_second, args.brokers, traffic.impressions_topic, traffic.judgments_topic);
+        let duration = args.duration;
+        let stop = async move {
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                _ = async { match duration { Some(d) => tokio::time::sleep(std::time::Duration::from_secs(d)).await, None => std::future::pending().await } } => {}
+            }
+        };
+        let lists = generate(&producer, &traffic, stop).await;
+        // Deliver what is queued before exiting.
+        let _ = tokio::task::spawn_blocking(move || rdkafka::producer::Producer::flush(&producer, std::time::Duration::from_secs(10))).await;
+        eprintln!("rankpulse loadgen: produced {lists} lists");
+        anyhow::Ok(())
+    })
 }
 
 fn run_command(args: RunArgs) -> anyhow::Result<()> {

@@ -1,0 +1,414 @@
+//! `rankpulse demo` and `rankpulse loadgen`: realistic search traffic.
+//!
+//! The generator simulates a search engine running an A/B test: two rankers
+//! ("control" and "candidate") order candidate documents whose true
+//! relevance is hidden, users click with a position bias (the higher a
+//! result, the likelier it is examined; examined results are clicked with
+//! probability R(g) = (2^g − 1)/16) and sometimes buy, and raters grade a
+//! share of lists. After `degrade_after` the candidate's ranking gets much
+//! noisier, so its quality visibly drops. A small share of messages is
+//! invalid, so the reject counters have data too. Events go through the real
+//! Kafka producer API.
+//!
+//! The demo runs librdkafka's in-process mock cluster, this generator, and
+//! the daemon consuming through its real Kafka path, all in one process.
+
+use crate::config::Config;
+use crate::http::Published;
+use rdkafka::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// What the generator produces.
+#[derive(Debug, Clone)]
+pub struct Traffic {
+    pub impressions_topic: String,
+    pub judgments_topic: String,
+    /// Lists (searches) per second, all rankers together.
+    pub lists_per_second: f64,
+    /// When the candidate ranker starts to degrade.
+    pub degrade_after: Duration,
+    /// Share of messages that are deliberately invalid.
+    pub invalid_share: f64,
+    pub seed: u64,
+}
+
+impl Default for Traffic {
+    fn default() -> Self {
+        Traffic {
+            impressions_topic: "search-impressions".into(),
+            judgments_topic: "search-judgments".into(),
+            lists_per_second: 100.0,
+            degrade_after: Duration::from_secs(180),
+            invalid_share: 0.01,
+            seed: 42,
+        }
+    }
+}
+
+/// xorshift64*: small, seeded, good enough for traffic.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        let (u1, u2) = (self.unit().max(1e-12), self.unit());
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[(self.next() % items.len() as u64) as usize]
+    }
+}
+
+const MARKETS: [&str; 3] = ["us", "de", "jp"];
+const CANDIDATES_PER_QUERY: usize = 30;
+const SHOWN: usize = 10;
+const MAX_GRADE: i32 = 4;
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// One simulated search: (session key, impression JSON, judgment JSONs).
+fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64) -> (String, String, Vec<String>) {
+    let session = format!("sess-{n}");
+    let query = format!("q{}", n % 7);
+    let market = rng.pick(&MARKETS);
+    let ranker = if rng.next() % 2 == 0 { "control" } else { "candidate" };
+    // Hidden true relevance of the candidates: mostly irrelevant.
+    let grades: Vec<i32> = (0..CANDIDATES_PER_QUERY)
+        .map(|_| match rng.unit() {
+            u if u < 0.55 => 0,
+            u if u < 0.75 => 1,
+            u if u < 0.88 => 2,
+            u if u < 0.96 => 3,
+            _ => 4,
+        })
+        .collect();
+    let noise = match (ranker, degraded) {
+        ("control", _) => 1.2,
+        (_, false) => 1.0,
+        (_, true) => 3.5,
+    };
+    let mut ranked: Vec<(f64, usize)> =
+        grades.iter().enumerate().map(|(i, &g)| (f64::from(g) + noise * rng.normal(), i)).collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let shown = &ranked[..SHOWN];
+    let results: Vec<String> = shown
+        .iter()
+        .enumerate()
+        .map(|(p, (score, doc))| {
+            format!(r#"{{"doc_id":"doc-{query}-{doc}","position":{},"score":{:.4}}}"#, p + 1, score)
+        })
+        .collect();
+    let impression = format!(
+        r#"{{"type":"impression","event_id":"imp-{n}","session_id":"{session}","query_id":"{query}","timestamp":{ts},"results":[{}],"dimensions":{{"ranker":"{ranker}","market":"{market}"}}}}"#,
+        results.join(",")
+    );
+    let mut judgments = Vec::new();
+    let mut j = 0;
+    let mut judge = |doc: usize, field: String, dt: i64| {
+        j += 1;
+        format!(
+            r#"{{"type":"judgment","event_id":"j-{n}-{j}","session_id":"{session}","query_id":"{query}","doc_id":"doc-{query}-{doc}",{field},"timestamp":{}}}"#,
+            ts + dt
+        )
+    };
+    // Users: position-biased examination, clicks by relevance, some purchases.
+    for (p, (_, doc)) in shown.iter().enumerate() {
+        let examined = 1.0 / ((p + 1) as f64).powf(0.6);
+        let g = grades[*doc];
+        let attractive = (f64::from(g).exp2() - 1.0) / f64::from(MAX_GRADE).exp2();
+        if rng.unit() < examined * attractive {
+            judgments.push(judge(*doc, r#""action":"click""#.into(), 500 + 300 * p as i64));
+            if g >= 3 && rng.unit() < 0.3 {
+                judgments.push(judge(*doc, r#""action":"purchase""#.into(), 5_000));
+            }
+        }
+    }
+    // Raters grade one list in five: every shown result and a few unshown.
+    if rng.next() % 5 == 0 {
+        for &(_, doc) in shown.iter().chain(ranked[SHOWN..SHOWN + 5].iter()) {
+            judgments.push(judge(doc, format!(r#""grade":{}"#, grades[doc]), 1_000));
+        }
+    }
+    (session, impression, judgments)
+}
+
+/// A deliberately invalid message (the reject counters need data too).
+fn invalid(rng: &mut Rng, n: u64) -> String {
+    match rng.next() % 4 {
+        0 => "{\"type\":\"impression\",\"event_id\":".to_string(),
+        1 => format!(r#"{{"type":"judgment","event_id":"bad-{n}","doc_id":"d","grade":1,"timestamp":1}}"#),
+        2 => format!(
+            r#"{{"type":"judgment","event_id":"bad-{n}","session_id":"x","doc_id":"d","grade":9,"timestamp":1}}"#
+        ),
+        _ => format!(r#"{{"type":"pageview","event_id":"bad-{n}"}}"#),
+    }
+}
+
+/// Produces traffic until `stop` resolves. Returns the lists generated.
+pub async fn generate(producer: &FutureProducer, traffic: &Traffic, stop: impl Future<Output = ()>) -> u64 {
+    let mut rng = Rng(traffic.seed | 1);
+    let started = Instant::now();
+    let period = Duration::from_millis(100);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let per_tick = traffic.lists_per_second * period.as_secs_f64();
+    let mut owed = 0.0;
+    let mut n = 0u64;
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tick.tick() => {}
+        }
+        owed += per_tick;
+        let degraded = started.elapsed() >= traffic.degrade_after;
+        while owed >= 1.0 {
+            owed -= 1.0;
+            n += 1;
+            let (session, impression, judgments) = simulate(&mut rng, n, degraded, now_ms());
+            send(producer, &traffic.impressions_topic, &session, impression);
+            for j in judgments {
+                send(producer, &traffic.judgments_topic, &session, j);
+            }
+            if rng.unit() < traffic.invalid_share {
+                send(producer, &traffic.judgments_topic, &session, invalid(&mut rng, n));
+            }
+        }
+    }
+    n
+}
+
+/// Enqueues without waiting for delivery (librdkafka batches and retries).
+fn send(producer: &FutureProducer, topic: &str, key: &str, payload: String) {
+    let record = FutureRecord::to(topic).key(key).payload(&payload);
+    if let Err((e, _)) = producer.send_result(record) {
+        eprintln!("rankpulse: produce to {topic} failed: {e}");
+    }
+}
+
+pub fn producer(brokers: &str) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "20")
+        .set("client.id", "rankpulse-loadgen")
+        .create()
+}
+
+/// Reads `name{labels} value` samples out of an exposition.
+fn samples<'a>(exposition: &'a str, name: &str) -> Vec<(BTreeMap<&'a str, &'a str>, f64)> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, labels) = series.split_once('{').unwrap_or((series, "}"));
+            if metric != name {
+                return None;
+            }
+            let labels = labels.trim_end_matches('}');
+            let map = labels
+                .split("\",")
+                .filter_map(|kv| {
+                    let (k, v) = kv.split_once('=')?;
+                    Some((k, v.trim_matches('"')))
+                })
+                .collect();
+            Some((map, value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// One line per ranker: lists/s since the last line, nDCG@10 and MRR@10 over 1m.
+pub fn summary_lines(exposition: &str, previous: &mut BTreeMap<String, f64>, elapsed: Duration) -> Vec<String> {
+    let mut by_ranker: BTreeMap<String, (f64, f64, f64, f64)> = BTreeMap::new();
+    for (labels, v) in samples(exposition, "rankpulse_lists_finalized_total") {
+        by_ranker.entry(labels.get("ranker").unwrap_or(&"?").to_string()).or_default().0 += v;
+    }
+    let window_lists: Vec<_> =
+        samples(exposition, "rankpulse_lists").into_iter().filter(|(l, _)| l.get("window") == Some(&"1m")).collect();
+    for (metric, slot) in [("rankpulse_ndcg", 1), ("rankpulse_mrr", 2)] {
+        for (labels, mean) in samples(exposition, metric) {
+            if labels.get("window") != Some(&"1m") || labels.get("k") != Some(&"10") {
+                continue;
+            }
+            let lists = window_lists
+                .iter()
+                .find(|(l, _)| l.get("ranker") == labels.get("ranker") && l.get("market") == labels.get("market"))
+                .map_or(0.0, |(_, n)| *n);
+            let e = by_ranker.entry(labels.get("ranker").unwrap_or(&"?").to_string()).or_default();
+            if slot == 1 {
+                e.1 += mean * lists;
+                e.3 += lists;
+            } else {
+                e.2 += mean * lists;
+            }
+        }
+    }
+    by_ranker
+        .into_iter()
+        .map(|(ranker, (total, ndcg, mrr, lists))| {
+            let before = previous.insert(ranker.clone(), total).unwrap_or(total);
+            let rate = (total - before) / elapsed.as_secs_f64().max(1e-3);
+            if lists > 0.0 {
+                format!(
+                    "{ranker:>10}: {rate:6.1} lists/s   nDCG@10 {:.4}   MRR@10 {:.4}   (1m, {lists} lists)",
+                    ndcg / lists,
+                    mrr / lists
+                )
+            } else {
+                format!("{ranker:>10}: {rate:6.1} lists/s   (no lists in the last minute yet)")
+            }
+        })
+        .collect()
+}
+
+/// Options of `rankpulse demo`.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    pub listen: String,
+    pub duration: Option<Duration>,
+    pub traffic: Traffic,
+    /// How often a summary line is printed.
+    pub report_every: Duration,
+}
+
+/// Runs the demo until `stop` resolves or the duration ends.
+pub fn demo(options: DemoOptions, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
+    use anyhow::Context;
+    // The mock cluster is not Send: it lives on this thread for the whole demo.
+    let cluster = rdkafka::mocking::MockCluster::new(1).context("start the in-process Kafka mock cluster")?;
+    for topic in [&options.traffic.impressions_topic, &options.traffic.judgments_topic] {
+        cluster.create_topic(topic, 4, 1).with_context(|| format!("create topic {topic}"))?;
+    }
+    let bootstrap = cluster.bootstrap_servers();
+    let mut config = Config::default();
+    config.kafka.brokers = bootstrap.clone();
+    config.kafka.group_id = "rankpulse-demo".into();
+    config.kafka.topics = vec![options.traffic.impressions_topic.clone(), options.traffic.judgments_topic.clone()];
+    config.http.listen = options.listen.clone();
+    // Short gap: demo lists are complete within seconds.
+    config.session.gap = "5s".parse().map_err(anyhow::Error::msg)?;
+    config.validate()?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let result = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&options.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", options.listen))?;
+        let addr = listener.local_addr()?;
+        println!("rankpulse demo: in-process Kafka at {bootstrap}, topics {:?}", config.kafka.topics);
+        println!("  status page  http://{addr}/");
+        println!("  metrics      http://{addr}/metrics");
+        println!(
+            "  traffic      {} lists/s, rankers control and candidate; the candidate degrades after {} s",
+            options.traffic.lists_per_second,
+            options.traffic.degrade_after.as_secs()
+        );
+        println!("  stop         Ctrl-C{}", options.duration.map_or(String::new(), |d| format!(" (or after {} s)", d.as_secs())));
+        let published = Arc::new(Published::new(&config));
+        let producer = producer(&bootstrap)?;
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let generator = {
+            let traffic = options.traffic.clone();
+            let mut rx = stop_rx.clone();
+            tokio::spawn(async move {
+                generate(&producer, &traffic, async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await
+            })
+        };
+        let reporter = {
+            let published = published.clone();
+            let every = options.report_every;
+            let mut rx = stop_rx.clone();
+            tokio::spawn(async move {
+                let mut previous = BTreeMap::new();
+                let mut tick = tokio::time::interval(every);
+                tick.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = rx.wait_for(|s| *s) => break,
+                        _ = tick.tick() => {
+                            for line in summary_lines(&published.exposition(), &mut previous, every) {
+                                println!("{line}");
+                            }
+                        }
+                    }
+                }
+            })
+        };
+        let duration = options.duration;
+        let shutdown = async move {
+            tokio::select! {
+                _ = stop => {}
+                _ = async { match duration { Some(d) => tokio::time::sleep(d).await, None => std::future::pending().await } } => {}
+            }
+            let _ = stop_tx.send(true);
+        };
+        let summary = crate::daemon::run_with(config, listener, shutdown, published).await?;
+        let lists = generator.await.unwrap_or(0);
+        let _ = reporter.await;
+        println!(
+            "rankpulse demo: generated {lists} lists; the daemon consumed {} messages and finalized {} lists",
+            summary.messages, summary.lists_finalized
+        );
+        anyhow::Ok(())
+    });
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    drop(cluster);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simulated_events_decode_and_candidate_degrades() {
+        let limits = crate::event::DecodeLimits::from_config(&Config::default());
+        let mut rng = Rng(3);
+        let mut clicks = 0;
+        for n in 0..200 {
+            let (_, imp, judgments) = simulate(&mut rng, n, n >= 100, 1_700_000_000_000);
+            assert!(crate::event::decode(imp.as_bytes(), &limits).is_ok(), "{imp}");
+            for j in &judgments {
+                assert!(crate::event::decode(j.as_bytes(), &limits).is_ok(), "{j}");
+            }
+            clicks += judgments.len();
+            assert!(crate::event::decode(invalid(&mut rng, n).as_bytes(), &limits).is_err());
+        }
+        assert!(clicks > 100, "users click and raters grade: {clicks}");
+    }
+
+    #[test]
+    fn summary_reads_the_exposition() {
+        let text = "rankpulse_lists_finalized_total{ranker=\"control\",market=\"us\"} 50\n\
+                    rankpulse_lists{window=\"1m\",ranker=\"control\",market=\"us\"} 10\n\
+                    rankpulse_ndcg{k=\"10\",window=\"1m\",ranker=\"control\",market=\"us\"} 0.5\n\
+                    rankpulse_mrr{k=\"10\",window=\"1m\",ranker=\"control\",market=\"us\"} 0.25\n";
+        let mut prev = BTreeMap::from([("control".to_string(), 40.0)]);
+        let lines = summary_lines(text, &mut prev, Duration::from_secs(5));
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0].contains("2.0 lists/s")
+                && lines[0].contains("nDCG@10 0.5000")
+                && lines[0].contains("MRR@10 0.2500"),
+            "{}",
+            lines[0]
+        );
+    }
+}
