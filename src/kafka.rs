@@ -64,6 +64,10 @@ pub fn create_consumer(config: &Config, lag: LagTable) -> Result<Consumer, Kafka
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+        // librdkafka waits session.timeout.ms / 2 before forming a group on some
+        // brokers and as long to notice a dead member: 45 s by default is slow
+        // for failover. Overridable in [kafka.properties].
+        .set("session.timeout.ms", "10000")
         .set("client.id", "rankpulse");
     for (key, value) in &config.kafka.properties {
         cc.set(key, value);
