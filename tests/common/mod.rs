@@ -14,8 +14,25 @@ pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
     let mut buf = String::new();
     s.read_to_string(&mut buf)?;
     let status = buf.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    Ok((status, body))
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((buf.as_str(), ""));
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.to_ascii_lowercase().contains("chunked")
+    });
+    Ok((status, if chunked { dechunk(body) } else { body.to_string() }))
+}
+
+/// Decodes an HTTP/1.1 chunked body.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].strip_prefix("\r\n").unwrap_or(&rest[n..]);
+    }
+    out
 }
 
 /// Sum of every sample of `name` in an exposition: a metric name (any
