@@ -108,6 +108,11 @@ impl Moments {
         self.sum as f64 / SCALE
     }
 
+    /// Σ w·v² as a float (the `_sum_squares` counters).
+    pub fn weighted_sum_squares(&self) -> f64 {
+        self.sum_sq as f64 / SCALE
+    }
+
     /// The weighted mean, or `None` when nothing (or zero weight) was added.
     pub fn mean(&self) -> Option<f64> {
         (self.weight > 0).then(|| self.sum as f64 / SCALE / self.weight as f64)

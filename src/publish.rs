@@ -279,6 +279,15 @@ fn total_counters(f: &mut Families, name: &str, labels: &[(&str, &str)], m: &Mom
         m.weighted_sum(),
     );
     f.counter(
+        &format!("{PREFIX}{name}_sum_squares"),
+        &format!(
+            "Sum of squared per-list {name} values since start (GAUC: weight times AUC squared): \
+             variance = rate(_sum_squares)/rate(_count) - mean^2"
+        ),
+        labels,
+        m.weighted_sum_squares(),
+    );
+    f.counter(
         &format!("{PREFIX}{name}_count"),
         &format!("Lists counted in rankpulse_{name}_sum since start (GAUC: total weight)"),
         labels,

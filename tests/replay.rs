@@ -48,6 +48,13 @@ fn hand_computed_replay() {
     assert_eq!(value(&out, &format!(r#"rankpulse_gauc{{window="1m",{control}"#)), 0.5);
     assert_eq!(value(&out, &format!(r#"rankpulse_gauc_sum{{{control}"#)), 1.5);
     assert_eq!(value(&out, &format!(r#"rankpulse_gauc_count{{{control}"#)), 3.0);
+    // Σ w·v² = 3 · 0.5².
+    assert_eq!(value(&out, &format!(r#"rankpulse_gauc_sum_squares{{{control}"#)), 0.75);
+    // nDCG@3 squared: (1 / log2 3)².
+    assert!(close(
+        value(&out, &format!(r#"rankpulse_ndcg_sum_squares{{k="3",{control}"#)),
+        (1.0 / 3f64.log2()).powi(2)
+    ));
     assert_eq!(value(&out, &format!(r#"rankpulse_ndcg{{k="1",window="1m",{candidate}"#)), 1.0);
     assert_eq!(value(&out, &format!(r#"rankpulse_gauc{{window="1m",{candidate}"#)), 1.0);
     assert_eq!(value(&out, &format!(r#"rankpulse_lists{{window="1h",{candidate}"#)), 1.0);
@@ -124,7 +131,10 @@ fn exposition_passes_promtool() {
         .lines()
         .filter(|l| !l.trim().is_empty())
         .filter(|l| {
-            let contract_name = l.split(' ').next().is_some_and(|n| n.ends_with("_sum") || n.ends_with("_count"));
+            let contract_name = l
+                .split(' ')
+                .next()
+                .is_some_and(|n| n.ends_with("_sum") || n.ends_with("_count") || n.ends_with("_sum_squares"));
             let naming_lint = l.contains("should have \"_total\" suffix") || l.contains("should not have \"_");
             !(contract_name && naming_lint)
         })
