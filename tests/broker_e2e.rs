@@ -11,29 +11,15 @@
 
 mod common;
 
-use common::{events, http_get, sum_of};
+use common::{Guard, events, free_port, http_get, sum_of};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const IMPRESSIONS: &str = "search-impressions";
 const JUDGMENTS: &str = "search-judgments";
 const PARTITIONS: i32 = 4;
-
-/// Kills the child when the test ends, however it ends.
-struct Guard(Child);
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;

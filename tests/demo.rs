@@ -5,14 +5,13 @@
 
 mod common;
 
-use common::{http_get, sum_of};
+use common::{free_port, http_get, sum_of};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[test]
 fn demo_shows_windowed_metrics_within_30_seconds() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{}", free_port());
     let mut demo = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
         .args(["demo", "--listen", &addr, "--duration", "45", "--degrade-after", "20", "--report-every", "5"])
         .stdout(Stdio::piped())

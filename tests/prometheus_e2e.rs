@@ -16,22 +16,10 @@
 
 mod common;
 
-use common::http_get;
+use common::{Guard, free_port, http_get};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Guard(Child);
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// The shipped rules with durations scaled for a two-minute test.
 fn scaled_rules(shipped: &str) -> String {

@@ -4,7 +4,23 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::process::Child;
 use std::time::Duration;
+
+/// A child process killed when the test ends, however it ends.
+pub struct Guard(pub Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A port free on loopback right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
 
 /// GET `path` from `addr`; returns (status, body).
 pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
