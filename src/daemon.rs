@@ -72,6 +72,9 @@ struct Daemon {
     lag: LagTable,
     published: Arc<Published>,
     messages: u64,
+    /// Topic-partitions currently assigned: only these get lag and
+    /// freshness gauges (a revoked partition is another instance's now).
+    assigned: std::collections::BTreeSet<(String, i32)>,
 }
 
 impl Daemon {
@@ -131,7 +134,8 @@ impl Daemon {
             counters.merge(&shard.counters);
             open += shard.open_lists();
         }
-        let partitions = self.sources.partition_states(&self.lag);
+        let mut partitions = self.sources.partition_states(&self.lag);
+        partitions.retain(|tp, _| self.assigned.contains(tp));
         let text = render(&Snapshot {
             config: &self.config,
             now_ms: wall_ms(),
@@ -215,6 +219,7 @@ pub async fn run_with(
         lag,
         published: published.clone(),
         messages: 0,
+        assigned: Default::default(),
     };
     daemon.publish();
     let mut tick = tokio::time::interval(TICK);
@@ -232,10 +237,15 @@ pub async fn run_with(
                         daemon.sources.mark_committed(&moved);
                     }
                 }
+                // Copied out at once: a partition list kept alive would block
+                // the consumer's destruction at shutdown.
+                daemon.assigned = consumer
+                    .assignment()
+                    .map(|tpl| tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect())
+                    .unwrap_or_default();
+                published.set_ready(!daemon.assigned.is_empty());
                 daemon.prune();
                 daemon.publish();
-                let assigned = consumer.assignment().map(|a| a.count() > 0).unwrap_or(false);
-                published.set_ready(assigned);
             }
             message = consumer.recv() => match message {
                 Ok(m) => daemon.handle(m.topic(), m.partition(), m.offset(), m.payload()),
