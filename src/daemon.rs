@@ -122,7 +122,10 @@ impl Daemon {
                 *e = (*e).min(offset);
             }
         }
-        self.sources.commit_list(&|id| held.get(&id).copied(), all)
+        // Before the first tick the assignment is not known yet: nothing is
+        // committed then.
+        let owned = |topic: &str, partition: i32| self.assigned.contains(&(topic.to_string(), partition));
+        self.sources.commit_list(&|id| held.get(&id).copied(), &owned, all)
     }
 
     fn publish(&self) {

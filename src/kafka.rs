@@ -127,15 +127,22 @@ impl Sources {
     /// held by an open list); only those that moved past the last commit
     /// unless `all` (the final commit repeats every point, in case an
     /// earlier asynchronous commit failed).
+    /// Only partitions for which `owned` holds are committed: after a
+    /// rebalance another member owns the rest, and a late commit from here
+    /// would move its offsets.
     pub fn commit_list(
         &self,
         held: &dyn Fn(u32) -> Option<i64>,
+        owned: &dyn Fn(&str, i32) -> bool,
         all: bool,
     ) -> Option<(TopicPartitionList, Vec<(u32, i64)>)> {
         let mut tpl = TopicPartitionList::new();
         let mut moved = Vec::new();
         for (id, s) in self.entries.iter().enumerate() {
             let Some(next) = s.next_offset else { continue };
+            if !owned(&s.topic, s.partition) {
+                continue;
+            }
             let point = held(id as u32).map_or(next, |h| h.min(next));
             if (all || s.committed.is_none_or(|c| point > c))
                 && tpl.add_partition_offset(&s.topic, s.partition, Offset::Offset(point)).is_ok()
