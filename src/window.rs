@@ -12,9 +12,8 @@ use crate::accumulate::{Accumulators, Cell, Series};
 /// The merged cell of `series` for the window of `span_ms` ending at `now_ms`.
 pub fn window_cell(acc: &Accumulators, series: &Series, now_ms: i64, span_ms: i64) -> Cell {
     let mut cell = Cell::new(acc.cutoffs);
-    let first = now_ms.saturating_sub(span_ms).div_euclid(acc.bucket_ms)
-        + i64::from(now_ms.saturating_sub(span_ms).rem_euclid(acc.bucket_ms) != 0);
-    let last = acc.bucket_of(now_ms);
+    let (first_start, last_start) = window_bounds(acc.bucket_ms, now_ms, span_ms);
+    let (first, last) = (acc.bucket_of(first_start), acc.bucket_of(last_start));
     if first > last {
         return cell;
     }
