@@ -205,7 +205,7 @@ impl Exclusion {
 }
 
 /// Every metric of one slice of lists (a time bucket, a window, a total).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Cell {
     /// `metrics[family * cutoffs + i]` for the cutoff families, then GAUC last.
     pub metrics: Vec<Moments>,
@@ -289,9 +289,27 @@ impl Accumulators {
         self.apply(dims, impression_ms, score, 1);
     }
 
-    /// Takes a list's earlier contribution back out (late updates).
+    /// Takes a list's earlier contribution back out.
     pub fn retract(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore) {
         self.apply(dims, impression_ms, score, -1);
+    }
+
+    /// A late judgment changed a final list: its window contribution is
+    /// taken out with `sign = -1` (old values) and put back with `sign = 1`
+    /// (new values). Only the time buckets change: the since-start totals
+    /// are Prometheus counters, which must never decrease, so they keep
+    /// each list's value at its first finalization.
+    pub fn amend_window(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore, sign: i64) {
+        let cutoffs = self.cutoffs;
+        let bucket = self.bucket_of(impression_ms);
+        let series = match self.series.get_mut(dims) {
+            Some(s) => s,
+            None => self.series.entry(dims.clone()).or_default(),
+        };
+        if series.total.metrics.is_empty() {
+            series.total = Cell::new(cutoffs);
+        }
+        series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
     }
 
     fn apply(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore, sign: i64) {

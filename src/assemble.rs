@@ -15,10 +15,12 @@
 //! Open lists are compact: keys and document ids are 128- and 64-bit
 //! hashes, never copies of the strings, and dimension values are interned.
 
+use crate::config::LatePolicy;
 use crate::event::{Event, Impression, Judgment};
 use crate::metrics::Grade;
-use rustc_hash::FxHashMap;
-use std::sync::Arc;
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
 /// Interned dimension values of a list: index into [`Dimensions::values`].
@@ -26,6 +28,42 @@ pub type DimsId = u32;
 
 /// Value used for a configured dimension label an impression did not send.
 pub const MISSING_DIMENSION: &str = "unknown";
+
+/// Value reported for a dimension value past `dimensions.max_values`.
+pub const OTHER_DIMENSION: &str = "__other__";
+
+/// The distinct values admitted per dimension label, shared by every shard
+/// of an instance: past `max_values` new values become [`OTHER_DIMENSION`],
+/// so neither series nor this set grow without bound.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DimensionBudget {
+    pub max_values: usize,
+    /// Admitted values, per label position.
+    pub admitted: Vec<FxHashSet<String>>,
+}
+
+impl DimensionBudget {
+    pub fn new(labels: usize, max_values: usize) -> Self {
+        DimensionBudget { max_values, admitted: vec![FxHashSet::default(); labels] }
+    }
+
+    /// Whether `value` may appear as a label value at `label`; admits it if
+    /// there is room.
+    fn admit(&mut self, label: usize, value: &str) -> bool {
+        if self.admitted.len() <= label {
+            self.admitted.resize_with(label + 1, FxHashSet::default);
+        }
+        let set = &mut self.admitted[label];
+        if set.contains(value) {
+            return true;
+        }
+        if set.len() < self.max_values {
+            set.insert(value.to_string());
+            return true;
+        }
+        false
+    }
+}
 
 /// Interns the tuples of configured dimension values seen on impressions.
 /// A tuple already seen is found by hash and compared in place: no
@@ -35,39 +73,88 @@ pub struct Dimensions {
     pub labels: Vec<String>,
     by_hash: FxHashMap<u64, Vec<DimsId>>,
     pub values: Vec<Arc<[String]>>,
+    budget: Option<Arc<Mutex<DimensionBudget>>>,
 }
 
 impl Dimensions {
     pub fn new(labels: Vec<String>) -> Self {
-        Dimensions { labels, by_hash: FxHashMap::default(), values: Vec::new() }
+        Dimensions { labels, by_hash: FxHashMap::default(), values: Vec::new(), budget: None }
+    }
+
+    /// Rebuilds an interner from its values (checkpoint restore).
+    pub fn from_values(labels: Vec<String>, values: Vec<Arc<[String]>>) -> Self {
+        let mut d = Dimensions::new(labels);
+        for v in values {
+            let hash = tuple_hash(v.iter().map(String::as_str));
+            let id = d.values.len() as DimsId;
+            d.values.push(v);
+            d.by_hash.entry(hash).or_default().push(id);
+        }
+        d
     }
 
     fn value<'e>(label: &str, impression: &'e Impression) -> &'e str {
         impression.dimensions.get(label).map_or(MISSING_DIMENSION, |v| v.as_ref())
     }
 
-    /// The id of an impression's configured dimension values.
-    pub fn intern(&mut self, impression: &Impression) -> DimsId {
-        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-        for label in &self.labels {
-            hasher.update(Self::value(label, impression).as_bytes());
-            hasher.update(&[0xff]);
+    fn find(&self, hash: u64, values: &[&str]) -> Option<DimsId> {
+        let ids = self.by_hash.get(&hash)?;
+        ids.iter().copied().find(|&id| self.values[id as usize].iter().zip(values).all(|(a, b)| a == b))
+    }
+
+    /// The id of an impression's configured dimension values; `overflow`
+    /// is told the index of each label whose value was replaced by
+    /// [`OTHER_DIMENSION`].
+    pub fn intern(&mut self, impression: &Impression, overflow: &mut impl FnMut(usize)) -> DimsId {
+        // Dimension labels are few; a small stack array avoids a Vec.
+        let mut values: [&str; crate::config::MAX_DIMENSION_LABELS] = [""; crate::config::MAX_DIMENSION_LABELS];
+        let n = self.labels.len().min(values.len());
+        for (slot, label) in values.iter_mut().zip(&self.labels) {
+            *slot = Self::value(label, impression);
         }
-        let hash = hasher.digest();
-        if let Some(ids) = self.by_hash.get(&hash) {
-            for &id in ids {
-                let stored = &self.values[id as usize];
-                if self.labels.iter().zip(stored.iter()).all(|(l, v)| Self::value(l, impression) == v) {
-                    return id;
+        let hash = tuple_hash(values[..n].iter().copied());
+        if let Some(id) = self.find(hash, &values[..n]) {
+            return id;
+        }
+        // A tuple not seen yet: every value must be admitted by the budget.
+        if let Some(budget) = self.budget.clone()
+            && let Ok(mut budget) = budget.lock()
+        {
+            let mut replaced = false;
+            for (i, v) in values[..n].iter_mut().enumerate() {
+                if !budget.admit(i, v) {
+                    *v = OTHER_DIMENSION;
+                    overflow(i);
+                    replaced = true;
                 }
             }
+            if replaced {
+                let hash = tuple_hash(values[..n].iter().copied());
+                if let Some(id) = self.find(hash, &values[..n]) {
+                    return id;
+                }
+                return self.insert(hash, &values[..n]);
+            }
         }
-        let tuple: Arc<[String]> = self.labels.iter().map(|l| Self::value(l, impression).to_string()).collect();
+        self.insert(hash, &values[..n])
+    }
+
+    fn insert(&mut self, hash: u64, values: &[&str]) -> DimsId {
+        let tuple: Arc<[String]> = values.iter().map(|v| v.to_string()).collect();
         let id = self.values.len() as DimsId;
         self.values.push(tuple);
         self.by_hash.entry(hash).or_default().push(id);
         id
     }
+}
+
+fn tuple_hash<'a>(values: impl Iterator<Item = &'a str>) -> u64 {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for v in values {
+        hasher.update(v.as_bytes());
+        hasher.update(&[0xff]);
+    }
+    hasher.digest()
 }
 
 /// Hash key of (session_id, query_id): 128 bits, so collisions between the
@@ -99,17 +186,17 @@ fn doc_hash(doc_id: &str) -> u64 {
 }
 
 /// One shown result of an open list.
-#[derive(Debug, Clone, Copy)]
-struct ShownDoc {
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct ShownDoc {
     doc: u64,
     position: u32,
     /// NaN when the ranker sent no score.
     score: f64,
 }
 
-/// A list still collecting events.
-#[derive(Debug)]
-struct OpenList {
+/// A list still collecting events (or, once final, kept for late judgments).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpenList {
     /// Newest event time of the list: it closes a gap after this.
     last_event_ms: i64,
     /// Processing time of the newest arrival, for partitions that go idle.
@@ -123,13 +210,13 @@ struct OpenList {
     event_ids: Vec<u64>,
     /// Smallest input offset per source (Kafka topic-partition) among this
     /// list's events: offsets at or past it must not be committed while
-    /// the list is open.
+    /// the list is open (without checkpoints).
     offsets: Vec<Source>,
 }
 
 /// Where an event came from: a source id (the daemon numbers its Kafka
 /// topic-partitions) and the message's offset in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Source {
     pub id: u32,
     pub offset: i64,
@@ -150,13 +237,23 @@ pub struct FinalList {
     pub judged: Vec<Grade>,
 }
 
-/// Why a list ended (for counters and tests).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Scored.
-    Final,
+/// What the assembler hands to the metric engine and the counters.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Closed {
+    /// A list became final (its gap elapsed, or shutdown).
+    Final(FinalList),
+    /// Finalized before its gap because `session.max_open_lists` was reached.
+    Evicted(FinalList),
     /// Only judgments arrived: nothing was shown, nothing to score.
     Orphan,
+    /// A late judgment changed a final list (`late.policy = "amend"`):
+    /// retract `old`, add `new`.
+    Amended { old: FinalList, new: FinalList },
+    /// A late judgment was ignored (`late.policy = "drop"`).
+    LateDropped,
+    /// The value of the dimension label at this index was replaced by
+    /// `__other__` (`dimensions.max_values`).
+    DimensionOverflow(usize),
 }
 
 /// What the assembler reports about one event.
@@ -165,25 +262,119 @@ pub enum Applied {
     Applied,
     /// Same event id already applied to this list.
     Duplicate,
+    /// A judgment for a final list, handled by the late policy.
+    Late,
+}
+
+/// Limits of one assembler.
+#[derive(Debug, Clone, Copy)]
+pub struct AssemblyLimits {
+    pub gap_ms: i64,
+    /// Open lists past which the oldest are finalized early.
+    pub max_open_lists: usize,
+    pub late_policy: LatePolicy,
+    /// Final lists take late judgments this long after their last event.
+    pub late_horizon_ms: i64,
+}
+
+impl AssemblyLimits {
+    pub fn gap_only(gap_ms: i64) -> Self {
+        AssemblyLimits { gap_ms, max_open_lists: usize::MAX, late_policy: LatePolicy::Drop, late_horizon_ms: 0 }
+    }
+
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        AssemblyLimits {
+            gap_ms: config.session.gap.ms(),
+            max_open_lists: config.session.max_open_lists,
+            late_policy: config.late.policy,
+            late_horizon_ms: config.late.horizon.ms(),
+        }
+    }
 }
 
 /// The assembly stage for one shard of the key space.
 #[derive(Debug)]
 pub struct Assembler {
-    gap_ms: i64,
+    pub limits: AssemblyLimits,
     pub dimensions: Dimensions,
     open_lists: FxHashMap<ListKey, OpenList>,
+    /// Final lists still inside the late horizon (for late judgments).
+    closed_lists: FxHashMap<ListKey, OpenList>,
     /// Newest event time seen by this shard.
     watermark_ms: i64,
+    /// Set when restored from a checkpoint: processing-time expiry waits
+    /// until input flows again, or restored lists would all expire while
+    /// the consumer is still rejoining its group.
+    clock_paused: bool,
+}
+
+/// An assembler's state as a checkpoint stores it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AssemblerState {
+    pub dimension_values: Vec<Vec<String>>,
+    pub open_lists: Vec<(ListKey, OpenList)>,
+    pub closed_lists: Vec<(ListKey, OpenList)>,
+    pub watermark_ms: i64,
 }
 
 impl Assembler {
     pub fn new(gap_ms: i64, dimension_labels: Vec<String>) -> Self {
+        Self::with_limits(AssemblyLimits::gap_only(gap_ms), dimension_labels, None)
+    }
+
+    pub fn with_limits(
+        limits: AssemblyLimits,
+        dimension_labels: Vec<String>,
+        budget: Option<Arc<Mutex<DimensionBudget>>>,
+    ) -> Self {
+        let mut dimensions = Dimensions::new(dimension_labels);
+        dimensions.budget = budget;
         Assembler {
-            gap_ms,
-            dimensions: Dimensions::new(dimension_labels),
+            limits,
+            dimensions,
             open_lists: FxHashMap::default(),
+            closed_lists: FxHashMap::default(),
             watermark_ms: i64::MIN,
+            clock_paused: false,
+        }
+    }
+
+    /// The state to checkpoint (open and recently closed lists).
+    pub fn state(&self) -> AssemblerState {
+        AssemblerState {
+            dimension_values: self.dimensions.values.iter().map(|v| v.to_vec()).collect(),
+            open_lists: self.open_lists.iter().map(|(k, l)| (*k, l.clone())).collect(),
+            closed_lists: self.closed_lists.iter().map(|(k, l)| (*k, l.clone())).collect(),
+            watermark_ms: self.watermark_ms,
+        }
+    }
+
+    /// Replaces this assembler's lists with a checkpointed state. Source
+    /// offsets are dropped: source numbering is per process, and with
+    /// checkpoints the commit point does not depend on open lists.
+    pub fn restore(&mut self, state: AssemblerState) {
+        let values = state.dimension_values.into_iter().map(Arc::from).collect();
+        let budget = self.dimensions.budget.take();
+        self.dimensions = Dimensions::from_values(self.dimensions.labels.clone(), values);
+        self.dimensions.budget = budget;
+        let clear = |(k, mut l): (ListKey, OpenList)| {
+            l.offsets.clear();
+            (k, l)
+        };
+        self.open_lists = state.open_lists.into_iter().map(clear).collect();
+        self.closed_lists = state.closed_lists.into_iter().map(clear).collect();
+        self.watermark_ms = state.watermark_ms;
+        self.clock_paused = true;
+    }
+
+    /// Input flows again after a restore: processing-time expiry restarts
+    /// from `now_ms` for every restored list.
+    pub fn resume_clock(&mut self, now_ms: i64) {
+        if self.clock_paused {
+            self.clock_paused = false;
+            for l in self.open_lists.values_mut().chain(self.closed_lists.values_mut()) {
+                l.last_arrival_ms = now_ms;
+            }
         }
     }
 
@@ -191,19 +382,24 @@ impl Assembler {
         self.open_lists.len()
     }
 
+    pub fn closed_lists(&self) -> usize {
+        self.closed_lists.len()
+    }
+
     pub fn watermark_ms(&self) -> i64 {
         self.watermark_ms
     }
 
     /// Applies one event. Lists that it closes (same key, more than a gap
-    /// later) go to `sink` first.
+    /// later; or evicted to make room) go to `sink` first.
     pub fn ingest(
         &mut self,
         event: &Event,
         arrival_ms: i64,
         source: Option<Source>,
-        sink: &mut impl FnMut(Outcome, Option<FinalList>),
+        sink: &mut impl FnMut(Closed),
     ) -> Applied {
+        self.resume_clock(arrival_ms);
         let (session, query, ts, event_id) = match event {
             Event::Impression(i) => (&i.session_id, &i.query_id, i.timestamp_ms, &i.event_id),
             Event::Judgment(j) => (&j.session_id, &j.query_id, j.timestamp_ms, &j.event_id),
@@ -211,11 +407,21 @@ impl Assembler {
         let key = list_key(session, query.as_deref());
         let event_hash = xxh3_64(event_id.as_bytes());
         self.watermark_ms = self.watermark_ms.max(ts);
+        let gap = self.limits.gap_ms;
         if let Some(list) = self.open_lists.get(&key)
-            && ts > list.last_event_ms.saturating_add(self.gap_ms)
+            && ts > list.last_event_ms.saturating_add(gap)
             && let Some(old) = self.open_lists.remove(&key)
         {
-            self.emit(old, sink);
+            self.close(key, old, false, sink);
+        }
+        if let Event::Judgment(j) = event
+            && !self.open_lists.contains_key(&key)
+            && let Some(applied) = self.late_judgment(key, j, event_hash, arrival_ms, sink)
+        {
+            return applied;
+        }
+        if !self.open_lists.contains_key(&key) && self.open_lists.len() >= self.limits.max_open_lists {
+            self.evict_oldest(sink);
         }
         let list = self.open_lists.entry(key).or_insert_with(|| OpenList {
             last_event_ms: ts,
@@ -240,7 +446,7 @@ impl Assembler {
         list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
         match event {
             Event::Impression(i) => {
-                let dims = self.dimensions.intern(i);
+                let dims = self.dimensions.intern(i, &mut |label| sink(Closed::DimensionOverflow(label)));
                 apply_impression(list, i, dims);
             }
             Event::Judgment(j) => apply_judgment(list, j),
@@ -248,12 +454,75 @@ impl Assembler {
         Applied::Applied
     }
 
+    /// A judgment whose list is final: within the horizon, the late policy
+    /// decides; `None` when it is not late (it starts a new list).
+    fn late_judgment(
+        &mut self,
+        key: ListKey,
+        judgment: &Judgment,
+        event_hash: u64,
+        arrival_ms: i64,
+        sink: &mut impl FnMut(Closed),
+    ) -> Option<Applied> {
+        let (gap, horizon) = (self.limits.gap_ms, self.limits.late_horizon_ms);
+        let watermark = self.watermark_ms;
+        let list = self.closed_lists.get_mut(&key)?;
+        // It belongs to the final list only if, in event time, it falls
+        // within a gap of the list's last event; past that it starts a new
+        // list. And the list takes it only within the horizon after it
+        // became final.
+        let closed_at = list.last_event_ms.saturating_add(gap);
+        if judgment.timestamp_ms > closed_at || watermark > closed_at.saturating_add(horizon) {
+            self.closed_lists.remove(&key);
+            return None;
+        }
+        if list.event_ids.contains(&event_hash) {
+            return Some(Applied::Duplicate);
+        }
+        match self.limits.late_policy {
+            LatePolicy::Drop => {
+                // Remembered, so that a re-delivery counts as a duplicate.
+                list.event_ids.push(event_hash);
+                sink(Closed::LateDropped)
+            }
+            LatePolicy::Amend => {
+                let old = finalize(list, &self.dimensions);
+                list.event_ids.push(event_hash);
+                list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
+                apply_judgment(list, judgment);
+                let new = finalize(list, &self.dimensions);
+                if let (Some(old), Some(new)) = (old, new) {
+                    sink(Closed::Amended { old, new });
+                }
+            }
+        }
+        Some(Applied::Late)
+    }
+
+    /// Finalizes the lists with the oldest last event, a batch at a time so
+    /// that the scan is amortized over many insertions.
+    fn evict_oldest(&mut self, sink: &mut impl FnMut(Closed)) {
+        let batch = (self.open_lists.len() / 64).max(1);
+        let mut ages: Vec<(i64, ListKey)> = self.open_lists.iter().map(|(k, l)| (l.last_event_ms, *k)).collect();
+        if batch < ages.len() {
+            ages.select_nth_unstable(batch);
+            ages.truncate(batch);
+        }
+        for (_, key) in ages {
+            if let Some(list) = self.open_lists.remove(&key) {
+                self.close(key, list, true, sink);
+            }
+        }
+    }
+
     /// Finalizes lists whose last event is a gap older than the watermark
     /// (event time), or, when `now_ms` is given, whose last arrival is a gap
-    /// older than that processing time (idle partitions).
-    pub fn finalize_expired(&mut self, now_ms: Option<i64>, sink: &mut impl FnMut(Outcome, Option<FinalList>)) {
-        let gap = self.gap_ms;
+    /// older than that processing time (idle partitions). Final lists past
+    /// the late horizon are forgotten.
+    pub fn finalize_expired(&mut self, now_ms: Option<i64>, sink: &mut impl FnMut(Closed)) {
+        let gap = self.limits.gap_ms;
         let watermark = self.watermark_ms;
+        let now_ms = now_ms.filter(|_| !self.clock_paused);
         let expired: Vec<ListKey> = self
             .open_lists
             .iter()
@@ -265,9 +534,14 @@ impl Assembler {
             .collect();
         for key in expired {
             if let Some(list) = self.open_lists.remove(&key) {
-                self.emit(list, sink);
+                self.close(key, list, false, sink);
             }
         }
+        let horizon = self.limits.late_horizon_ms;
+        self.closed_lists.retain(|_, l| {
+            l.last_event_ms.saturating_add(gap).saturating_add(horizon) >= watermark
+                && now_ms.is_none_or(|now| l.last_arrival_ms.saturating_add(gap).saturating_add(horizon) > now)
+        });
     }
 
     /// For each source, the smallest offset still held by an open list:
@@ -284,18 +558,31 @@ impl Assembler {
         min
     }
 
-    /// Finalizes every open list (shutdown, end of replay).
-    pub fn finalize_all(&mut self, sink: &mut impl FnMut(Outcome, Option<FinalList>)) {
-        let lists: Vec<OpenList> = self.open_lists.drain().map(|(_, l)| l).collect();
-        for list in lists {
-            self.emit(list, sink);
+    /// Finalizes every open list (shutdown without checkpoints, end of replay).
+    pub fn finalize_all(&mut self, sink: &mut impl FnMut(Closed)) {
+        let lists: Vec<(ListKey, OpenList)> = self.open_lists.drain().collect();
+        for (key, list) in lists {
+            self.close(key, list, false, sink);
         }
     }
 
-    fn emit(&self, list: OpenList, sink: &mut impl FnMut(Outcome, Option<FinalList>)) {
-        match finalize(list, &self.dimensions) {
-            Some(f) => sink(Outcome::Final, Some(f)),
-            None => sink(Outcome::Orphan, None),
+    fn close(&mut self, key: ListKey, mut list: OpenList, evicted: bool, sink: &mut impl FnMut(Closed)) {
+        match finalize(&list, &self.dimensions) {
+            Some(f) => {
+                sink(if evicted { Closed::Evicted(f) } else { Closed::Final(f) });
+                if self.limits.late_horizon_ms > 0 {
+                    if self.closed_lists.len() >= self.limits.max_open_lists {
+                        // Bounded like the open lists: forget the oldest.
+                        let oldest = self.closed_lists.iter().min_by_key(|(_, l)| l.last_event_ms).map(|(k, _)| *k);
+                        if let Some(k) = oldest {
+                            self.closed_lists.remove(&k);
+                        }
+                    }
+                    list.offsets = Vec::new();
+                    self.closed_lists.insert(key, list);
+                }
+            }
+            None => sink(Closed::Orphan),
         }
     }
 }
@@ -328,13 +615,14 @@ fn apply_judgment(list: &mut OpenList, judgment: &Judgment) {
     }
 }
 
-fn finalize(mut list: OpenList, dimensions: &Dimensions) -> Option<FinalList> {
+fn finalize(list: &OpenList, dimensions: &Dimensions) -> Option<FinalList> {
     let (impression_ms, dims) = list.impression?;
     let dims = dimensions.values.get(dims as usize)?.clone();
-    list.shown.sort_unstable_by_key(|s| s.position);
+    let mut order: Vec<ShownDoc> = list.shown.clone();
+    order.sort_unstable_by_key(|s| s.position);
     // A document shown at two positions counts at its first.
-    let mut seen: Vec<u64> = Vec::with_capacity(list.shown.len());
-    list.shown.retain(|s| {
+    let mut seen: Vec<u64> = Vec::with_capacity(order.len());
+    order.retain(|s| {
         if seen.contains(&s.doc) {
             false
         } else {
@@ -343,8 +631,8 @@ fn finalize(mut list: OpenList, dimensions: &Dimensions) -> Option<FinalList> {
         }
     });
     let grade_of = |doc: u64| list.judged.iter().find(|(d, _)| *d == doc).map_or(0, |(_, g)| *g);
-    let shown: Vec<Grade> = list.shown.iter().map(|s| grade_of(s.doc)).collect();
-    let scores = list.shown.iter().all(|s| !s.score.is_nan()).then(|| list.shown.iter().map(|s| s.score).collect());
+    let shown: Vec<Grade> = order.iter().map(|s| grade_of(s.doc)).collect();
+    let scores = order.iter().all(|s| !s.score.is_nan()).then(|| order.iter().map(|s| s.score).collect());
     let judged = list.judged.iter().map(|(_, g)| *g).collect();
     Some(FinalList { dims, impression_ms, shown, scores, judged })
 }
@@ -373,13 +661,20 @@ mod tests {
         )
     }
 
-    fn collect(asm: &mut Assembler, events: &[String]) -> Vec<(Outcome, Option<FinalList>)> {
+    fn collect(asm: &mut Assembler, events: &[String]) -> Vec<Closed> {
         let mut out = Vec::new();
         for e in events {
-            asm.ingest(&ev(e), 0, None, &mut |o, f| out.push((o, f)));
+            asm.ingest(&ev(e), 0, None, &mut |c| out.push(c));
         }
-        asm.finalize_all(&mut |o, f| out.push((o, f)));
+        asm.finalize_all(&mut |c| out.push(c));
         out
+    }
+
+    fn final_of(c: &Closed) -> Option<&FinalList> {
+        match c {
+            Closed::Final(f) | Closed::Evicted(f) => Some(f),
+            _ => None,
+        }
     }
 
     #[test]
@@ -396,7 +691,7 @@ mod tests {
         ];
         let out = collect(&mut asm, &events);
         assert_eq!(out.len(), 1);
-        let f = out[0].1.clone().unwrap();
+        let f = final_of(&out[0]).unwrap().clone();
         assert_eq!(f.impression_ms, 1_500);
         assert_eq!(f.shown, [0, 3, 0]);
         assert_eq!(f.scores, Some(vec![9.0, 8.0, 7.0]));
@@ -417,28 +712,108 @@ mod tests {
             judg("j9", "other", 0, "d1", 1),
         ];
         let out = collect(&mut asm, &events);
-        let finals: Vec<&FinalList> = out.iter().filter_map(|(_, f)| f.as_ref()).collect();
+        let finals: Vec<&FinalList> = out.iter().filter_map(final_of).collect();
         assert_eq!(finals.len(), 2);
         assert_eq!(finals[0].shown, [1]);
-        assert_eq!(out.iter().filter(|(o, _)| *o == Outcome::Orphan).count(), 1);
+        assert_eq!(out.iter().filter(|c| **c == Closed::Orphan).count(), 1);
     }
 
     #[test]
     fn expiry_by_watermark_and_by_processing_time() {
         let mut asm = Assembler::new(10_000, vec![]);
         let mut out = Vec::new();
-        asm.ingest(&ev(&imp("i1", "a", 0, &[("d", 1)])), 100, None, &mut |o, f| out.push((o, f)));
-        asm.ingest(&ev(&imp("i2", "b", 9_999, &[("d", 1)])), 100, None, &mut |o, f| out.push((o, f)));
-        asm.finalize_expired(None, &mut |o, f| out.push((o, f)));
+        asm.ingest(&ev(&imp("i1", "a", 0, &[("d", 1)])), 100, None, &mut |c| out.push(c));
+        asm.ingest(&ev(&imp("i2", "b", 9_999, &[("d", 1)])), 100, None, &mut |c| out.push(c));
+        asm.finalize_expired(None, &mut |c| out.push(c));
         assert_eq!(out.len(), 0);
-        asm.ingest(&ev(&imp("i3", "c", 10_000, &[("d", 1)])), 100, Some(Source { id: 7, offset: 42 }), &mut |o, f| {
-            out.push((o, f))
+        asm.ingest(&ev(&imp("i3", "c", 10_000, &[("d", 1)])), 100, Some(Source { id: 7, offset: 42 }), &mut |c| {
+            out.push(c)
         });
-        asm.finalize_expired(None, &mut |o, f| out.push((o, f)));
+        asm.finalize_expired(None, &mut |c| out.push(c));
         assert_eq!(out.len(), 1, "list a closed by the watermark");
         assert_eq!(asm.open_lists(), 2);
         assert_eq!(asm.min_open_offsets().get(&7), Some(&42));
-        asm.finalize_expired(Some(10_100), &mut |o, f| out.push((o, f)));
+        asm.finalize_expired(Some(10_100), &mut |c| out.push(c));
         assert_eq!(out.len(), 3, "idle: processing time closes the rest");
+    }
+
+    fn limits(policy: LatePolicy) -> AssemblyLimits {
+        AssemblyLimits { gap_ms: 10_000, max_open_lists: 1_000, late_policy: policy, late_horizon_ms: 60_000 }
+    }
+
+    #[test]
+    fn late_judgments_amend_or_drop_within_the_horizon() {
+        for policy in [LatePolicy::Amend, LatePolicy::Drop] {
+            let mut asm = Assembler::with_limits(limits(policy), vec![], None);
+            let mut out = Vec::new();
+            let mut feed = |asm: &mut Assembler, e: String| {
+                asm.ingest(&ev(&e), 0, None, &mut |c| out.push(c));
+                asm.finalize_expired(None, &mut |c| out.push(c));
+            };
+            feed(&mut asm, imp("i1", "s", 0, &[("d1", 1), ("d2", 2)]));
+            feed(&mut asm, judg("j1", "s", 1_000, "d1", 1));
+            // Another list moves the watermark past 1 s + gap: s is final.
+            feed(&mut asm, imp("i2", "t", 20_000, &[("d1", 1)]));
+            // Belongs to s in event time (within a gap of its last event), arrives late.
+            feed(&mut asm, judg("j2", "s", 5_000, "d2", 3));
+            // A re-delivery of it changes nothing.
+            feed(&mut asm, judg("j2", "s", 5_000, "d2", 3));
+            // More than a gap after s's last event: a new list (an orphan).
+            feed(&mut asm, judg("j3", "s", 12_000, "d1", 1));
+            asm.finalize_all(&mut |c| out.push(c));
+            let finals: Vec<&FinalList> = out.iter().filter_map(final_of).collect();
+            assert_eq!(finals[0].shown, [1, 0]);
+            let amended: Vec<&Closed> = out.iter().filter(|c| matches!(c, Closed::Amended { .. })).collect();
+            let dropped = out.iter().filter(|c| **c == Closed::LateDropped).count();
+            match policy {
+                LatePolicy::Amend => {
+                    assert_eq!((amended.len(), dropped), (1, 0));
+                    let Closed::Amended { old, new } = amended[0] else { unreachable!() };
+                    assert_eq!((old.shown.as_slice(), new.shown.as_slice()), ([1, 0].as_slice(), [1, 3].as_slice()));
+                }
+                LatePolicy::Drop => assert_eq!((amended.len(), dropped), (0, 1)),
+            }
+            assert_eq!(out.iter().filter(|c| **c == Closed::Orphan).count(), 1, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn a_flood_of_sessions_evicts_the_oldest_lists() {
+        let mut l = limits(LatePolicy::Drop);
+        l.max_open_lists = 4;
+        l.late_horizon_ms = 0;
+        let mut asm = Assembler::with_limits(l, vec![], None);
+        let mut out = Vec::new();
+        for n in 0..10 {
+            asm.ingest(&ev(&imp(&format!("i{n}"), &format!("s{n}"), n, &[("d", 1)])), 0, None, &mut |c| out.push(c));
+            assert!(asm.open_lists() <= 4);
+        }
+        let evicted: Vec<i64> = out
+            .iter()
+            .filter_map(|c| match c {
+                Closed::Evicted(f) => Some(f.impression_ms),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(evicted, [0, 1, 2, 3, 4, 5], "oldest first");
+        assert_eq!(asm.closed_lists(), 0, "no late horizon: nothing remembered");
+    }
+
+    #[test]
+    fn dimension_values_past_the_budget_become_other() {
+        let budget = Arc::new(Mutex::new(DimensionBudget::new(1, 2)));
+        let mut asm = Assembler::with_limits(limits(LatePolicy::Drop), vec!["ranker".into()], Some(budget.clone()));
+        let mut out = Vec::new();
+        for (n, ranker) in ["a", "b", "c", "a", "d"].iter().enumerate() {
+            let e = imp(&format!("i{n}"), &format!("s{n}"), 0, &[("d", 1)])
+                .replace(r#""ranker":"a""#, &format!(r#""ranker":"{ranker}""#));
+            asm.ingest(&ev(&e), 0, None, &mut |c| out.push(c));
+        }
+        asm.finalize_all(&mut |c| out.push(c));
+        let mut dims: Vec<String> = out.iter().filter_map(final_of).map(|f| f.dims[0].clone()).collect();
+        dims.sort();
+        assert_eq!(dims, ["__other__", "__other__", "a", "a", "b"]);
+        assert_eq!(out.iter().filter(|c| **c == Closed::DimensionOverflow(0)).count(), 2);
+        assert_eq!(budget.lock().unwrap().admitted[0].len(), 2);
     }
 }

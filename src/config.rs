@@ -20,6 +20,9 @@ use thiserror::Error;
 /// Prefix of environment overrides; sections and keys are separated by `__`.
 pub const ENV_PREFIX: &str = "RANKPULSE__";
 
+/// Most dimension labels (the assembler keeps a tuple of them on the stack).
+pub const MAX_DIMENSION_LABELS: usize = 16;
+
 /// Label names rankpulse itself puts on series; dimension labels may not reuse them.
 pub const RESERVED_LABELS: &[&str] =
     &["k", "window", "metric", "reason", "topic", "partition", "type", "le", "quantile", "job", "instance"];
@@ -104,6 +107,8 @@ pub struct Config {
     pub windows: WindowsConfig,
     pub http: HttpConfig,
     pub input: InputConfig,
+    pub late: LateConfig,
+    pub state: StateConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -117,6 +122,9 @@ pub struct KafkaConfig {
     pub topics: Vec<String>,
     /// Passed to librdkafka unchanged (TLS, SASL, tuning).
     pub properties: BTreeMap<String, String>,
+    /// Invalid messages are copied here with the reason in a header, so they
+    /// can be inspected and replayed; empty: not forwarded (still counted).
+    pub dead_letter_topic: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -124,6 +132,10 @@ pub struct KafkaConfig {
 pub struct SessionConfig {
     /// A list is final once no event of it arrived for this long (event time).
     pub gap: Span,
+    /// Most lists open at once (per instance); past it the lists with the
+    /// oldest last event are finalized early and counted, so a flood of new
+    /// sessions cannot grow memory without bound.
+    pub max_open_lists: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -151,6 +163,9 @@ pub struct JudgmentsConfig {
 pub struct DimensionsConfig {
     /// Keys of an impression's `dimensions` that become Prometheus labels.
     pub labels: Vec<String>,
+    /// Most distinct values per label (per instance); later new values are
+    /// replaced by `__other__` and counted, so series stay bounded.
+    pub max_values: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -178,6 +193,53 @@ pub struct InputConfig {
     pub max_results: usize,
 }
 
+/// What happens to a judgment for a list that is already final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LatePolicy {
+    /// Retract the list's contribution, apply the judgment, add it again.
+    Amend,
+    /// Ignore the judgment (counted).
+    Drop,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LateConfig {
+    pub policy: LatePolicy,
+    /// How long after a list became final (event time: its last event plus
+    /// the gap) it still takes late judgments; final lists are remembered
+    /// this long.
+    pub horizon: Span,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// Checkpoint directory; empty: no checkpoints (at-least-once only: a
+    /// restart or rebalance may count a list twice). Instances of one group
+    /// share it so that partitions hand their open lists over.
+    pub dir: String,
+    /// This instance's name in `dir` (its checkpoint file and lock); unique
+    /// among the instances sharing the directory. Empty: the host name.
+    pub instance: String,
+    /// Checkpoint period. With `dir` set, `/metrics` shows the state as of
+    /// the last checkpoint, so counters never go back after a restart.
+    pub interval: Span,
+}
+
+impl Default for LateConfig {
+    fn default() -> Self {
+        LateConfig { policy: LatePolicy::Amend, horizon: span("10m") }
+    }
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig { dir: String::new(), instance: String::new(), interval: span("1s") }
+    }
+}
+
 impl Default for KafkaConfig {
     fn default() -> Self {
         KafkaConfig {
@@ -185,13 +247,14 @@ impl Default for KafkaConfig {
             group_id: "rankpulse".into(),
             topics: vec!["search-impressions".into(), "search-judgments".into()],
             properties: BTreeMap::new(),
+            dead_letter_topic: String::new(),
         }
     }
 }
 
 impl Default for SessionConfig {
     fn default() -> Self {
-        SessionConfig { gap: span("30s") }
+        SessionConfig { gap: span("30s"), max_open_lists: 2_000_000 }
     }
 }
 
@@ -219,7 +282,7 @@ impl Default for JudgmentsConfig {
 
 impl Default for DimensionsConfig {
     fn default() -> Self {
-        DimensionsConfig { labels: vec!["ranker".into(), "market".into()] }
+        DimensionsConfig { labels: vec!["ranker".into(), "market".into()], max_values: 100 }
     }
 }
 
@@ -253,6 +316,8 @@ impl Default for Config {
             windows: WindowsConfig::default(),
             http: HttpConfig::default(),
             input: InputConfig::default(),
+            late: LateConfig::default(),
+            state: StateConfig::default(),
         }
     }
 }
@@ -325,6 +390,27 @@ impl Config {
         if self.session.gap.duration.is_zero() {
             return Err(ConfigError::key("session.gap", "must be longer than 0s"));
         }
+        if self.session.max_open_lists == 0 {
+            return Err(ConfigError::key("session.max_open_lists", "must be at least 1"));
+        }
+        if self.dimensions.max_values == 0 {
+            return Err(ConfigError::key("dimensions.max_values", "must be at least 1"));
+        }
+        if k.topics.contains(&k.dead_letter_topic) {
+            return Err(ConfigError::key(
+                "kafka.dead_letter_topic",
+                format!("{:?} is also an input topic in kafka.topics", k.dead_letter_topic),
+            ));
+        }
+        if !self.state.dir.is_empty() && self.state.interval.duration < Duration::from_millis(100) {
+            return Err(ConfigError::key("state.interval", "must be at least 100ms"));
+        }
+        if self.state.instance.contains(['/', '\\']) || self.state.instance.starts_with('.') {
+            return Err(ConfigError::key(
+                "state.instance",
+                "must be a plain file name (no '/', not starting with '.')",
+            ));
+        }
         let m = &self.metrics;
         if m.cutoffs.is_empty() {
             return Err(ConfigError::key("metrics.cutoffs", "must list at least one cutoff"));
@@ -353,6 +439,12 @@ impl Config {
                     format!("grade {grade} is outside 0..={} (metrics.max_grade)", m.max_grade),
                 ));
             }
+        }
+        if self.dimensions.labels.len() > MAX_DIMENSION_LABELS {
+            return Err(ConfigError::key(
+                "dimensions.labels",
+                format!("at most {MAX_DIMENSION_LABELS} labels (each multiplies the series count)"),
+            ));
         }
         let mut seen = std::collections::BTreeSet::new();
         for label in &self.dimensions.labels {

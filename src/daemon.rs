@@ -1,26 +1,40 @@
 //! `rankpulse run`: the daemon. Wires Kafka → pipeline shards → publish →
 //! HTTP, and owns the one ordered shutdown:
-//! stop fetching → finalize every open list → publish → commit → stop HTTP.
+//! stop fetching → finalize (or checkpoint) every open list → publish →
+//! commit → stop HTTP.
 //!
 //! One task consumes and owns every pipeline shard (one per partition
 //! number, see `kafka`), so the hot path takes no lock. A tick (every
 //! [`TICK`]) closes lists whose gap elapsed, commits offsets that became
 //! safe and publishes a fresh exposition for `/metrics`, which is thus at
 //! most one tick behind a list's finalization.
+//!
+//! With `state.dir` set (see `state`), the tick also checkpoints every
+//! `state.interval`; offsets are committed and `/metrics` is republished
+//! only after a checkpoint is durable, so what Prometheus has seen is
+//! always restorable and counters never go back after a crash. A revoked
+//! partition's shard is rolled back to its last checkpoint (the next owner
+//! continues from there) and an assigned one takes its open lists from the
+//! checkpoint that got furthest in it. Without `state.dir`, offsets are
+//! committed at-least-once (never past an open list) and everything open is
+//! finalized at shutdown.
 
 use crate::accumulate::Accumulators;
-use crate::assemble::Source;
+use crate::assemble::{DimensionBudget, Source};
 use crate::config::Config;
 use crate::http::{self, Published};
-use crate::kafka::{self, Consumer, LagTable, Sources};
+use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, RebalanceEvent, Sources};
 use crate::pipeline::{OpsCounters, Pipeline};
-use crate::publish::{Snapshot, render};
+use crate::publish::{DaemonHealth, Snapshot, render};
+use crate::state::{AccumulatorsState, Checkpoint, CountersState, ShardCheckpoint, StateError, StateStore};
 use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use std::collections::BTreeMap;
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 
@@ -30,6 +44,8 @@ pub const TICK: Duration = Duration::from_millis(500);
 const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest closing the consumer (leaving the group) may take at shutdown.
 pub const CONSUMER_CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Longest the dead-letter copies may take to be acknowledged before a commit.
+const DEAD_LETTER_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Error)]
 pub enum DaemonError {
@@ -41,12 +57,18 @@ pub enum DaemonError {
     },
     #[error("cannot create the Kafka consumer: {0}")]
     Consumer(#[source] KafkaError),
+    #[error("cannot create the dead-letter producer: {0}")]
+    DeadLetters(#[source] KafkaError),
     #[error("cannot subscribe to {topics:?}: {source}")]
     Subscribe {
         topics: Vec<String>,
         #[source]
         source: KafkaError,
     },
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("checkpoint {path}: {reason}")]
+    Restore { path: String, reason: String },
 }
 
 /// What a run did, for logs and tests.
@@ -54,9 +76,11 @@ pub enum DaemonError {
 pub struct RunSummary {
     pub messages: u64,
     pub lists_finalized: i64,
+    /// Lists still open at the end: 0 without checkpoints (all finalized),
+    /// else the ones the last checkpoint carries over.
     pub open_lists_at_shutdown: usize,
     pub committed: BTreeMap<(String, i32), i64>,
-    /// The last exposition published (after every list was finalized).
+    /// The last exposition published (after every list was finalized or checkpointed).
     pub final_exposition: String,
 }
 
@@ -64,33 +88,100 @@ fn wall_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
+/// A (topic, partition) and the offset committed for it.
+type CommitPoint = ((String, i32), i64);
+
+/// One partition number's pipeline and the input positions it covers.
+struct Shard {
+    pipeline: Pipeline,
+    /// Next offset per topic: every message before it is in this shard's
+    /// state, so one below it (re-delivered after a restart or rebalance)
+    /// is skipped.
+    next_offsets: BTreeMap<String, i64>,
+    /// Assigned to this instance now. A shard that is not keeps its
+    /// counters (they were published) but its open lists are frozen: the
+    /// partition's new owner continues them.
+    owned: bool,
+}
+
+impl Shard {
+    fn new(config: &Config, budget: &Arc<Mutex<DimensionBudget>>) -> Shard {
+        Shard { pipeline: Pipeline::with_budget(config, budget.clone()), next_offsets: BTreeMap::new(), owned: true }
+    }
+
+    fn restore(&mut self, c: ShardCheckpoint, whole: bool) -> Result<(), String> {
+        if whole {
+            self.pipeline.accumulators = c.accumulators.into_accumulators()?;
+            self.pipeline.counters = c.counters.into_counters()?;
+        }
+        self.pipeline.assembler.restore(c.assembler);
+        self.next_offsets = c.offsets;
+        Ok(())
+    }
+
+    fn checkpoint(&self, partition: i32) -> ShardCheckpoint {
+        ShardCheckpoint {
+            partition,
+            owned: self.owned,
+            offsets: self.next_offsets.clone(),
+            assembler: self.pipeline.assembler.state(),
+            accumulators: AccumulatorsState::from_accumulators(&self.pipeline.accumulators),
+            counters: CountersState::from_counters(&self.pipeline.counters),
+        }
+    }
+}
+
 /// The daemon's mutable state, owned by the consuming task.
 struct Daemon {
     config: Config,
-    shards: BTreeMap<i32, Pipeline>,
+    shards: BTreeMap<i32, Shard>,
     sources: Sources,
-    lag: LagTable,
+    signals: Arc<KafkaSignals>,
     published: Arc<Published>,
     messages: u64,
     /// Topic-partitions currently assigned: only these get lag and
     /// freshness gauges (a revoked partition is another instance's now).
-    assigned: std::collections::BTreeSet<(String, i32)>,
+    assigned: BTreeSet<(String, i32)>,
+    /// Dimension values admitted, shared by all shards.
+    budget: Arc<Mutex<DimensionBudget>>,
+    store: Option<StateStore>,
+    health: DaemonHealth,
+    /// Start of the current broker outage (wall ms); set from start until
+    /// the first connection.
+    outage_since_ms: Option<i64>,
+    dead_letters: Option<DeadLetters>,
+    last_checkpoint: Option<tokio::time::Instant>,
+    /// Offsets committed from checkpoints (state.dir set).
+    committed: BTreeMap<(String, i32), i64>,
 }
 
 impl Daemon {
-    fn shard(&mut self, partition: i32) -> &mut Pipeline {
-        let config = &self.config;
-        self.shards.entry(partition).or_insert_with(|| Pipeline::new(config))
-    }
-
-    fn handle(&mut self, topic: &str, partition: i32, offset: i64, payload: Option<&[u8]>) {
+    fn handle(&mut self, topic: &str, partition: i32, offset: i64, key: Option<&[u8]>, payload: Option<&[u8]>) {
         self.messages += 1;
         let id = self.sources.id(topic, partition);
         let now = wall_ms();
-        let shard = self.shard(partition);
+        let checkpointing = self.store.is_some();
+        let (config, budget) = (&self.config, &self.budget);
+        let shard = self.shards.entry(partition).or_insert_with(|| Shard::new(config, budget));
+        match shard.next_offsets.get_mut(topic) {
+            Some(next) if offset < *next => {
+                self.health.skipped_covered += 1;
+                return;
+            }
+            Some(next) => *next = offset + 1,
+            None => {
+                shard.next_offsets.insert(topic.to_string(), offset + 1);
+            }
+        }
+        // With checkpoints open lists are durable: they need not hold offsets back.
+        let source = (!checkpointing).then_some(Source { id, offset });
         // A message without payload (tombstone) is an empty, invalid event.
-        let result = shard.ingest(topic, payload.unwrap_or(b""), now, Some(Source { id, offset }));
-        let watermark = shard.assembler.watermark_ms();
+        let payload = payload.unwrap_or(b"");
+        let result = shard.pipeline.ingest(topic, payload, now, source);
+        let watermark = shard.pipeline.assembler.watermark_ms();
+        if let (Err(reason), Some(dl)) = (result, self.dead_letters.as_mut()) {
+            dl.send(key, payload, reason.as_str(), topic, partition, offset);
+        }
         if let Some(s) = self.sources.entries.get_mut(id as usize) {
             s.next_offset = Some(offset + 1);
             if result.is_ok() {
@@ -99,33 +190,234 @@ impl Daemon {
         }
     }
 
+    /// A partition reached its end: input is live, restored lists may
+    /// expire on processing time again.
+    fn partition_eof(&mut self, partition: i32) {
+        if let Some(shard) = self.shards.get_mut(&partition) {
+            shard.pipeline.assembler.resume_clock(wall_ms());
+        }
+    }
+
+    /// Acts on the rebalances librdkafka reported since the last call.
+    fn apply_rebalances(&mut self) -> Result<(), DaemonError> {
+        let events = match self.signals.rebalances.lock() {
+            Ok(mut q) => std::mem::take(&mut *q),
+            Err(_) => return Ok(()),
+        };
+        for event in events {
+            match event {
+                RebalanceEvent::Revoked(tps) => self.revoke(tps.iter().map(|(_, p)| *p).collect())?,
+                RebalanceEvent::Assigned(tps) => self.assign(tps.iter().map(|(_, p)| *p).collect()),
+            }
+        }
+        Ok(())
+    }
+
+    /// With checkpoints, revoked shards go back to their last checkpoint:
+    /// what they did since was never published nor committed, and the new
+    /// owner redoes it from there.
+    fn revoke(&mut self, partitions: BTreeSet<i32>) -> Result<(), DaemonError> {
+        let mut own: BTreeMap<i32, ShardCheckpoint> = match &self.store {
+            Some(store) => match store.load_own()? {
+                Some(c) => c.shards.into_iter().map(|s| (s.partition, s)).collect(),
+                None => BTreeMap::new(),
+            },
+            None => BTreeMap::new(),
+        };
+        for p in partitions {
+            if self.store.is_some() {
+                let mut shard = Shard::new(&self.config, &self.budget);
+                if let Some(c) = own.remove(&p) {
+                    shard.restore(c, true).map_err(|reason| self.restore_error(reason))?;
+                }
+                self.shards.insert(p, shard);
+            }
+            if let Some(shard) = self.shards.get_mut(&p) {
+                shard.owned = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Assigned shards take their open lists from the checkpoint, among all
+    /// instances' in `state.dir`, that got furthest in the partition.
+    fn assign(&mut self, partitions: BTreeSet<i32>) {
+        let mut candidates: BTreeMap<i32, ShardCheckpoint> = BTreeMap::new();
+        if let Some(store) = &self.store {
+            for c in store.load_all() {
+                for s in c.shards {
+                    if partitions.contains(&s.partition)
+                        && candidates.get(&s.partition).is_none_or(|best| s.progress() > best.progress())
+                    {
+                        candidates.insert(s.partition, s);
+                    }
+                }
+            }
+        }
+        for p in partitions {
+            let (config, budget) = (&self.config, &self.budget);
+            let shard = self.shards.entry(p).or_insert_with(|| Shard::new(config, budget));
+            if let Some(c) = candidates.remove(&p)
+                && c.progress() >= shard.next_offsets.values().sum::<i64>()
+                && let Err(reason) = shard.restore(c, false)
+            {
+                eprintln!("rankpulse: cannot take over partition {p} from a checkpoint: {reason}");
+            }
+            shard.owned = true;
+        }
+    }
+
+    fn restore_error(&self, reason: String) -> DaemonError {
+        DaemonError::Restore {
+            path: self.store.as_ref().map(|s| s.path().display().to_string()).unwrap_or_default(),
+            reason,
+        }
+    }
+
+    /// Loads this instance's last checkpoint: counters continue from it;
+    /// open lists wait until their partition is assigned again.
+    fn restore_own(&mut self) -> Result<(), DaemonError> {
+        let Some(store) = &self.store else { return Ok(()) };
+        let Some(checkpoint) = store.load_own()? else { return Ok(()) };
+        if let Ok(mut b) = self.budget.lock() {
+            *b = checkpoint.budget;
+        }
+        for c in checkpoint.shards {
+            let mut shard = Shard::new(&self.config, &self.budget);
+            let p = c.partition;
+            shard.restore(c, true).map_err(|reason| self.restore_error(reason))?;
+            shard.owned = false;
+            self.shards.insert(p, shard);
+        }
+        eprintln!("rankpulse: restored {} partition shard(s) from {}", self.shards.len(), store.path().display());
+        Ok(())
+    }
+
     /// Closes lists past their gap (event or processing time).
     fn finalize_expired(&mut self) {
         let now = wall_ms();
+        let checkpointing = self.store.is_some();
         for shard in self.shards.values_mut() {
-            shard.finalize_expired(Some(now));
+            if shard.owned || !checkpointing {
+                shard.pipeline.finalize_expired(Some(now));
+            }
         }
     }
 
     fn finalize_all(&mut self) {
         for shard in self.shards.values_mut() {
-            shard.finalize_all();
+            shard.pipeline.finalize_all();
         }
     }
 
-    /// Offsets that became safe to commit (`all`: every point, not only those that moved).
-    fn commit_points(&self, all: bool) -> Option<(rdkafka::TopicPartitionList, Vec<(u32, i64)>)> {
+    /// Writes a checkpoint; false when it could not be made durable.
+    fn checkpoint(&mut self) -> bool {
+        let Some(store) = &self.store else { return true };
+        // A checkpoint covers the offsets of invalid messages: their
+        // dead-letter copies must be acknowledged first.
+        if let Some(dl) = &self.dead_letters
+            && let Err(e) = dl.flush(DEAD_LETTER_FLUSH_TIMEOUT)
+        {
+            eprintln!("rankpulse: dead-letter copies not acknowledged ({e}); checkpoint postponed");
+            self.health.checkpoint_failures += 1;
+            return false;
+        }
+        let checkpoint = Checkpoint {
+            fingerprint: store.fingerprint().to_string(),
+            instance: store.instance.clone(),
+            written_ms: wall_ms(),
+            budget: self.budget.lock().map(|b| b.clone()).unwrap_or_default(),
+            shards: self.shards.iter().map(|(p, s)| s.checkpoint(*p)).collect(),
+        };
+        match store.write(&checkpoint) {
+            Ok(_) => {
+                self.health.checkpoints += 1;
+                self.health.last_checkpoint_seconds = Some(checkpoint.written_ms as f64 / 1000.0);
+                true
+            }
+            Err(e) => {
+                eprintln!("rankpulse: {e}");
+                self.health.checkpoint_failures += 1;
+                false
+            }
+        }
+    }
+
+    /// Offsets that became safe to commit (`all`: every point, not only
+    /// those that moved). With checkpoints: the checkpointed next offsets of
+    /// owned shards. Without: min(next offset, first offset of an open list).
+    fn commit_points(&self, all: bool) -> Option<(TopicPartitionList, Vec<CommitPoint>)> {
+        // Before the first tick the assignment is not known yet: nothing is
+        // committed then.
+        let owned = |topic: &str, partition: i32| self.assigned.contains(&(topic.to_string(), partition));
+        if self.store.is_some() {
+            let mut tpl = TopicPartitionList::new();
+            let mut moved = Vec::new();
+            for (p, shard) in &self.shards {
+                for (topic, next) in &shard.next_offsets {
+                    let tp = (topic.clone(), *p);
+                    if shard.owned
+                        && owned(topic, *p)
+                        && (all || self.committed.get(&tp).is_none_or(|c| next > c))
+                        && tpl.add_partition_offset(topic, *p, Offset::Offset(*next)).is_ok()
+                    {
+                        moved.push((tp, *next));
+                    }
+                }
+            }
+            return (!moved.is_empty()).then_some((tpl, moved));
+        }
         let mut held: BTreeMap<u32, i64> = BTreeMap::new();
         for shard in self.shards.values() {
-            for (id, offset) in shard.assembler.min_open_offsets() {
+            for (id, offset) in shard.pipeline.assembler.min_open_offsets() {
                 let e = held.entry(id).or_insert(offset);
                 *e = (*e).min(offset);
             }
         }
-        // Before the first tick the assignment is not known yet: nothing is
-        // committed then.
-        let owned = |topic: &str, partition: i32| self.assigned.contains(&(topic.to_string(), partition));
-        self.sources.commit_list(&|id| held.get(&id).copied(), &owned, all)
+        let (tpl, moved) = self.sources.commit_list(&|id| held.get(&id).copied(), &owned, all)?;
+        let moved = moved
+            .into_iter()
+            .filter_map(|(id, point)| {
+                self.sources.entries.get(id as usize).map(|s| ((s.topic.clone(), s.partition), point))
+            })
+            .collect();
+        Some((tpl, moved))
+    }
+
+    fn mark_committed(&mut self, moved: &[CommitPoint]) {
+        for (tp, point) in moved {
+            self.committed.insert(tp.clone(), *point);
+            if let Some(s) = self.sources.entries.iter_mut().find(|s| s.topic == tp.0 && s.partition == tp.1) {
+                s.committed = Some(*point);
+            }
+        }
+    }
+
+    /// Dead-letter copies must be acknowledged before the offsets of their
+    /// messages are committed.
+    fn dead_letters_flushed(&self) -> bool {
+        match &self.dead_letters {
+            Some(dl) => dl.flush(DEAD_LETTER_FLUSH_TIMEOUT).is_ok(),
+            None => true,
+        }
+    }
+
+    fn update_health(&mut self) {
+        let now = wall_ms();
+        let connected = self.signals.connected.load(Ordering::Relaxed);
+        if connected {
+            self.outage_since_ms = None;
+        } else if self.outage_since_ms.is_none() {
+            self.outage_since_ms = Some(now);
+            self.health.kafka_outages += 1;
+            eprintln!("rankpulse: no Kafka broker reachable; consumption resumes when one is");
+        }
+        self.health.kafka_connected = connected;
+        self.health.kafka_outage_seconds = self.outage_since_ms.map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0);
+        if let Some(dl) = &self.dead_letters {
+            self.health.dead_letters = dl.sent;
+            self.health.dead_letter_failures = dl.failures.load(Ordering::Relaxed);
+        }
     }
 
     fn publish(&self) {
@@ -133,11 +425,13 @@ impl Daemon {
         let mut counters = OpsCounters::default();
         let mut open = 0;
         for shard in self.shards.values() {
-            accumulators.merge(&shard.accumulators);
-            counters.merge(&shard.counters);
-            open += shard.open_lists();
+            accumulators.merge(&shard.pipeline.accumulators);
+            counters.merge(&shard.pipeline.counters);
+            if shard.owned {
+                open += shard.pipeline.open_lists();
+            }
         }
-        let mut partitions = self.sources.partition_states(&self.lag);
+        let mut partitions = self.sources.partition_states(&self.signals.lag);
         partitions.retain(|tp, _| self.assigned.contains(tp));
         let text = render(&Snapshot {
             config: &self.config,
@@ -146,6 +440,7 @@ impl Daemon {
             counters: &counters,
             open_lists: open,
             partitions: &partitions,
+            health: Some(&self.health),
         });
         self.published.set_exposition(text);
         self.published.with_history(|h| h.sample(&self.config, &accumulators, wall_ms()));
@@ -157,12 +452,20 @@ impl Daemon {
             self.config.windows.spans.iter().map(|s| s.ms()).max().unwrap_or(0) + self.config.windows.bucket.ms();
         let now = wall_ms();
         for shard in self.shards.values_mut() {
-            shard.accumulators.prune(now, keep);
+            shard.pipeline.accumulators.prune(now, keep);
         }
     }
 
     fn lists_finalized(&self) -> i64 {
-        self.shards.values().flat_map(|s| s.accumulators.series.values()).map(|s| s.total.lists).sum()
+        self.shards.values().flat_map(|s| s.pipeline.accumulators.series.values()).map(|s| s.total.lists).sum()
+    }
+
+    fn open_lists(&self) -> usize {
+        self.shards.values().filter(|s| s.owned).map(|s| s.pipeline.open_lists()).sum()
+    }
+
+    fn checkpoint_due(&self) -> bool {
+        self.last_checkpoint.is_none_or(|t| t.elapsed() >= self.config.state.interval.duration)
     }
 }
 
@@ -191,39 +494,58 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()>,
     published: Arc<Published>,
 ) -> Result<RunSummary, DaemonError> {
+    let store = if config.state.dir.is_empty() { None } else { Some(StateStore::open(&config)?) };
     let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let http = tokio::spawn(http::serve(listener, published.clone(), async move {
         let _ = http_stopped.await;
     }));
 
-    let lag: LagTable = Arc::default();
+    let signals: Arc<KafkaSignals> = Arc::default();
     let consumer: Arc<Consumer> =
-        Arc::new(kafka::create_consumer(&config, lag.clone()).map_err(DaemonError::Consumer)?);
+        Arc::new(kafka::create_consumer(&config, signals.clone()).map_err(DaemonError::Consumer)?);
+    let dead_letters = DeadLetters::create(&config).map_err(DaemonError::DeadLetters)?;
+    let budget =
+        Arc::new(Mutex::new(DimensionBudget::new(config.dimensions.labels.len(), config.dimensions.max_values)));
+    let mut daemon = Daemon {
+        config,
+        shards: BTreeMap::new(),
+        sources: Sources::default(),
+        signals,
+        published: published.clone(),
+        messages: 0,
+        assigned: BTreeSet::new(),
+        budget,
+        store,
+        health: DaemonHealth::default(),
+        outage_since_ms: Some(wall_ms()),
+        dead_letters,
+        last_checkpoint: None,
+        committed: BTreeMap::new(),
+    };
+    // Before subscribing: the restored counters are what /metrics shows first.
+    daemon.restore_own()?;
+    let config = &daemon.config;
     let topics: Vec<&str> = config.kafka.topics.iter().map(String::as_str).collect();
     consumer
         .subscribe(&topics)
         .map_err(|source| DaemonError::Subscribe { topics: config.kafka.topics.clone(), source })?;
     eprintln!(
-        "rankpulse: consuming {:?} from {} as group {:?}{}; /metrics on http://{}",
+        "rankpulse: consuming {:?} from {} as group {:?}{}{}; /metrics on http://{}",
         config.kafka.topics,
         config.kafka.brokers,
         config.kafka.group_id,
-        match kafka::describe_properties(&config) {
+        match kafka::describe_properties(config) {
             p if p.is_empty() => String::new(),
             p => format!(" ({p})"),
+        },
+        match &daemon.store {
+            Some(s) => format!("; checkpoints in {} every {}", s.path().display(), config.state.interval.text),
+            None => String::new(),
         },
         config.http.listen
     );
 
-    let mut daemon = Daemon {
-        config,
-        shards: BTreeMap::new(),
-        sources: Sources::default(),
-        lag,
-        published: published.clone(),
-        messages: 0,
-        assigned: Default::default(),
-    };
+    daemon.update_health();
     daemon.publish();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -233,48 +555,77 @@ pub async fn run_with(
             biased;
             _ = &mut shutdown => break,
             _ = tick.tick() => {
+                daemon.apply_rebalances()?;
                 daemon.finalize_expired();
-                if let Some((tpl, moved)) = daemon.commit_points(false) {
-                    // Async: a failed commit is retried with a later point on the next tick.
-                    if consumer.commit(&tpl, CommitMode::Async).is_ok() {
-                        daemon.sources.mark_committed(&moved);
-                    }
-                }
                 // Copied out at once: a partition list kept alive would block
                 // the consumer's destruction at shutdown.
                 daemon.assigned = consumer
                     .assignment()
                     .map(|tpl| tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect())
                     .unwrap_or_default();
-                published.set_ready(!daemon.assigned.is_empty());
+                daemon.update_health();
+                published.set_ready(!daemon.assigned.is_empty() && daemon.health.kafka_connected);
                 daemon.prune();
-                daemon.publish();
+                let durable = if daemon.store.is_some() {
+                    // Publish and commit only what a durable checkpoint covers.
+                    daemon.checkpoint_due() && {
+                        daemon.last_checkpoint = Some(tokio::time::Instant::now());
+                        daemon.checkpoint()
+                    }
+                } else {
+                    daemon.dead_letters_flushed()
+                };
+                // Async: a failed commit is retried with a later point on the next tick.
+                if durable
+                    && let Some((tpl, moved)) = daemon.commit_points(false)
+                    && consumer.commit(&tpl, CommitMode::Async).is_ok()
+                {
+                    daemon.mark_committed(&moved);
+                }
+                if durable || daemon.store.is_none() {
+                    daemon.publish();
+                }
             }
-            message = consumer.recv() => match message {
-                Ok(m) => daemon.handle(m.topic(), m.partition(), m.offset(), m.payload()),
-                Err(e) => eprintln!("rankpulse: kafka: {e}"),
-            },
+            message = consumer.recv() => {
+                // A rebalance reported inside recv() is acted on before the
+                // first message it concerns.
+                daemon.apply_rebalances()?;
+                match message {
+                    Ok(m) => daemon.handle(m.topic(), m.partition(), m.offset(), m.key(), m.payload()),
+                    Err(KafkaError::PartitionEOF(p)) => daemon.partition_eof(p),
+                    Err(e) => eprintln!("rankpulse: kafka: {e}"),
+                }
+            }
         }
     }
 
     // Ordered shutdown. 1. Stop fetching: the loop above no longer polls.
     published.set_ready(false);
-    // 2. Finalize every open list and 3. publish the result.
-    daemon.finalize_all();
+    daemon.apply_rebalances()?;
+    // 2. Finalize every open list, or checkpoint it to continue after a
+    // restart; 3. publish the result.
+    let durable = if daemon.store.is_some() {
+        daemon.checkpoint()
+    } else {
+        daemon.finalize_all();
+        daemon.dead_letters_flushed()
+    };
+    daemon.update_health();
     daemon.publish();
-    // 4. Commit: nothing is open any more, so every consumed offset is safe.
+    // 4. Commit what is safe: everything consumed, now that nothing is open
+    // (or everything open is checkpointed).
     let mut summary = RunSummary {
         messages: daemon.messages,
         lists_finalized: daemon.lists_finalized(),
-        open_lists_at_shutdown: daemon.shards.values().map(Pipeline::open_lists).sum(),
+        open_lists_at_shutdown: daemon.open_lists(),
         committed: BTreeMap::new(),
         final_exposition: String::new(),
     };
-    if let Some((tpl, moved)) = daemon.commit_points(true) {
+    if durable && let Some((tpl, moved)) = daemon.commit_points(true) {
         let c = consumer.clone();
         let commit = tokio::task::spawn_blocking(move || c.commit(&tpl, CommitMode::Sync));
         match tokio::time::timeout(FINAL_COMMIT_TIMEOUT, commit).await {
-            Ok(Ok(Ok(()))) => daemon.sources.mark_committed(&moved),
+            Ok(Ok(Ok(()))) => daemon.mark_committed(&moved),
             Ok(Ok(Err(e))) => eprintln!("rankpulse: final commit failed: {e}"),
             _ => eprintln!("rankpulse: final commit timed out"),
         }
@@ -284,12 +635,16 @@ pub async fn run_with(
             summary.committed.insert((s.topic.clone(), s.partition), c);
         }
     }
+    for (tp, c) in &daemon.committed {
+        summary.committed.insert(tp.clone(), *c);
+    }
     summary.final_exposition = published.exposition().as_str().to_owned();
     // 5. Stop HTTP.
     let _ = http_stop.send(());
     let _ = http.await;
     // Closing the consumer leaves the group; with the broker unreachable
     // librdkafka can block on it, so it gets a bounded time off the runtime.
+    drop(daemon);
     let close = tokio::task::spawn_blocking(move || drop(consumer));
     if tokio::time::timeout(CONSUMER_CLOSE_TIMEOUT, close).await.is_err() {
         eprintln!("rankpulse: the Kafka consumer did not close in {CONSUMER_CLOSE_TIMEOUT:?}; exiting anyway");

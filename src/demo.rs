@@ -84,7 +84,7 @@ fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64) -> (String, String, 
     let session = format!("sess-{n}");
     let query = format!("q{}", n % 7);
     let market = rng.pick(&MARKETS);
-    let ranker = if rng.next() % 2 == 0 { "control" } else { "candidate" };
+    let ranker = if rng.next().is_multiple_of(2) { "control" } else { "candidate" };
     // Hidden true relevance of the candidates: mostly irrelevant.
     let grades: Vec<i32> = (0..CANDIDATES_PER_QUERY)
         .map(|_| match rng.unit() {
@@ -137,7 +137,7 @@ fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64) -> (String, String, 
         }
     }
     // Raters grade one list in five: every shown result and a few unshown.
-    if rng.next() % 5 == 0 {
+    if rng.next().is_multiple_of(5) {
         for &(_, doc) in shown.iter().chain(ranked[SHOWN..SHOWN + 5].iter()) {
             judgments.push(judge(doc, format!(r#""grade":{}"#, grades[doc]), 1_000));
         }

@@ -17,25 +17,66 @@ use crate::config::{Config, is_secret_property};
 use crate::publish::PartitionState;
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{ConsumerContext, StreamConsumer};
-use rdkafka::error::KafkaError;
+use rdkafka::consumer::{ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::statistics::Statistics;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Consumer lag per (topic, partition), as librdkafka's statistics report it.
 pub type LagTable = Arc<Mutex<BTreeMap<(String, i32), i64>>>;
 
-/// The consumer's context: receives statistics on librdkafka's thread and
-/// only copies the lag out (callbacks stay short).
-pub struct RankpulseContext {
+/// A change of this consumer's assignment, as the rebalance callback saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RebalanceEvent {
+    Revoked(Vec<(String, i32)>),
+    Assigned(Vec<(String, i32)>),
+}
+
+/// What librdkafka's callbacks tell the consuming task. The callbacks only
+/// record; the task acts on it before it handles its next message.
+#[derive(Debug, Default)]
+pub struct KafkaSignals {
     pub lag: LagTable,
+    /// Rebalances not yet handled by the consuming task.
+    pub rebalances: Mutex<Vec<RebalanceEvent>>,
+    /// Whether a broker connection is up (statistics, and the all-brokers-down error).
+    pub connected: AtomicBool,
+    /// Set by the first statistics report: before it, "not connected" is not an outage.
+    pub observed: AtomicBool,
+}
+
+/// The consumer's context: receives statistics, errors and rebalances on
+/// librdkafka's side and only records them (callbacks stay short).
+pub struct RankpulseContext {
+    pub signals: Arc<KafkaSignals>,
+}
+
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
+    tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect()
 }
 
 impl ClientContext for RankpulseContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        match error.rdkafka_error_code() {
+            // Also delivered to the consuming task, which acts on it.
+            Some(RDKafkaErrorCode::PartitionEOF) => return,
+            Some(RDKafkaErrorCode::AllBrokersDown) => self.signals.connected.store(false, Ordering::Relaxed),
+            _ => {}
+        }
+        eprintln!("rankpulse: kafka: {error}: {reason}");
+    }
+
     fn stats(&self, statistics: Statistics) {
-        let Ok(mut lag) = self.lag.lock() else { return };
+        let up = statistics.brokers.values().any(|b| b.state == "UP");
+        self.signals.connected.store(up, Ordering::Relaxed);
+        self.signals.observed.store(true, Ordering::Relaxed);
+        let Ok(mut lag) = self.signals.lag.lock() else { return };
         for (topic, t) in statistics.topics {
             for (partition, p) in t.partitions {
                 // Partition -1 is librdkafka's internal UA partition; a
@@ -48,15 +89,50 @@ impl ClientContext for RankpulseContext {
     }
 }
 
-impl ConsumerContext for RankpulseContext {}
+impl ConsumerContext for RankpulseContext {
+    // Called inside the consuming task's poll: the revocation is recorded
+    // before librdkafka gives the partitions up, and handled before the
+    // task's next message.
+    fn pre_rebalance(&self, _consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance
+            && let Ok(mut q) = self.signals.rebalances.lock()
+        {
+            q.push(RebalanceEvent::Revoked(partitions_of(tpl)));
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance
+            && let Ok(mut q) = self.signals.rebalances.lock()
+        {
+            q.push(RebalanceEvent::Assigned(partitions_of(tpl)));
+        }
+    }
+}
 
 pub type Consumer = StreamConsumer<RankpulseContext>;
 
 /// How often librdkafka reports statistics (lag), in milliseconds.
 const STATISTICS_INTERVAL_MS: &str = "1000";
 
+/// Defaults rankpulse sets unless `[kafka.properties]` says otherwise.
+const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
+    // librdkafka waits session.timeout.ms / 2 before forming a group on some
+    // brokers and as long to notice a dead member: 45 s by default is slow
+    // for failover.
+    ("session.timeout.ms", "10000"),
+    // The prefetch queue is the consumer's largest buffer: 64 MiB per
+    // partition by default in librdkafka. Bounded so memory stays flat
+    // whatever the backlog.
+    ("queued.max.messages.kbytes", "16384"),
+    // After an outage, reconnect within a second or two rather than
+    // librdkafka's 10 s backoff ceiling.
+    ("reconnect.backoff.max.ms", "2000"),
+    ("client.id", "rankpulse"),
+];
+
 /// Creates the group consumer for `config` (not yet subscribed).
-pub fn create_consumer(config: &Config, lag: LagTable) -> Result<Consumer, KafkaError> {
+pub fn create_consumer(config: &Config, signals: Arc<KafkaSignals>) -> Result<Consumer, KafkaError> {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &config.kafka.brokers)
         .set("group.id", &config.kafka.group_id)
@@ -64,15 +140,109 @@ pub fn create_consumer(config: &Config, lag: LagTable) -> Result<Consumer, Kafka
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("statistics.interval.ms", STATISTICS_INTERVAL_MS)
-        // librdkafka waits session.timeout.ms / 2 before forming a group on some
-        // brokers and as long to notice a dead member: 45 s by default is slow
-        // for failover. Overridable in [kafka.properties].
-        .set("session.timeout.ms", "10000")
-        .set("client.id", "rankpulse");
+        // End-of-partition events tell a shard restored from a checkpoint
+        // that input is live again even when no new message comes.
+        .set("enable.partition.eof", "true");
+    for (key, value) in CONSUMER_DEFAULTS {
+        cc.set(*key, *value);
+    }
     for (key, value) in &config.kafka.properties {
         cc.set(key, value);
     }
-    cc.create_with_context(RankpulseContext { lag })
+    cc.create_with_context(RankpulseContext { signals })
+}
+
+/// Counts the dead-letter copies that failed after librdkafka's retries.
+pub struct DeadLetterContext {
+    pub failures: Arc<AtomicU64>,
+}
+
+impl ClientContext for DeadLetterContext {}
+
+impl ProducerContext for DeadLetterContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if result.is_err() {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Header names of a dead-letter copy.
+pub const DLQ_REASON: &str = "rankpulse.reason";
+pub const DLQ_TOPIC: &str = "rankpulse.topic";
+pub const DLQ_PARTITION: &str = "rankpulse.partition";
+pub const DLQ_OFFSET: &str = "rankpulse.offset";
+
+/// Copies invalid messages to `kafka.dead_letter_topic`, with the reason and
+/// the message's origin in headers.
+pub struct DeadLetters {
+    producer: ThreadedProducer<DeadLetterContext>,
+    topic: String,
+    pub sent: u64,
+    pub failures: Arc<AtomicU64>,
+}
+
+impl DeadLetters {
+    pub fn create(config: &Config) -> Result<Option<DeadLetters>, KafkaError> {
+        if config.kafka.dead_letter_topic.is_empty() {
+            return Ok(None);
+        }
+        let mut cc = ClientConfig::new();
+        cc.set("bootstrap.servers", &config.kafka.brokers).set("client.id", "rankpulse-dead-letters");
+        // The same security settings as the consumer; consumer-only keys
+        // would make librdkafka warn, so only the connection ones are copied.
+        for (key, value) in &config.kafka.properties {
+            if ["security.", "ssl.", "sasl.", "client."].iter().any(|p| key.starts_with(p)) {
+                cc.set(key, value);
+            }
+        }
+        let failures = Arc::new(AtomicU64::new(0));
+        let producer = cc.create_with_context(DeadLetterContext { failures: failures.clone() })?;
+        Ok(Some(DeadLetters { producer, topic: config.kafka.dead_letter_topic.clone(), sent: 0, failures }))
+    }
+
+    /// Queues one copy; the offsets covering it are committed only after
+    /// [`DeadLetters::flush`].
+    pub fn send(&mut self, key: Option<&[u8]>, payload: &[u8], reason: &str, topic: &str, partition: i32, offset: i64) {
+        let partition = partition.to_string();
+        let offset = offset.to_string();
+        let headers = OwnedHeaders::new_with_capacity(4)
+            .insert(Header { key: DLQ_REASON, value: Some(reason) })
+            .insert(Header { key: DLQ_TOPIC, value: Some(topic) })
+            .insert(Header { key: DLQ_PARTITION, value: Some(partition.as_str()) })
+            .insert(Header { key: DLQ_OFFSET, value: Some(offset.as_str()) });
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).payload(payload).headers(headers);
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        // A full queue waits for room rather than losing the copy.
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => {
+                    self.sent += 1;
+                    return;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    let _ = self.producer.flush(Duration::from_millis(100));
+                }
+                Err((e, _)) => {
+                    eprintln!("rankpulse: dead-letter copy failed: {e}");
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Waits until every queued copy is delivered or has failed.
+    pub fn flush(&self, timeout: Duration) -> KafkaResult<()> {
+        if self.producer.in_flight_count() == 0 {
+            return Ok(());
+        }
+        self.producer.flush(timeout)
+    }
 }
 
 /// The librdkafka properties rankpulse will use, secrets redacted (for logs).

@@ -29,6 +29,8 @@
 //! - [`window`]: rolling windows out of the buckets.
 //! - [`pipeline`]: the stages above without I/O, one shard.
 //! - [`kafka`], [`daemon`], [`http`]: `rankpulse run`.
+//! - [`state`]: checkpoints of the daemon's state with the offsets they
+//!   cover (exact restarts and partition hand-overs).
 //! - [`publish`]: the only place Prometheus metrics are defined.
 //! - [`replay`]: `rankpulse replay`.
 //! - [`eval`]: `rankpulse eval`, trec_eval-compatible.
@@ -48,5 +50,6 @@ pub mod metrics;
 pub mod pipeline;
 pub mod publish;
 pub mod replay;
+pub mod state;
 pub mod status;
 pub mod window;

@@ -6,11 +6,12 @@
 //! and are rendered at scrape time.
 
 use crate::accumulate::Accumulators;
-use crate::assemble::{Applied, Assembler, FinalList, Outcome, Source};
+use crate::assemble::{Applied, Assembler, AssemblyLimits, Closed, DimensionBudget, Source};
 use crate::config::Config;
 use crate::event::{DecodeLimits, Event, RejectReason, decode};
 use crate::metrics::list::{ListScore, ListScorer};
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 /// Counters of what went through the pipeline (the operation metrics).
 /// Shards' counters add up with [`OpsCounters::merge`].
@@ -24,6 +25,13 @@ pub struct OpsCounters {
     pub duplicates: BTreeMap<&'static str, u64>,
     /// Lists that ended with judgments but no impression.
     pub orphans: u64,
+    /// Lists finalized before their gap (`session.max_open_lists`).
+    pub evicted: u64,
+    /// Judgments for final lists: amended lists and dropped judgments.
+    pub late_amended: u64,
+    pub late_dropped: u64,
+    /// Impressions whose value of a dimension label became `__other__`, by label index.
+    pub dimension_overflow: BTreeMap<usize, u64>,
 }
 
 impl OpsCounters {
@@ -38,6 +46,12 @@ impl OpsCounters {
             *self.duplicates.entry(*k).or_default() += v;
         }
         self.orphans += other.orphans;
+        self.evicted += other.evicted;
+        self.late_amended += other.late_amended;
+        self.late_dropped += other.late_dropped;
+        for (k, v) in &other.dimension_overflow {
+            *self.dimension_overflow.entry(*k).or_default() += v;
+        }
     }
 }
 
@@ -50,20 +64,38 @@ pub struct Pipeline {
     score: ListScore,
     pub accumulators: Accumulators,
     pub counters: OpsCounters,
+    /// Dimension values admitted so far, shared with the instance's other shards.
+    budget: Arc<Mutex<DimensionBudget>>,
 }
 
 impl Pipeline {
     pub fn new(config: &Config) -> Self {
+        let budget = DimensionBudget::new(config.dimensions.labels.len(), config.dimensions.max_values);
+        Self::with_budget(config, Arc::new(Mutex::new(budget)))
+    }
+
+    /// A shard whose dimension values count against a budget shared with
+    /// the instance's other shards.
+    pub fn with_budget(config: &Config, budget: Arc<Mutex<DimensionBudget>>) -> Self {
         let cutoffs = config.sorted_cutoffs();
         let n = cutoffs.len();
         Pipeline {
             limits: DecodeLimits::from_config(config),
-            assembler: Assembler::new(config.session.gap.ms(), config.dimensions.labels.clone()),
+            assembler: Assembler::with_limits(
+                AssemblyLimits::from_config(config),
+                config.dimensions.labels.clone(),
+                Some(budget.clone()),
+            ),
             scorer: ListScorer::new(config.conventions(), cutoffs),
             score: ListScore::new(n),
             accumulators: Accumulators::new(n, config.windows.bucket.ms()),
             counters: OpsCounters::default(),
+            budget,
         }
+    }
+
+    pub fn budget(&self) -> &Arc<Mutex<DimensionBudget>> {
+        &self.budget
     }
 
     /// Decodes and applies one message from `topic`. A rejected message is
@@ -97,8 +129,8 @@ impl Pipeline {
             }
         }
         let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
-        let applied = assembler.ingest(event, arrival_ms, source, &mut |outcome, list| {
-            fold(scorer, score, accumulators, counters, outcome, list);
+        let applied = assembler.ingest(event, arrival_ms, source, &mut |closed| {
+            fold(scorer, score, accumulators, counters, closed);
         });
         if applied == Applied::Duplicate {
             *self.counters.duplicates.entry(kind).or_default() += 1;
@@ -109,16 +141,16 @@ impl Pipeline {
     /// time when `now_ms` is given).
     pub fn finalize_expired(&mut self, now_ms: Option<i64>) {
         let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
-        assembler.finalize_expired(now_ms, &mut |outcome, list| {
-            fold(scorer, score, accumulators, counters, outcome, list);
+        assembler.finalize_expired(now_ms, &mut |closed| {
+            fold(scorer, score, accumulators, counters, closed);
         });
     }
 
     /// Finalizes everything still open.
     pub fn finalize_all(&mut self) {
         let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
-        assembler.finalize_all(&mut |outcome, list| {
-            fold(scorer, score, accumulators, counters, outcome, list);
+        assembler.finalize_all(&mut |closed| {
+            fold(scorer, score, accumulators, counters, closed);
         });
     }
 
@@ -132,14 +164,29 @@ fn fold(
     score: &mut ListScore,
     accumulators: &mut Accumulators,
     counters: &mut OpsCounters,
-    outcome: Outcome,
-    list: Option<FinalList>,
+    closed: Closed,
 ) {
-    match (outcome, list) {
-        (Outcome::Final, Some(list)) => {
+    match closed {
+        Closed::Final(list) => {
             scorer.score(&list.shown, list.scores.as_deref(), &list.judged, score);
             accumulators.fold(&list.dims, list.impression_ms, score);
         }
-        _ => counters.orphans += 1,
+        Closed::Evicted(list) => {
+            counters.evicted += 1;
+            scorer.score(&list.shown, list.scores.as_deref(), &list.judged, score);
+            accumulators.fold(&list.dims, list.impression_ms, score);
+        }
+        Closed::Amended { old, new } => {
+            // The old values are recomputed from the same list: the engine is
+            // deterministic, so the retraction is exact.
+            counters.late_amended += 1;
+            scorer.score(&old.shown, old.scores.as_deref(), &old.judged, score);
+            accumulators.amend_window(&old.dims, old.impression_ms, score, -1);
+            scorer.score(&new.shown, new.scores.as_deref(), &new.judged, score);
+            accumulators.amend_window(&new.dims, new.impression_ms, score, 1);
+        }
+        Closed::Orphan => counters.orphans += 1,
+        Closed::LateDropped => counters.late_dropped += 1,
+        Closed::DimensionOverflow(label) => *counters.dimension_overflow.entry(label).or_default() += 1,
     }
 }

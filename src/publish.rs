@@ -34,6 +34,27 @@ pub struct PartitionState {
     pub last_event_seconds: Option<f64>,
 }
 
+/// The daemon's own health, beside the stream's counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DaemonHealth {
+    /// Whether any broker connection is up (librdkafka's statistics).
+    pub kafka_connected: bool,
+    /// Seconds since the current broker outage began (0 when connected).
+    pub kafka_outage_seconds: f64,
+    /// Broker outages since start (connected → no broker up).
+    pub kafka_outages: u64,
+    /// Checkpoints written and failed (state.dir set).
+    pub checkpoints: u64,
+    pub checkpoint_failures: u64,
+    /// Wall time of the last checkpoint, seconds.
+    pub last_checkpoint_seconds: Option<f64>,
+    /// Invalid messages copied to kafka.dead_letter_topic, and copies that failed.
+    pub dead_letters: u64,
+    pub dead_letter_failures: u64,
+    /// Messages skipped because a restored checkpoint already covers them.
+    pub skipped_covered: u64,
+}
+
 /// Everything one exposition shows.
 pub struct Snapshot<'a> {
     pub config: &'a Config,
@@ -44,6 +65,8 @@ pub struct Snapshot<'a> {
     pub open_lists: usize,
     /// (topic, partition) → state; empty in a replay.
     pub partitions: &'a BTreeMap<(String, i32), PartitionState>,
+    /// Daemon only.
+    pub health: Option<&'a DaemonHealth>,
 }
 
 struct Families {
@@ -229,7 +252,78 @@ pub fn render(s: &Snapshot) -> String {
         &[],
         s.counters.orphans as f64,
     );
+    f.counter(
+        &format!("{PREFIX}lists_evicted_total"),
+        "Lists finalized before their gap because session.max_open_lists was reached",
+        &[],
+        s.counters.evicted as f64,
+    );
+    for (outcome, n) in [("amended", s.counters.late_amended), ("dropped", s.counters.late_dropped)] {
+        f.counter(
+            &format!("{PREFIX}late_judgments_total"),
+            "Judgments for lists already final, within late.horizon: amended (list re-scored) or dropped (late.policy)",
+            &[("outcome", outcome)],
+            n as f64,
+        );
+    }
+    for (i, label) in s.config.dimensions.labels.iter().enumerate() {
+        let n = s.counters.dimension_overflow.get(&i).copied().unwrap_or(0);
+        f.counter(
+            &format!("{PREFIX}dimension_overflow_total"),
+            "Impressions whose value of a dimension label was reported as __other__ (dimensions.max_values reached)",
+            &[("label", label)],
+            n as f64,
+        );
+    }
     f.gauge(&format!("{PREFIX}open_lists"), "Lists still collecting events", &[], s.open_lists as f64);
+    if let Some(h) = s.health {
+        f.gauge(
+            &format!("{PREFIX}kafka_connected"),
+            "1 while a connection to a Kafka broker is up, 0 during an outage",
+            &[],
+            if h.kafka_connected { 1.0 } else { 0.0 },
+        );
+        f.gauge(
+            &format!("{PREFIX}kafka_outage_seconds"),
+            "How long the current broker outage has lasted (0 when connected)",
+            &[],
+            h.kafka_outage_seconds,
+        );
+        f.counter(&format!("{PREFIX}kafka_outages_total"), "Broker outages since start", &[], h.kafka_outages as f64);
+        if !s.config.state.dir.is_empty() {
+            f.counter(&format!("{PREFIX}checkpoints_total"), "Checkpoints written", &[], h.checkpoints as f64);
+            f.counter(
+                &format!("{PREFIX}checkpoint_failures_total"),
+                "Checkpoints that could not be written (offsets are not committed then)",
+                &[],
+                h.checkpoint_failures as f64,
+            );
+            if let Some(t) = h.last_checkpoint_seconds {
+                f.gauge(
+                    &format!("{PREFIX}last_checkpoint_timestamp_seconds"),
+                    "Wall time of the last checkpoint; /metrics shows the state it covers",
+                    &[],
+                    t,
+                );
+            }
+            f.counter(
+                &format!("{PREFIX}messages_covered_total"),
+                "Messages re-delivered after a restart or rebalance and skipped because a checkpoint already covers them",
+                &[],
+                h.skipped_covered as f64,
+            );
+        }
+        if !s.config.kafka.dead_letter_topic.is_empty() {
+            for (outcome, n) in [("sent", h.dead_letters), ("failed", h.dead_letter_failures)] {
+                f.counter(
+                    &format!("{PREFIX}dead_letters_total"),
+                    "Invalid messages copied to kafka.dead_letter_topic (sent) or whose copy failed",
+                    &[("outcome", outcome)],
+                    n as f64,
+                );
+            }
+        }
+    }
     // Event time per partition number (all topics: they are co-partitioned).
     let mut newest: BTreeMap<i32, f64> = BTreeMap::new();
     for ((topic, partition), state) in s.partitions {

@@ -34,7 +34,7 @@ pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<
         // depend on how fast the file is read.
         let _ = pipeline.ingest(REPLAY_TOPIC, message, 0, None);
         lines += 1;
-        if lines % SWEEP_EVERY_LINES == 0 {
+        if lines.is_multiple_of(SWEEP_EVERY_LINES) {
             pipeline.finalize_expired(None);
         }
     }
@@ -62,5 +62,6 @@ pub fn replay(config: &Config, input: impl BufRead) -> std::io::Result<String> {
         counters: &pipeline.counters,
         open_lists: pipeline.open_lists(),
         partitions: &partitions,
+        health: None,
     }))
 }

@@ -1,0 +1,77 @@
+//! Decoding and assembly on arbitrary bytes: the input is a sequence of
+//! messages separated by b'\n', fed alternately as impressions-topic and
+//! judgments-topic messages through one `Pipeline`, with small limits so
+//! eviction, dimension overflow, late amendments and a state round trip are
+//! exercised.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rankpulse::config::{Config, Span};
+use rankpulse::pipeline::Pipeline;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// Messages beyond this are ignored (keeps every run short).
+const MAX_MESSAGES: usize = 256;
+const TOPICS: [&str; 2] = ["search-impressions", "search-judgments"];
+const START_MS: i64 = 1_700_000_000_000;
+/// Processing time between two messages.
+const STEP_MS: i64 = 250;
+
+static CONFIG: LazyLock<Config> = LazyLock::new(|| {
+    let mut config = Config::default();
+    // A small gap, so lists close during a run (event and processing time).
+    config.session.gap = Span { text: "1s".to_string(), duration: Duration::from_secs(1) };
+    // Small bounds, so eviction, `__other__` and late amendments happen.
+    config.session.max_open_lists = 8;
+    config.dimensions.max_values = 2;
+    config.validate().expect("fuzz config is valid");
+    config
+});
+
+fuzz_target!(|data: &[u8]| {
+    let mut pipeline = Pipeline::new(&CONFIG);
+    let mut fed: u64 = 0;
+    let mut arrival_ms = START_MS;
+    for (i, payload) in data.split(|&b| b == b'\n').take(MAX_MESSAGES).enumerate() {
+        arrival_ms += STEP_MS;
+        let _ = pipeline.ingest(TOPICS[i % 2], payload, arrival_ms, None);
+        fed += 1;
+        if fed % 16 == 0 {
+            pipeline.finalize_expired(Some(arrival_ms));
+        }
+        if fed == 64 {
+            // A checkpoint round trip in the middle must not change anything observable.
+            let state = pipeline.assembler.state();
+            pipeline.assembler.restore(state);
+        }
+    }
+    pipeline.finalize_all();
+
+    assert_eq!(pipeline.open_lists(), 0, "lists left open after finalize_all");
+
+    let rejected: u64 = pipeline.counters.rejected.values().sum();
+    let accepted: u64 = pipeline.counters.events.values().sum();
+    assert_eq!(
+        rejected + accepted,
+        fed,
+        "rejected {:?} + accepted {:?} != messages fed",
+        pipeline.counters.rejected,
+        pipeline.counters.events
+    );
+
+    for (dims, series) in &pipeline.accumulators.series {
+        let cells = std::iter::once((None, &series.total)).chain(series.buckets.iter().map(|(b, c)| (Some(b), c)));
+        for (bucket, cell) in cells {
+            for (i, moments) in cell.metrics.iter().enumerate() {
+                if let Some(mean) = moments.mean() {
+                    assert!(
+                        (0.0..=1.0).contains(&mean),
+                        "mean {mean} outside [0, 1]: dims {dims:?}, bucket {bucket:?}, metric index {i}, {moments:?}"
+                    );
+                }
+            }
+        }
+    }
+});

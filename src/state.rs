@@ -1,0 +1,471 @@
+//! Checkpoints: the daemon's state and the Kafka offsets it covers, on disk.
+//!
+//! Beside the stream, not in it: every `state.interval` the daemon writes
+//! one file per instance, `<state.dir>/<instance>.ckpt`, holding for each
+//! partition shard its open (and recently final) lists, its accumulators,
+//! its counters and the next offset of every topic it has consumed. The file
+//! is written to a temporary name, fsynced, renamed over the old one and the
+//! directory fsynced, so a crash at any moment leaves either the old or the
+//! new checkpoint, never a mix. Offsets are committed to Kafka only after
+//! the checkpoint that covers them is durable.
+//!
+//! Restoring: an instance reads its own file at start (its counters go on
+//! from there), and when a partition is assigned it takes that partition's
+//! open lists from whichever file in the directory got furthest in it —
+//! its own after a restart, another instance's after a rebalance. A message
+//! below a shard's checkpointed offset is already accounted for and is
+//! skipped, so nothing is counted twice and nothing is lost.
+
+use crate::accumulate::{Accumulators, Cell, Exclusion, Series};
+use crate::assemble::{AssemblerState, DimensionBudget};
+use crate::config::Config;
+use crate::event::RejectReason;
+use crate::metrics::list::Family;
+use crate::pipeline::OpsCounters;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use thiserror::Error;
+use xxhash_rust::xxh3::xxh3_64;
+
+/// First bytes of a checkpoint file; the trailing digits are the format version.
+const MAGIC: &[u8; 8] = b"RPCKPT01";
+/// Header: magic, payload length (u64 LE), payload checksum (xxh3-64, LE).
+const HEADER_LEN: usize = 8 + 8 + 8;
+pub const EXTENSION: &str = "ckpt";
+
+#[derive(Debug, Error)]
+pub enum StateError {
+    #[error("state.dir {dir}: {source}")]
+    Io {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("checkpoint {path} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error(
+        "checkpoint {path} was written with other metric settings ({theirs}; now {ours}); \
+         move it away to start from empty state"
+    )]
+    Incompatible { path: PathBuf, theirs: String, ours: String },
+    #[error("state.instance {instance:?} is already running with state.dir {dir} (lock {lock} is held)")]
+    Locked { instance: String, dir: PathBuf, lock: PathBuf },
+    #[error("cannot encode checkpoint: {0}")]
+    Encode(String),
+}
+
+/// One partition shard as checkpointed.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ShardCheckpoint {
+    pub partition: i32,
+    /// Whether the writer owned the partition when writing.
+    pub owned: bool,
+    /// Next offset to consume, per topic: everything before is in this state.
+    pub offsets: BTreeMap<String, i64>,
+    pub assembler: AssemblerState,
+    pub accumulators: AccumulatorsState,
+    pub counters: CountersState,
+}
+
+impl ShardCheckpoint {
+    /// How far the shard got: a hand-over takes the state that got furthest.
+    pub fn progress(&self) -> i64 {
+        self.offsets.values().sum()
+    }
+}
+
+/// A whole instance's checkpoint.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The settings that shape the state (see [`fingerprint`]).
+    pub fingerprint: String,
+    pub instance: String,
+    pub written_ms: i64,
+    pub budget: DimensionBudget,
+    pub shards: Vec<ShardCheckpoint>,
+}
+
+/// The settings a checkpoint's numbers depend on: restoring under other
+/// settings would mix incomparable values, so it is refused.
+pub fn fingerprint(config: &Config) -> String {
+    format!(
+        "cutoffs={:?} labels={:?} bucket_ms={} conventions={:?}",
+        config.sorted_cutoffs(),
+        config.dimensions.labels,
+        config.windows.bucket.ms(),
+        config.conventions()
+    )
+}
+
+/// `Accumulators` with its static names spelled out.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AccumulatorsState {
+    pub cutoffs: usize,
+    pub bucket_ms: i64,
+    pub series: Vec<SeriesState>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SeriesState {
+    pub dims: Vec<String>,
+    pub total: Cell,
+    pub buckets: Vec<(i64, Cell)>,
+    pub excluded: Vec<(String, String, i64)>,
+    pub no_relevant: Vec<(String, i64)>,
+}
+
+/// `OpsCounters` with its static names spelled out.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct CountersState {
+    pub events: Vec<(String, String, u64)>,
+    pub rejected: Vec<(String, u64)>,
+    pub duplicates: Vec<(String, u64)>,
+    pub orphans: u64,
+    pub evicted: u64,
+    pub late_amended: u64,
+    pub late_dropped: u64,
+    pub dimension_overflow: Vec<(usize, u64)>,
+}
+
+const EVENT_KINDS: [&str; 2] = ["impression", "judgment"];
+const NO_RELEVANT_KINDS: [&str; 2] = ["graded", "binary"];
+
+fn static_name(name: &str, known: impl IntoIterator<Item = &'static str>) -> Option<&'static str> {
+    known.into_iter().find(|k| *k == name)
+}
+
+fn metric_names() -> impl Iterator<Item = &'static str> {
+    Family::ALL.into_iter().map(Family::name).chain(["gauc"])
+}
+
+impl AccumulatorsState {
+    pub fn from_accumulators(a: &Accumulators) -> Self {
+        AccumulatorsState {
+            cutoffs: a.cutoffs,
+            bucket_ms: a.bucket_ms,
+            series: a
+                .series
+                .iter()
+                .map(|(dims, s)| SeriesState {
+                    dims: dims.to_vec(),
+                    total: s.total.clone(),
+                    buckets: s.buckets.iter().map(|(b, c)| (*b, c.clone())).collect(),
+                    excluded: s
+                        .excluded
+                        .iter()
+                        .map(|((m, e), n)| (m.to_string(), e.as_str().to_string(), *n))
+                        .collect(),
+                    no_relevant: s.no_relevant.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn into_accumulators(self) -> Result<Accumulators, String> {
+        let mut a = Accumulators::new(self.cutoffs, self.bucket_ms);
+        for s in self.series {
+            let mut series = Series { total: s.total, buckets: s.buckets.into_iter().collect(), ..Series::default() };
+            for (m, e, n) in s.excluded {
+                let metric = static_name(&m, metric_names()).ok_or_else(|| format!("unknown metric {m:?}"))?;
+                let exclusion = [Exclusion::NoRelevant, Exclusion::SingleClass]
+                    .into_iter()
+                    .find(|x| x.as_str() == e)
+                    .ok_or_else(|| format!("unknown exclusion {e:?}"))?;
+                series.excluded.insert((metric, exclusion), n);
+            }
+            for (k, n) in s.no_relevant {
+                let kind = static_name(&k, NO_RELEVANT_KINDS).ok_or_else(|| format!("unknown kind {k:?}"))?;
+                series.no_relevant.insert(kind, n);
+            }
+            a.series.insert(Arc::from(s.dims), series);
+        }
+        Ok(a)
+    }
+}
+
+impl CountersState {
+    pub fn from_counters(c: &OpsCounters) -> Self {
+        CountersState {
+            events: c.events.iter().map(|((t, k), n)| (t.clone(), k.to_string(), *n)).collect(),
+            rejected: c.rejected.iter().map(|(r, n)| (r.as_str().to_string(), *n)).collect(),
+            duplicates: c.duplicates.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+            orphans: c.orphans,
+            evicted: c.evicted,
+            late_amended: c.late_amended,
+            late_dropped: c.late_dropped,
+            dimension_overflow: c.dimension_overflow.iter().map(|(k, n)| (*k, *n)).collect(),
+        }
+    }
+
+    pub fn into_counters(self) -> Result<OpsCounters, String> {
+        let mut c = OpsCounters::default();
+        for (topic, kind, n) in self.events {
+            let kind = static_name(&kind, EVENT_KINDS).ok_or_else(|| format!("unknown event type {kind:?}"))?;
+            c.events.insert((topic, kind), n);
+        }
+        for (reason, n) in self.rejected {
+            let r = RejectReason::ALL
+                .into_iter()
+                .find(|r| r.as_str() == reason)
+                .ok_or_else(|| format!("unknown reject reason {reason:?}"))?;
+            c.rejected.insert(r, n);
+        }
+        for (kind, n) in self.duplicates {
+            let kind = static_name(&kind, EVENT_KINDS).ok_or_else(|| format!("unknown event type {kind:?}"))?;
+            c.duplicates.insert(kind, n);
+        }
+        c.orphans = self.orphans;
+        c.evicted = self.evicted;
+        c.late_amended = self.late_amended;
+        c.late_dropped = self.late_dropped;
+        c.dimension_overflow = self.dimension_overflow.into_iter().collect();
+        Ok(c)
+    }
+}
+
+/// An instance's place in `state.dir`: its checkpoint file and its lock.
+#[derive(Debug)]
+pub struct StateStore {
+    pub dir: PathBuf,
+    pub instance: String,
+    fingerprint: String,
+    /// Held for the process's life: two processes with one instance name
+    /// would overwrite each other's checkpoints.
+    _lock: File,
+}
+
+impl StateStore {
+    /// Opens (creating) `state.dir` and takes this instance's lock.
+    pub fn open(config: &Config) -> Result<StateStore, StateError> {
+        let dir = PathBuf::from(&config.state.dir);
+        let io = |source| StateError::Io { dir: dir.clone(), source };
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let instance =
+            if config.state.instance.is_empty() { default_instance() } else { config.state.instance.clone() };
+        let lock_path = dir.join(format!("{instance}.lock"));
+        let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(io)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StateError::Locked { instance, dir: dir.clone(), lock: lock_path });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
+        Ok(StateStore { dir, instance, fingerprint: fingerprint(config), _lock: lock })
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(format!("{}.{EXTENSION}", self.instance))
+    }
+
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// This instance's last checkpoint, if any.
+    pub fn load_own(&self) -> Result<Option<Checkpoint>, StateError> {
+        let path = self.path();
+        if !path.exists() {
+            return Ok(None);
+        }
+        let c = read(&path)?;
+        if c.fingerprint != self.fingerprint {
+            return Err(StateError::Incompatible { path, theirs: c.fingerprint, ours: self.fingerprint.clone() });
+        }
+        Ok(Some(c))
+    }
+
+    /// Every compatible checkpoint in the directory (this instance's
+    /// included); unreadable or incompatible ones are reported and skipped.
+    pub fn load_all(&self) -> Vec<Checkpoint> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some(EXTENSION) {
+                continue;
+            }
+            match read(&path) {
+                Ok(c) if c.fingerprint == self.fingerprint => out.push(c),
+                Ok(c) => eprintln!(
+                    "rankpulse: ignoring checkpoint {} (other metric settings: {})",
+                    path.display(),
+                    c.fingerprint
+                ),
+                Err(e) => eprintln!("rankpulse: ignoring checkpoint: {e}"),
+            }
+        }
+        out
+    }
+
+    /// Writes `checkpoint` atomically: temporary file, fsync, rename, fsync
+    /// of the directory.
+    pub fn write(&self, checkpoint: &Checkpoint) -> Result<usize, StateError> {
+        let payload = postcard::to_stdvec(checkpoint).map_err(|e| StateError::Encode(e.to_string()))?;
+        let io = |source| StateError::Io { dir: self.dir.clone(), source };
+        let tmp = self.dir.join(format!(".{}.{EXTENSION}.tmp", self.instance));
+        let mut file = File::create(&tmp).map_err(io)?;
+        let mut header = Vec::with_capacity(HEADER_LEN);
+        header.extend_from_slice(MAGIC);
+        header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        header.extend_from_slice(&xxh3_64(&payload).to_le_bytes());
+        file.write_all(&header).map_err(io)?;
+        file.write_all(&payload).map_err(io)?;
+        file.sync_all().map_err(io)?;
+        drop(file);
+        std::fs::rename(&tmp, self.path()).map_err(io)?;
+        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io)?;
+        Ok(HEADER_LEN + payload.len())
+    }
+}
+
+/// Reads and verifies one checkpoint file.
+pub fn read(path: &Path) -> Result<Checkpoint, StateError> {
+    let bytes = std::fs::read(path).map_err(|source| StateError::Io { dir: path.to_path_buf(), source })?;
+    let corrupt = |reason: &str| StateError::Corrupt { path: path.to_path_buf(), reason: reason.to_string() };
+    if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
+        return Err(corrupt("not a rankpulse checkpoint (or another format version)"));
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&bytes[8..16]);
+    let mut sum = [0u8; 8];
+    sum.copy_from_slice(&bytes[16..24]);
+    let payload = &bytes[HEADER_LEN..];
+    if u64::from_le_bytes(len) != payload.len() as u64 {
+        return Err(corrupt("truncated"));
+    }
+    if u64::from_le_bytes(sum) != xxh3_64(payload) {
+        return Err(corrupt("checksum mismatch"));
+    }
+    postcard::from_bytes(payload).map_err(|e| corrupt(&e.to_string()))
+}
+
+/// The host name, else "rankpulse".
+fn default_instance() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty() && !h.contains('/') && !h.starts_with('.'))
+        .unwrap_or_else(|| "rankpulse".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::Pipeline;
+
+    fn config(dir: &Path, instance: &str) -> Config {
+        let mut c = Config::default();
+        c.state.dir = dir.display().to_string();
+        c.state.instance = instance.to_string();
+        c
+    }
+
+    fn events() -> Vec<String> {
+        let mut out = Vec::new();
+        for s in 0..40 {
+            out.push(format!(
+                r#"{{"type":"impression","event_id":"i{s}","session_id":"s{s}","timestamp":{},"results":[{{"doc_id":"a","position":1,"score":2}},{{"doc_id":"b","position":2,"score":1}}],"dimensions":{{"ranker":"r{}"}}}}"#,
+                1_000 * s,
+                s % 3
+            ));
+            out.push(format!(
+                r#"{{"type":"judgment","event_id":"j{s}","session_id":"s{s}","doc_id":"{}","grade":{},"timestamp":{}}}"#,
+                if s % 2 == 0 { "a" } else { "b" },
+                s % 4,
+                1_000 * s + 500
+            ));
+        }
+        out
+    }
+
+    fn shard_checkpoint(p: &Pipeline) -> ShardCheckpoint {
+        ShardCheckpoint {
+            partition: 0,
+            owned: true,
+            offsets: BTreeMap::from([("t".to_string(), 7)]),
+            assembler: p.assembler.state(),
+            accumulators: AccumulatorsState::from_accumulators(&p.accumulators),
+            counters: CountersState::from_counters(&p.counters),
+        }
+    }
+
+    /// A pipeline checkpointed half way and restored gives exactly the
+    /// result of one that never stopped.
+    #[test]
+    fn restore_midway_equals_uninterrupted() {
+        let dir = std::env::temp_dir().join(format!("rankpulse-state-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = config(&dir, "a");
+        let evs = events();
+        let mut whole = Pipeline::new(&cfg);
+        for e in &evs {
+            let _ = whole.ingest("t", e.as_bytes(), 0, None);
+        }
+        whole.finalize_all();
+
+        let store = StateStore::open(&cfg).unwrap();
+        let mut first = Pipeline::new(&cfg);
+        for e in &evs[..37] {
+            let _ = first.ingest("t", e.as_bytes(), 0, None);
+        }
+        let budget = std::mem::take(&mut *first.budget().lock().unwrap());
+        let written = Checkpoint {
+            fingerprint: fingerprint(&cfg),
+            instance: "a".into(),
+            written_ms: 1,
+            budget,
+            shards: vec![shard_checkpoint(&first)],
+        };
+        store.write(&written).unwrap();
+        drop(first);
+
+        let restored = store.load_own().unwrap().unwrap();
+        assert_eq!(restored.shards[0].offsets["t"], 7);
+        let mut second = Pipeline::new(&cfg);
+        let shard = restored.shards.into_iter().next().unwrap();
+        second.assembler.restore(shard.assembler);
+        second.accumulators = shard.accumulators.into_accumulators().unwrap();
+        second.counters = shard.counters.into_counters().unwrap();
+        for e in &evs[37..] {
+            let _ = second.ingest("t", e.as_bytes(), 0, None);
+        }
+        second.finalize_all();
+        assert_eq!(second.accumulators, whole.accumulators);
+        assert_eq!(second.counters, whole.counters);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn corrupt_locked_and_incompatible_checkpoints_are_refused() {
+        let dir = std::env::temp_dir().join(format!("rankpulse-state-bad-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = config(&dir, "b");
+        let store = StateStore::open(&cfg).unwrap();
+        assert!(matches!(StateStore::open(&cfg), Err(StateError::Locked { .. })));
+        let c = Checkpoint {
+            fingerprint: fingerprint(&cfg),
+            instance: "b".into(),
+            written_ms: 0,
+            budget: DimensionBudget::default(),
+            shards: vec![],
+        };
+        store.write(&c).unwrap();
+        let mut bytes = std::fs::read(store.path()).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(store.path(), &bytes).unwrap();
+        assert!(matches!(store.load_own(), Err(StateError::Corrupt { .. })));
+        let mut other = cfg.clone();
+        other.metrics.cutoffs = vec![1, 2];
+        store.write(&Checkpoint { fingerprint: fingerprint(&other), ..c }).unwrap();
+        let err = store.load_own().unwrap_err();
+        assert!(matches!(err, StateError::Incompatible { .. }), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
