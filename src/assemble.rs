@@ -6,11 +6,16 @@
 //! once. Judgments may arrive before their impression and wait for it.
 //!
 //! A list is final when no event of it arrived for `session.gap` in event
-//! time: when the watermark (newest event time seen) passes its last event
-//! plus the gap, when an event of the same key arrives more than a gap after
+//! time: when the watermark passes its last event plus the gap, when an event of the same key arrives more than a gap after
 //! the list's last event (a new list starts), or, for idle partitions, when
 //! no event of it arrived for a gap of processing time. Everything open is
 //! finalized at shutdown and at the end of a replay.
+//!
+//! The watermark is the oldest of the newest event times of the shard's
+//! lanes (its input topics): impressions and judgments of one partition are
+//! consumed at different speeds, above all when catching up after a
+//! restart, and a list must not close because the impressions ran ahead of
+//! the judgments that belong to it.
 //!
 //! Open lists are compact: keys and document ids are 128- and 64-bit
 //! hashes, never copies of the strings, and dimension values are interned.
@@ -300,7 +305,9 @@ pub struct Assembler {
     open_lists: FxHashMap<ListKey, OpenList>,
     /// Final lists still inside the late horizon (for late judgments).
     closed_lists: FxHashMap<ListKey, OpenList>,
-    /// Newest event time seen by this shard.
+    /// Newest event time per lane (input topic).
+    lanes: Vec<(String, i64)>,
+    /// The oldest of the lanes' newest event times.
     watermark_ms: i64,
     /// Set when restored from a checkpoint: processing-time expiry waits
     /// until input flows again, or restored lists would all expire while
@@ -314,7 +321,7 @@ pub struct AssemblerState {
     pub dimension_values: Vec<Vec<String>>,
     pub open_lists: Vec<(ListKey, OpenList)>,
     pub closed_lists: Vec<(ListKey, OpenList)>,
-    pub watermark_ms: i64,
+    pub lanes: Vec<(String, i64)>,
 }
 
 impl Assembler {
@@ -334,6 +341,7 @@ impl Assembler {
             dimensions,
             open_lists: FxHashMap::default(),
             closed_lists: FxHashMap::default(),
+            lanes: Vec::new(),
             watermark_ms: i64::MIN,
             clock_paused: false,
         }
@@ -345,7 +353,7 @@ impl Assembler {
             dimension_values: self.dimensions.values.iter().map(|v| v.to_vec()).collect(),
             open_lists: self.open_lists.iter().map(|(k, l)| (*k, l.clone())).collect(),
             closed_lists: self.closed_lists.iter().map(|(k, l)| (*k, l.clone())).collect(),
-            watermark_ms: self.watermark_ms,
+            lanes: self.lanes.clone(),
         }
     }
 
@@ -363,7 +371,8 @@ impl Assembler {
         };
         self.open_lists = state.open_lists.into_iter().map(clear).collect();
         self.closed_lists = state.closed_lists.into_iter().map(clear).collect();
-        self.watermark_ms = state.watermark_ms;
+        self.lanes = state.lanes;
+        self.watermark_ms = self.lanes.iter().map(|(_, t)| *t).min().unwrap_or(i64::MIN);
         self.clock_paused = true;
     }
 
@@ -390,11 +399,13 @@ impl Assembler {
         self.watermark_ms
     }
 
-    /// Applies one event. Lists that it closes (same key, more than a gap
-    /// later; or evicted to make room) go to `sink` first.
+    /// Applies one event that came in on `lane` (its topic). Lists that it
+    /// closes (same key, more than a gap later; or evicted to make room) go
+    /// to `sink` first.
     pub fn ingest(
         &mut self,
         event: &Event,
+        lane: &str,
         arrival_ms: i64,
         source: Option<Source>,
         sink: &mut impl FnMut(Closed),
@@ -406,7 +417,11 @@ impl Assembler {
         };
         let key = list_key(session, query.as_deref());
         let event_hash = xxh3_64(event_id.as_bytes());
-        self.watermark_ms = self.watermark_ms.max(ts);
+        match self.lanes.iter_mut().find(|(name, _)| name == lane) {
+            Some((_, newest)) => *newest = (*newest).max(ts),
+            None => self.lanes.push((lane.to_string(), ts)),
+        }
+        self.watermark_ms = self.lanes.iter().map(|(_, t)| *t).min().unwrap_or(i64::MIN);
         let gap = self.limits.gap_ms;
         if let Some(list) = self.open_lists.get(&key)
             && ts > list.last_event_ms.saturating_add(gap)
@@ -502,13 +517,7 @@ impl Assembler {
     /// Finalizes the lists with the oldest last event, a batch at a time so
     /// that the scan is amortized over many insertions.
     fn evict_oldest(&mut self, sink: &mut impl FnMut(Closed)) {
-        let batch = (self.open_lists.len() / 64).max(1);
-        let mut ages: Vec<(i64, ListKey)> = self.open_lists.iter().map(|(k, l)| (l.last_event_ms, *k)).collect();
-        if batch < ages.len() {
-            ages.select_nth_unstable(batch);
-            ages.truncate(batch);
-        }
-        for (_, key) in ages {
+        for (key, _) in oldest(&self.open_lists) {
             if let Some(list) = self.open_lists.remove(&key) {
                 self.close(key, list, true, sink);
             }
@@ -573,8 +582,7 @@ impl Assembler {
                 if self.limits.late_horizon_ms > 0 {
                     if self.closed_lists.len() >= self.limits.max_open_lists {
                         // Bounded like the open lists: forget the oldest.
-                        let oldest = self.closed_lists.iter().min_by_key(|(_, l)| l.last_event_ms).map(|(k, _)| *k);
-                        if let Some(k) = oldest {
+                        for (k, _) in oldest(&self.closed_lists) {
                             self.closed_lists.remove(&k);
                         }
                     }
@@ -585,6 +593,19 @@ impl Assembler {
             None => sink(Closed::Orphan),
         }
     }
+}
+
+/// The keys of the 1/64 of `lists` with the oldest last event (at least
+/// one): evicting a batch at a time amortizes the scan.
+fn oldest(lists: &FxHashMap<ListKey, OpenList>) -> Vec<(ListKey, i64)> {
+    let batch = (lists.len() / 64).max(1);
+    let mut ages: Vec<(i64, ListKey)> = lists.iter().map(|(k, l)| (l.last_event_ms, *k)).collect();
+    if batch < ages.len() {
+        ages.select_nth_unstable(batch);
+        ages.truncate(batch);
+    }
+    ages.sort_unstable();
+    ages.into_iter().map(|(t, k)| (k, t)).collect()
 }
 
 fn apply_impression(list: &mut OpenList, impression: &Impression, dims: DimsId) {
@@ -642,6 +663,12 @@ mod tests {
     use super::*;
     use crate::event::{DecodeLimits, decode};
 
+    impl Assembler {
+        fn ingest_t(&mut self, e: &Event, arrival: i64, source: Option<Source>, sink: &mut impl FnMut(Closed)) {
+            self.ingest(e, "t", arrival, source, sink);
+        }
+    }
+
     fn ev(json: &str) -> Event<'_> {
         decode(json.as_bytes(), &DecodeLimits::from_config(&crate::config::Config::default())).unwrap()
     }
@@ -664,7 +691,7 @@ mod tests {
     fn collect(asm: &mut Assembler, events: &[String]) -> Vec<Closed> {
         let mut out = Vec::new();
         for e in events {
-            asm.ingest(&ev(e), 0, None, &mut |c| out.push(c));
+            asm.ingest_t(&ev(e), 0, None, &mut |c| out.push(c));
         }
         asm.finalize_all(&mut |c| out.push(c));
         out
@@ -722,11 +749,11 @@ mod tests {
     fn expiry_by_watermark_and_by_processing_time() {
         let mut asm = Assembler::new(10_000, vec![]);
         let mut out = Vec::new();
-        asm.ingest(&ev(&imp("i1", "a", 0, &[("d", 1)])), 100, None, &mut |c| out.push(c));
-        asm.ingest(&ev(&imp("i2", "b", 9_999, &[("d", 1)])), 100, None, &mut |c| out.push(c));
+        asm.ingest_t(&ev(&imp("i1", "a", 0, &[("d", 1)])), 100, None, &mut |c| out.push(c));
+        asm.ingest_t(&ev(&imp("i2", "b", 9_999, &[("d", 1)])), 100, None, &mut |c| out.push(c));
         asm.finalize_expired(None, &mut |c| out.push(c));
         assert_eq!(out.len(), 0);
-        asm.ingest(&ev(&imp("i3", "c", 10_000, &[("d", 1)])), 100, Some(Source { id: 7, offset: 42 }), &mut |c| {
+        asm.ingest_t(&ev(&imp("i3", "c", 10_000, &[("d", 1)])), 100, Some(Source { id: 7, offset: 42 }), &mut |c| {
             out.push(c)
         });
         asm.finalize_expired(None, &mut |c| out.push(c));
@@ -747,7 +774,7 @@ mod tests {
             let mut asm = Assembler::with_limits(limits(policy), vec![], None);
             let mut out = Vec::new();
             let mut feed = |asm: &mut Assembler, e: String| {
-                asm.ingest(&ev(&e), 0, None, &mut |c| out.push(c));
+                asm.ingest_t(&ev(&e), 0, None, &mut |c| out.push(c));
                 asm.finalize_expired(None, &mut |c| out.push(c));
             };
             feed(&mut asm, imp("i1", "s", 0, &[("d1", 1), ("d2", 2)]));
@@ -785,7 +812,7 @@ mod tests {
         let mut asm = Assembler::with_limits(l, vec![], None);
         let mut out = Vec::new();
         for n in 0..10 {
-            asm.ingest(&ev(&imp(&format!("i{n}"), &format!("s{n}"), n, &[("d", 1)])), 0, None, &mut |c| out.push(c));
+            asm.ingest_t(&ev(&imp(&format!("i{n}"), &format!("s{n}"), n, &[("d", 1)])), 0, None, &mut |c| out.push(c));
             assert!(asm.open_lists() <= 4);
         }
         let evicted: Vec<i64> = out
@@ -807,7 +834,7 @@ mod tests {
         for (n, ranker) in ["a", "b", "c", "a", "d"].iter().enumerate() {
             let e = imp(&format!("i{n}"), &format!("s{n}"), 0, &[("d", 1)])
                 .replace(r#""ranker":"a""#, &format!(r#""ranker":"{ranker}""#));
-            asm.ingest(&ev(&e), 0, None, &mut |c| out.push(c));
+            asm.ingest_t(&ev(&e), 0, None, &mut |c| out.push(c));
         }
         asm.finalize_all(&mut |c| out.push(c));
         let mut dims: Vec<String> = out.iter().filter_map(final_of).map(|f| f.dims[0].clone()).collect();

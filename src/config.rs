@@ -379,7 +379,9 @@ impl Config {
         if k.topics.is_empty() || k.topics.iter().any(|t| t.trim().is_empty()) {
             return Err(ConfigError::key("kafka.topics", "must list one or more non-empty topic names"));
         }
-        for key in ["group.id", "bootstrap.servers", "enable.auto.commit"] {
+        for key in
+            ["group.id", "bootstrap.servers", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof"]
+        {
             if k.properties.contains_key(key) {
                 return Err(ConfigError::key(
                     &format!("kafka.properties.{key}"),

@@ -102,11 +102,20 @@ struct Shard {
     /// counters (they were published) but its open lists are frozen: the
     /// partition's new owner continues them.
     owned: bool,
+    /// The partition's end was reached and nothing came since: only then
+    /// may its lists close on processing time. A backlog or a broker outage
+    /// is not idleness.
+    idle: bool,
 }
 
 impl Shard {
     fn new(config: &Config, budget: &Arc<Mutex<DimensionBudget>>) -> Shard {
-        Shard { pipeline: Pipeline::with_budget(config, budget.clone()), next_offsets: BTreeMap::new(), owned: true }
+        Shard {
+            pipeline: Pipeline::with_budget(config, budget.clone()),
+            next_offsets: BTreeMap::new(),
+            owned: true,
+            idle: false,
+        }
     }
 
     fn restore(&mut self, c: ShardCheckpoint, whole: bool) -> Result<(), String> {
@@ -161,8 +170,12 @@ impl Daemon {
         let id = self.sources.id(topic, partition);
         let now = wall_ms();
         let checkpointing = self.store.is_some();
-        let (config, budget) = (&self.config, &self.budget);
-        let shard = self.shards.entry(partition).or_insert_with(|| Shard::new(config, budget));
+        if !self.shards.contains_key(&partition) {
+            self.shards.insert(partition, Shard::new(&self.config, &self.budget));
+            self.share_open_list_cap();
+        }
+        let Some(shard) = self.shards.get_mut(&partition) else { return };
+        shard.idle = false;
         match shard.next_offsets.get_mut(topic) {
             Some(next) if offset < *next => {
                 self.health.skipped_covered += 1;
@@ -190,10 +203,20 @@ impl Daemon {
         }
     }
 
+    /// `session.max_open_lists` is per instance: each shard gets an equal
+    /// share (rounded up).
+    fn share_open_list_cap(&mut self) {
+        let share = self.config.session.max_open_lists.div_ceil(self.shards.len().max(1)).max(1);
+        for shard in self.shards.values_mut() {
+            shard.pipeline.assembler.limits.max_open_lists = share;
+        }
+    }
+
     /// A partition reached its end: input is live, restored lists may
     /// expire on processing time again.
     fn partition_eof(&mut self, partition: i32) {
         if let Some(shard) = self.shards.get_mut(&partition) {
+            shard.idle = true;
             shard.pipeline.assembler.resume_clock(wall_ms());
         }
     }
@@ -236,6 +259,7 @@ impl Daemon {
                 shard.owned = false;
             }
         }
+        self.share_open_list_cap();
         Ok(())
     }
 
@@ -265,6 +289,7 @@ impl Daemon {
             }
             shard.owned = true;
         }
+        self.share_open_list_cap();
     }
 
     fn restore_error(&self, reason: String) -> DaemonError {
@@ -290,16 +315,20 @@ impl Daemon {
             self.shards.insert(p, shard);
         }
         eprintln!("rankpulse: restored {} partition shard(s) from {}", self.shards.len(), store.path().display());
+        self.share_open_list_cap();
         Ok(())
     }
 
-    /// Closes lists past their gap (event or processing time).
+    /// Closes lists past their gap in event time, and, on idle partitions
+    /// while the broker is reachable, in processing time.
     fn finalize_expired(&mut self) {
         let now = wall_ms();
         let checkpointing = self.store.is_some();
+        let connected = self.signals.connected.load(Ordering::Relaxed);
         for shard in self.shards.values_mut() {
             if shard.owned || !checkpointing {
-                shard.pipeline.finalize_expired(Some(now));
+                let processing_time = (connected && shard.idle).then_some(now);
+                shard.pipeline.finalize_expired(processing_time);
             }
         }
     }

@@ -129,7 +129,7 @@ impl Pipeline {
             }
         }
         let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
-        let applied = assembler.ingest(event, arrival_ms, source, &mut |closed| {
+        let applied = assembler.ingest(event, topic, arrival_ms, source, &mut |closed| {
             fold(scorer, score, accumulators, counters, closed);
         });
         if applied == Applied::Duplicate {
