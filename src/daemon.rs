@@ -82,6 +82,9 @@ pub struct RunSummary {
     pub committed: BTreeMap<(String, i32), i64>,
     /// The last exposition published (after every list was finalized or checkpointed).
     pub final_exposition: String,
+    /// When the first and the last message arrived (throughput measurements).
+    pub first_message_at: Option<std::time::Instant>,
+    pub last_message_at: Option<std::time::Instant>,
 }
 
 fn wall_ms() -> i64 {
@@ -162,6 +165,7 @@ struct Daemon {
     last_checkpoint: Option<tokio::time::Instant>,
     /// Offsets committed from checkpoints (state.dir set).
     committed: BTreeMap<(String, i32), i64>,
+    first_message_at: Option<std::time::Instant>,
 }
 
 impl Daemon {
@@ -550,6 +554,7 @@ pub async fn run_with(
         dead_letters,
         last_checkpoint: None,
         committed: BTreeMap::new(),
+        first_message_at: None,
     };
     // Before subscribing: the restored counters are what /metrics shows first.
     daemon.restore_own()?;
@@ -579,6 +584,7 @@ pub async fn run_with(
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
+    let mut last_message_at = None;
     loop {
         tokio::select! {
             biased;
@@ -620,7 +626,13 @@ pub async fn run_with(
                 // first message it concerns.
                 daemon.apply_rebalances()?;
                 match message {
-                    Ok(m) => daemon.handle(m.topic(), m.partition(), m.offset(), m.key(), m.payload()),
+                    Ok(m) => {
+                        if daemon.first_message_at.is_none() {
+                            daemon.first_message_at = Some(std::time::Instant::now());
+                        }
+                        daemon.handle(m.topic(), m.partition(), m.offset(), m.key(), m.payload());
+                        last_message_at = Some(std::time::Instant::now());
+                    }
                     Err(KafkaError::PartitionEOF(p)) => daemon.partition_eof(p),
                     Err(e) => eprintln!("rankpulse: kafka: {e}"),
                 }
@@ -649,6 +661,8 @@ pub async fn run_with(
         open_lists_at_shutdown: daemon.open_lists(),
         committed: BTreeMap::new(),
         final_exposition: String::new(),
+        first_message_at: daemon.first_message_at,
+        last_message_at,
     };
     if durable && let Some((tpl, moved)) = daemon.commit_points(true) {
         let c = consumer.clone();

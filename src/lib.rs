@@ -38,7 +38,9 @@
 //! `src/main.rs` is only the command line.
 
 pub mod accumulate;
+
 pub mod assemble;
+pub mod bench;
 pub mod config;
 pub mod daemon;
 pub mod demo;

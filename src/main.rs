@@ -31,6 +31,28 @@ enum Command {
     Loadgen(LoadgenArgs),
     /// Run the stream pipeline over a file of JSON events (one per line) and print the final /metrics exposition.
     Replay(ReplayArgs),
+    /// Measure throughput and memory on a reproducible event mix (see README, Performance).
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// pipeline: decode → assemble → score → accumulate on one core; memory: resident bytes per
+    /// open list; kafka: fill a broker, then a bare consumer and the daemon on the same data.
+    #[arg(value_parser = ["pipeline", "memory", "kafka"])]
+    what: String,
+    /// Lists in the mix (each: one impression of 10 results and 3 judgments).
+    #[arg(long, default_value_t = 250_000)]
+    lists: usize,
+    /// Seed of the mix.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Kafka bootstrap servers (kafka).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    brokers: String,
+    /// Skip producing (kafka): the topics already hold the mix of these --lists and --seed.
+    #[arg(long)]
+    no_fill: bool,
 }
 
 #[derive(Args)]
@@ -149,6 +171,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Bench(args) => report("bench", bench_command(args)),
         Command::Replay(args) => match replay_command(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -167,6 +190,41 @@ fn report(command: &str, result: anyhow::Result<()>) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
+    use rankpulse::bench;
+    let config = Config::default();
+    match args.what.as_str() {
+        "pipeline" => {
+            let messages = bench::mix(0, args.lists, args.seed, 1_763_780_000_000, 4.0);
+            let (imp, jdg) = bench::mean_sizes(&messages);
+            eprintln!(
+                "mix: {} messages ({} lists; impressions {imp:.0} B, judgments {jdg:.0} B on average)",
+                messages.len(),
+                args.lists
+            );
+            for run in 1..=3 {
+                let rate = bench::pipeline_throughput(&config, &messages);
+                println!("pipeline run {run}: {rate:.0} events/s on one core");
+            }
+        }
+        "memory" => {
+            let (before, after, per_list) = bench::open_list_memory(&config, args.lists);
+            println!(
+                "{} open lists of 10 results: resident {:.1} MiB before, {:.1} MiB after: {per_list:.0} bytes per open list",
+                args.lists,
+                before as f64 / 1048576.0,
+                after as f64 / 1048576.0
+            );
+        }
+        _ => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            let report = runtime.block_on(bench::kafka::run(&args.brokers, args.lists, args.seed, !args.no_fill))?;
+            println!("{report}");
+        }
+    }
+    Ok(())
 }
 
 fn demo_command(args: DemoArgs) -> anyhow::Result<()> {

@@ -1,0 +1,132 @@
+//! `rankpulse bench`: reproducible load measurements of the stream path.
+//!
+//! Beside the data flow, for measuring it: a seeded event mix shaped like
+//! production traffic (one impression of 10 results, about 760 bytes, per
+//! three judgments of about 160 bytes), and three measurements over it:
+//! the pipeline alone (decode → assemble → score → accumulate, one core),
+//! resident memory per open list, and end to end through a Kafka broker
+//! (see [`kafka`]).
+
+use crate::config::Config;
+use crate::pipeline::Pipeline;
+use std::time::Instant;
+
+pub mod kafka;
+
+/// One message of the mix.
+#[derive(Debug, Clone)]
+pub struct MixMessage {
+    pub judgment: bool,
+    /// The session id: the Kafka key.
+    pub key: String,
+    pub payload: Vec<u8>,
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+const RANKERS: [&str; 2] = ["control", "candidate"];
+const MARKETS: [&str; 4] = ["us", "de", "jp", "br"];
+const ACTIONS: [&str; 3] = ["click", "add_to_cart", "purchase"];
+
+/// Lists `first..first + lists`, each an impression of 10 results followed
+/// by 3 judgments, in event-time order from `base_ms` (one list per
+/// `spacing_ms`); the same arguments give the same bytes.
+pub fn mix(first: usize, lists: usize, seed: u64, base_ms: i64, spacing_ms: f64) -> Vec<MixMessage> {
+    let mut rng = Rng((seed ^ (first as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1);
+    let mut out = Vec::with_capacity(lists * 4);
+    for i in first..first + lists {
+        let t = base_ms + ((i - first) as f64 * spacing_ms) as i64;
+        let session = format!("sess-{:010}-{:04x}", i, rng.next() % 0xffff);
+        let query = format!("q-{:08}", rng.next() % 100_000_000);
+        let ranker = RANKERS[(rng.next() % 2) as usize];
+        let market = MARKETS[(rng.next() % 4) as usize];
+        let docs: Vec<u64> = (0..10).map(|_| rng.next() % 10_000_000).collect();
+        let results: Vec<String> = docs
+            .iter()
+            .enumerate()
+            .map(|(p, d)| {
+                format!(r#"{{"doc_id":"doc-{d:010}","position":{},"score":{:.6}}}"#, p + 1, 30.0 - p as f64 * 1.37)
+            })
+            .collect();
+        let impression = format!(
+            r#"{{"type":"impression","event_id":"imp-{i:012}","session_id":"{session}","query_id":"{query}","timestamp":{t},"results":[{}],"dimensions":{{"ranker":"{ranker}","market":"{market}","device":"mobile"}}}}"#,
+            results.join(",")
+        );
+        out.push(MixMessage { judgment: false, key: session.clone(), payload: impression.into_bytes() });
+        for j in 0..3 {
+            let doc = docs[(rng.next() % 10) as usize];
+            let action = ACTIONS[(rng.next() % 3) as usize];
+            let judgment = format!(
+                r#"{{"type":"judgment","event_id":"jdg-{i:012}-{j}","session_id":"{session}","query_id":"{query}","doc_id":"doc-{doc:010}","action":"{action}","timestamp":{}}}"#,
+                t + 500 + j * 700
+            );
+            out.push(MixMessage { judgment: true, key: session.clone(), payload: judgment.into_bytes() });
+        }
+    }
+    out
+}
+
+/// Mean payload sizes (impressions, judgments), for the report.
+pub fn mean_sizes(messages: &[MixMessage]) -> (f64, f64) {
+    let mean = |judgment: bool| {
+        let sizes: Vec<usize> = messages.iter().filter(|m| m.judgment == judgment).map(|m| m.payload.len()).collect();
+        sizes.iter().sum::<usize>() as f64 / sizes.len().max(1) as f64
+    };
+    (mean(false), mean(true))
+}
+
+/// The pipeline alone, on one core: events per second.
+pub fn pipeline_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
+    let mut pipeline = Pipeline::new(config);
+    let started = Instant::now();
+    for (n, m) in messages.iter().enumerate() {
+        let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
+        let _ = pipeline.ingest(topic, &m.payload, 0, None);
+        if n % 4096 == 4095 {
+            pipeline.finalize_expired(None);
+        }
+    }
+    pipeline.finalize_all();
+    messages.len() as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Resident memory of this process in bytes (Linux), 0 elsewhere.
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Opens `lists` lists of 10 results (impressions only, none final) and
+/// returns (resident bytes before, after, per open list).
+pub fn open_list_memory(config: &Config, lists: usize) -> (u64, u64, f64) {
+    let mut config = config.clone();
+    config.session.gap = "1h".parse().unwrap_or(config.session.gap);
+    let mut pipeline = Pipeline::new(&config);
+    // Generated in chunks so the input itself is not counted.
+    let before = rss_bytes();
+    let chunk = 50_000;
+    let mut done = 0;
+    while done < lists {
+        let n = chunk.min(lists - done);
+        for m in mix(done, n, 7, 1_763_780_000_000, 0.01).iter().filter(|m| !m.judgment) {
+            let _ = pipeline.ingest("search-impressions", &m.payload, 0, None);
+        }
+        done += n;
+    }
+    let after = rss_bytes();
+    let open = pipeline.open_lists().max(1);
+    let per_list = after.saturating_sub(before) as f64 / open as f64;
+    std::hint::black_box(&pipeline);
+    (before, after, per_list)
+}

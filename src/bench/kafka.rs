@@ -1,0 +1,256 @@
+//! `rankpulse bench kafka`: end to end through a real broker, side by side
+//! with a ceiling measured in the same run.
+//!
+//! 1. Fill: the seeded mix is produced to `search-impressions` and
+//!    `search-judgments`, keyed by session id.
+//! 2. Ceiling: a bare consumer (same librdkafka settings, its own group)
+//!    reads every message and only decodes it.
+//! 3. The daemon (`daemon::run_on`, its own group, `/metrics` scraped every
+//!    second) consumes the same messages: decode, assemble, score,
+//!    accumulate, commit.
+//!
+//! Throughput is counted from the first to the last message (group joins
+//! excluded); CPU is the process's user + system time over the same span,
+//! sampled from /proc, so "per core" is events per CPU-second.
+
+use crate::bench::{MixMessage, mean_sizes, mix};
+use crate::config::Config;
+use crate::event::{DecodeLimits, decode};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use std::fmt;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum BenchError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("the daemon failed: {0}")]
+    Daemon(#[from] crate::daemon::DaemonError),
+    #[error("{what} did not finish in {secs} s ({done} of {total} messages)")]
+    Timeout { what: &'static str, secs: u64, done: u64, total: u64 },
+}
+
+/// What one run measured.
+#[derive(Debug, Clone)]
+pub struct KafkaReport {
+    pub messages: u64,
+    pub impression_bytes: f64,
+    pub judgment_bytes: f64,
+    pub fill_per_second: Option<f64>,
+    pub bare: Measured,
+    pub daemon: Measured,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Measured {
+    pub seconds: f64,
+    pub cpu_seconds: f64,
+}
+
+impl Measured {
+    fn rate(&self, n: u64) -> f64 {
+        n as f64 / self.seconds.max(1e-9)
+    }
+    fn per_core(&self, n: u64) -> f64 {
+        n as f64 / self.cpu_seconds.max(1e-9)
+    }
+}
+
+impl fmt::Display for KafkaReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.messages;
+        writeln!(
+            f,
+            "mix: {n} messages, 1 impression ({:.0} B) : 3 judgments ({:.0} B)",
+            self.impression_bytes, self.judgment_bytes
+        )?;
+        if let Some(r) = self.fill_per_second {
+            writeln!(f, "fill: {r:.0} messages/s produced")?;
+        }
+        for (name, m) in [("bare consumer (decode only)", &self.bare), ("daemon (full pipeline)", &self.daemon)] {
+            writeln!(
+                f,
+                "{name}: {:.0} events/s over {:.2} s, {:.2} CPU-s ({:.2} cores): {:.0} events/s per core",
+                m.rate(n),
+                m.seconds,
+                m.cpu_seconds,
+                m.cpu_seconds / m.seconds.max(1e-9),
+                m.per_core(n)
+            )?;
+        }
+        write!(
+            f,
+            "daemon / ceiling: {:.2} (events/s), {:.2} (events/s per core)",
+            self.daemon.rate(n) / self.bare.rate(n).max(1e-9),
+            self.daemon.per_core(n) / self.bare.per_core(n).max(1e-9)
+        )
+    }
+}
+
+/// User + system CPU time of this process, seconds (Linux).
+pub fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    // Fields after the command name (which may contain spaces): utime is the
+    // 14th field overall, stime the 15th; clock ticks are 100 per second.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+const IMPRESSIONS: &str = "search-impressions";
+const JUDGMENTS: &str = "search-judgments";
+
+fn fill(brokers: &str, messages: &[MixMessage]) -> Result<f64, BenchError> {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "20")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "2000000")
+        .set("queue.buffering.max.kbytes", "2097151")
+        .create()?;
+    let started = Instant::now();
+    for m in messages {
+        let topic = if m.judgment { JUDGMENTS } else { IMPRESSIONS };
+        let mut record = BaseRecord::to(topic).key(m.key.as_str()).payload(m.payload.as_slice());
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(300))?;
+    Ok(messages.len() as f64 / started.elapsed().as_secs_f64())
+}
+
+fn bare(brokers: &str, total: u64) -> Result<Measured, BenchError> {
+    let config = Config::default();
+    let limits = DecodeLimits::from_config(&config);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("rankpulse-bench-bare-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("queued.max.messages.kbytes", "16384")
+        .create()?;
+    consumer.subscribe(&[IMPRESSIONS, JUDGMENTS])?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let (mut seen, mut decoded) = (0u64, 0u64);
+    let mut first: Option<(Instant, f64)> = None;
+    while seen < total {
+        if Instant::now() > deadline {
+            return Err(BenchError::Timeout { what: "the bare consumer", secs: 600, done: seen, total });
+        }
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            if first.is_none() {
+                first = Some((Instant::now(), cpu_seconds()));
+            }
+            seen += 1;
+            if decode(m.payload().unwrap_or(b""), &limits).is_ok() {
+                decoded += 1;
+            }
+        }
+    }
+    let (t0, c0) = first.unwrap_or((Instant::now(), cpu_seconds()));
+    std::hint::black_box(decoded);
+    Ok(Measured { seconds: t0.elapsed().as_secs_f64(), cpu_seconds: cpu_seconds() - c0 })
+}
+
+async fn daemon(brokers: &str, total: u64) -> Result<Measured, BenchError> {
+    let mut config = Config::default();
+    config.kafka.brokers = brokers.to_string();
+    config.kafka.group_id = format!("rankpulse-bench-daemon-{}", std::process::id());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(crate::daemon::run_on(config, listener, async move {
+        let _ = stopped.await;
+    }));
+    // Scraped every second, as Prometheus would; done when every message is
+    // counted. Each scrape samples (time, CPU, messages counted).
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut samples: Vec<(Instant, f64, u64)> = Vec::new();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let body = scrape(addr).await.unwrap_or_default();
+        let consumed = (sum(&body, "rankpulse_events_total") + sum(&body, "rankpulse_events_rejected_total")) as u64;
+        samples.push((Instant::now(), cpu_seconds(), consumed));
+        if consumed >= total {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = stop.send(());
+            return Err(BenchError::Timeout { what: "the daemon", secs: 600, done: consumed, total });
+        }
+    }
+    let _ = stop.send(());
+    let summary = task.await.map_err(|e| std::io::Error::other(e.to_string()))??;
+    let seconds = match (summary.first_message_at, summary.last_message_at) {
+        (Some(a), Some(b)) => b.duration_since(a).as_secs_f64(),
+        _ => 0.0,
+    };
+    // Cores in use while consuming: between the first scrape that saw
+    // progress and the last one before the end (group join and the idle
+    // tail excluded); with fewer than two such scrapes, from the first to
+    // the final one.
+    let busy: Vec<&(Instant, f64, u64)> = samples.iter().filter(|s| s.2 > 0 && s.2 < total).collect();
+    let (a, b) = match (busy.first(), busy.last()) {
+        (Some(a), Some(b)) if b.0 > a.0 => (**a, **b),
+        _ => (**busy.first().unwrap_or(&&samples[0]), *samples.last().unwrap_or(&samples[0])),
+    };
+    let cores = (b.1 - a.1) / b.0.duration_since(a.0).as_secs_f64().max(1e-9);
+    Ok(Measured { seconds, cpu_seconds: cores * seconds })
+}
+
+async fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+fn sum(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' ')))
+        .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// Fills (unless `fill` is false), then measures the ceiling and the daemon.
+pub async fn run(brokers: &str, lists: usize, seed: u64, fill_topics: bool) -> Result<KafkaReport, BenchError> {
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    // Event times in the last minutes, 1 ms apart: windows and gaps behave as live.
+    let messages = mix(0, lists, seed, now_ms - lists as i64, 1.0);
+    let (impression_bytes, judgment_bytes) = mean_sizes(&messages);
+    let total = messages.len() as u64;
+    let fill_per_second = if fill_topics {
+        let b = brokers.to_string();
+        Some(
+            tokio::task::spawn_blocking(move || fill(&b, &messages))
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))??,
+        )
+    } else {
+        None
+    };
+    let b = brokers.to_string();
+    let bare = tokio::task::spawn_blocking(move || bare(&b, total))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))??;
+    let daemon = daemon(brokers, total).await?;
+    Ok(KafkaReport { messages: total, impression_bytes, judgment_bytes, fill_per_second, bare, daemon })
+}
