@@ -122,5 +122,42 @@ fn engine(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, engine);
+/// The stream stages on the production-shaped mix of `rankpulse bench`:
+/// decoding each message type, and the whole pipeline (decode, assemble,
+/// finalize, score, accumulate) per event.
+fn stream(c: &mut Criterion) {
+    use rankpulse::bench::mix;
+    use rankpulse::config::Config;
+    use rankpulse::event::{DecodeLimits, decode};
+    use rankpulse::pipeline::Pipeline;
+    let config = Config::default();
+    let limits = DecodeLimits::from_config(&config);
+    let messages = mix(0, 20_000, 42, 1_763_780_000_000, 4.0);
+    let impression = messages.iter().find(|m| !m.judgment).map(|m| m.payload.clone()).unwrap_or_default();
+    let judgment = messages.iter().find(|m| m.judgment).map(|m| m.payload.clone()).unwrap_or_default();
+    let mut group = c.benchmark_group("stream");
+    group.throughput(Throughput::Elements(1));
+    group
+        .bench_function("decode_impression_10_results", |b| b.iter(|| decode(black_box(&impression), &limits).is_ok()));
+    group.bench_function("decode_judgment", |b| b.iter(|| decode(black_box(&judgment), &limits).is_ok()));
+    group.throughput(Throughput::Elements(messages.len() as u64));
+    group.sample_size(10);
+    group.bench_function("pipeline_mix_20000_lists", |b| {
+        b.iter(|| {
+            let mut pipeline = Pipeline::new(&config);
+            for (n, m) in messages.iter().enumerate() {
+                let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
+                let _ = pipeline.ingest(topic, &m.payload, 0, None);
+                if n % 4096 == 4095 {
+                    pipeline.finalize_expired(None);
+                }
+            }
+            pipeline.finalize_all();
+            pipeline.open_lists()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, engine, stream);
 criterion_main!(benches);

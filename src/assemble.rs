@@ -614,6 +614,9 @@ fn apply_impression(list: &mut OpenList, impression: &Impression, dims: DimsId) 
         Some((t, _)) if t <= impression.timestamp_ms => {}
         _ => list.impression = Some((impression.timestamp_ms, dims)),
     }
+    // Sized once: growing by doubling would leave up to half of it unused
+    // for the list's whole life.
+    list.shown.reserve_exact(impression.results.len());
     for r in &impression.results {
         // Pages and re-deliveries merge by position; the first document
         // seen at a position keeps it.

@@ -84,6 +84,20 @@ pub fn mean_sizes(messages: &[MixMessage]) -> (f64, f64) {
     (mean(false), mean(true))
 }
 
+/// Decoding alone, on one core: events per second.
+pub fn decode_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
+    let limits = crate::event::DecodeLimits::from_config(config);
+    let started = Instant::now();
+    let mut ok = 0u64;
+    for m in messages {
+        if crate::event::decode(&m.payload, &limits).is_ok() {
+            ok += 1;
+        }
+    }
+    std::hint::black_box(ok);
+    messages.len() as f64 / started.elapsed().as_secs_f64()
+}
+
 /// The pipeline alone, on one core: events per second.
 pub fn pipeline_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
     let mut pipeline = Pipeline::new(config);

@@ -230,7 +230,7 @@ pub struct StateConfig {
 
 impl Default for LateConfig {
     fn default() -> Self {
-        LateConfig { policy: LatePolicy::Amend, horizon: span("10m") }
+        LateConfig { policy: LatePolicy::Amend, horizon: span("1m") }
     }
 }
 

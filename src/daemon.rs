@@ -44,6 +44,19 @@ pub const TICK: Duration = Duration::from_millis(500);
 const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest closing the consumer (leaving the group) may take at shutdown.
 pub const CONSUMER_CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Most messages handled in one turn of the loop before the tick and
+/// shutdown get a look again.
+const DRAIN_BATCH: usize = 1024;
+
+/// The output of `future` if it is ready without waiting.
+fn ready_now<F: Future>(future: F) -> Option<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::pin!(future).poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
+    }
+}
+
 /// Longest the dead-letter copies may take to be acknowledged before a commit.
 const DEAD_LETTER_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -169,10 +182,21 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn handle(&mut self, topic: &str, partition: i32, offset: i64, key: Option<&[u8]>, payload: Option<&[u8]>) {
+    fn handle(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+        kafka_timestamp_ms: Option<i64>,
+    ) {
         self.messages += 1;
         let id = self.sources.id(topic, partition);
         let now = wall_ms();
+        if let Some(t) = kafka_timestamp_ms {
+            self.health.ingest_delay.observe(now - t);
+        }
         let checkpointing = self.store.is_some();
         if !self.shards.contains_key(&partition) {
             self.shards.insert(partition, Shard::new(&self.config, &self.budget));
@@ -622,20 +646,31 @@ pub async fn run_with(
                 }
             }
             message = consumer.recv() => {
-                // A rebalance reported inside recv() is acted on before the
-                // first message it concerns.
-                daemon.apply_rebalances()?;
-                match message {
-                    Ok(m) => {
-                        if daemon.first_message_at.is_none() {
-                            daemon.first_message_at = Some(std::time::Instant::now());
+                // Messages already fetched are drained without going back
+                // through select! (and the scheduler) for each one.
+                let mut next = Some(message);
+                let mut drained = 0;
+                while let Some(message) = next.take() {
+                    // A rebalance reported inside recv() is acted on before
+                    // the first message it concerns.
+                    daemon.apply_rebalances()?;
+                    match message {
+                        Ok(m) => {
+                            if daemon.first_message_at.is_none() {
+                                daemon.first_message_at = Some(std::time::Instant::now());
+                            }
+                            let ts = m.timestamp().to_millis();
+                            daemon.handle(m.topic(), m.partition(), m.offset(), m.key(), m.payload(), ts);
                         }
-                        daemon.handle(m.topic(), m.partition(), m.offset(), m.key(), m.payload());
-                        last_message_at = Some(std::time::Instant::now());
+                        Err(KafkaError::PartitionEOF(p)) => daemon.partition_eof(p),
+                        Err(e) => eprintln!("rankpulse: kafka: {e}"),
                     }
-                    Err(KafkaError::PartitionEOF(p)) => daemon.partition_eof(p),
-                    Err(e) => eprintln!("rankpulse: kafka: {e}"),
+                    drained += 1;
+                    if drained < DRAIN_BATCH {
+                        next = ready_now(consumer.recv());
+                    }
                 }
+                last_message_at = Some(std::time::Instant::now());
             }
         }
     }

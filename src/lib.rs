@@ -34,6 +34,7 @@
 //! - [`publish`]: the only place Prometheus metrics are defined.
 //! - [`replay`]: `rankpulse replay`.
 //! - [`eval`]: `rankpulse eval`, trec_eval-compatible.
+//! - [`bench`]: `rankpulse bench`, reproducible load and memory measurements.
 //!
 //! `src/main.rs` is only the command line.
 

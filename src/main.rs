@@ -205,8 +205,12 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
                 args.lists
             );
             for run in 1..=3 {
+                let decode = bench::decode_throughput(&config, &messages);
                 let rate = bench::pipeline_throughput(&config, &messages);
-                println!("pipeline run {run}: {rate:.0} events/s on one core");
+                println!(
+                    "run {run}: decode only {decode:.0} events/s, full pipeline {rate:.0} events/s on one core ({:.2})",
+                    rate / decode
+                );
             }
         }
         "memory" => {

@@ -11,7 +11,7 @@ use crate::event::RejectReason;
 use crate::metrics::list::Family;
 use crate::pipeline::OpsCounters;
 use crate::window::window_cell;
-use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::proto::{Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Encoder, TextEncoder};
 use std::collections::BTreeMap;
 
@@ -34,6 +34,50 @@ pub struct PartitionState {
     pub last_event_seconds: Option<f64>,
 }
 
+/// Upper bounds (seconds) of the ingest delay histogram's buckets.
+pub const DELAY_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
+
+/// Delay from a message's Kafka timestamp to the moment the pipeline applied
+/// it: freshness. Counted per message in the consuming task, rendered at
+/// publish time (never a Prometheus call per event).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DelayHistogram {
+    /// Per bucket of [`DELAY_BUCKETS`] (not cumulative); longer delays are
+    /// only in `count` and `sum_seconds` (the +Inf bucket).
+    pub counts: [u64; DELAY_BUCKETS.len()],
+    pub count: u64,
+    pub sum_seconds: f64,
+}
+
+impl DelayHistogram {
+    #[inline]
+    pub fn observe(&mut self, delay_ms: i64) {
+        let seconds = delay_ms.max(0) as f64 / 1000.0;
+        self.count += 1;
+        self.sum_seconds += seconds;
+        if let Some(i) = DELAY_BUCKETS.iter().position(|b| seconds <= *b) {
+            self.counts[i] += 1;
+        }
+    }
+
+    /// The q-quantile (0..1), interpolated within its bucket like
+    /// Prometheus's histogram_quantile; None when empty or beyond the last bound.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let rank = q * self.count as f64;
+        let mut seen = 0.0;
+        let mut lower = 0.0;
+        for (bound, n) in DELAY_BUCKETS.iter().zip(&self.counts) {
+            let n = *n as f64;
+            if n > 0.0 && seen + n >= rank {
+                return Some(lower + (bound - lower) * ((rank - seen) / n));
+            }
+            seen += n;
+            lower = *bound;
+        }
+        None
+    }
+}
+
 /// The daemon's own health, beside the stream's counters.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DaemonHealth {
@@ -53,6 +97,8 @@ pub struct DaemonHealth {
     pub dead_letter_failures: u64,
     /// Messages skipped because a restored checkpoint already covers them.
     pub skipped_covered: u64,
+    /// Freshness of the consumed messages.
+    pub ingest_delay: DelayHistogram,
 }
 
 /// Everything one exposition shows.
@@ -102,6 +148,25 @@ impl Families {
         let mut m = metric(labels);
         m.set_counter(c);
         self.family(name, help, MetricType::COUNTER).mut_metric().push(m);
+    }
+
+    fn histogram(&mut self, name: &str, help: &str, h: &DelayHistogram) {
+        let mut proto = Histogram::default();
+        proto.set_sample_count(h.count);
+        proto.set_sample_sum(h.sum_seconds);
+        let mut cumulative = 0;
+        let mut buckets = Vec::with_capacity(DELAY_BUCKETS.len());
+        for (bound, n) in DELAY_BUCKETS.iter().zip(&h.counts) {
+            cumulative += n;
+            let mut b = Bucket::default();
+            b.set_upper_bound(*bound);
+            b.set_cumulative_count(cumulative);
+            buckets.push(b);
+        }
+        proto.set_bucket(buckets);
+        let mut m = metric(&[]);
+        m.set_histogram(proto);
+        self.family(name, help, MetricType::HISTOGRAM).mut_metric().push(m);
     }
 
     fn encode(self) -> String {
@@ -290,6 +355,11 @@ pub fn render(s: &Snapshot) -> String {
             h.kafka_outage_seconds,
         );
         f.counter(&format!("{PREFIX}kafka_outages_total"), "Broker outages since start", &[], h.kafka_outages as f64);
+        f.histogram(
+            &format!("{PREFIX}ingest_delay_seconds"),
+            "Delay from a message's Kafka timestamp (producer or log-append time) to the moment rankpulse applied it",
+            &h.ingest_delay,
+        );
         if !s.config.state.dir.is_empty() {
             f.counter(&format!("{PREFIX}checkpoints_total"), "Checkpoints written", &[], h.checkpoints as f64);
             f.counter(

@@ -75,6 +75,8 @@ pub fn counter_lines(exposition: &str) -> Vec<String> {
             let name = l.split(['{', ' ']).next().unwrap_or("");
             (name.ends_with("_sum") || name.ends_with("_count") || name.starts_with("rankpulse_lists_"))
                 && name.starts_with("rankpulse_")
+                // The daemon's freshness histogram has _sum and _count too.
+                && !name.starts_with("rankpulse_ingest_delay_seconds")
         })
         .map(str::to_string)
         .collect();
