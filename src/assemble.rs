@@ -576,7 +576,7 @@ impl Assembler {
     }
 
     fn close(&mut self, key: ListKey, mut list: OpenList, evicted: bool, sink: &mut impl FnMut(Closed)) {
-        match finalize(&list, &self.dimensions) {
+        match finalize(&mut list, &self.dimensions) {
             Some(f) => {
                 sink(if evicted { Closed::Evicted(f) } else { Closed::Final(f) });
                 if self.limits.late_horizon_ms > 0 {
@@ -639,24 +639,26 @@ fn apply_judgment(list: &mut OpenList, judgment: &Judgment) {
     }
 }
 
-fn finalize(list: &OpenList, dimensions: &Dimensions) -> Option<FinalList> {
+fn finalize(list: &mut OpenList, dimensions: &Dimensions) -> Option<FinalList> {
     let (impression_ms, dims) = list.impression?;
     let dims = dimensions.values.get(dims as usize)?.clone();
-    let mut order: Vec<ShownDoc> = list.shown.clone();
-    order.sort_unstable_by_key(|s| s.position);
-    // A document shown at two positions counts at its first.
-    let mut seen: Vec<u64> = Vec::with_capacity(order.len());
-    order.retain(|s| {
-        if seen.contains(&s.doc) {
-            false
-        } else {
-            seen.push(s.doc);
-            true
-        }
-    });
+    // In place: the order of `shown` means nothing else, and a final list
+    // kept for late judgments is finalized again from the same state.
+    list.shown.sort_unstable_by_key(|s| s.position);
     let grade_of = |doc: u64| list.judged.iter().find(|(d, _)| *d == doc).map_or(0, |(_, g)| *g);
-    let shown: Vec<Grade> = order.iter().map(|s| grade_of(s.doc)).collect();
-    let scores = order.iter().all(|s| !s.score.is_nan()).then(|| order.iter().map(|s| s.score).collect());
+    let mut shown: Vec<Grade> = Vec::with_capacity(list.shown.len());
+    let mut scores: Option<Vec<f64>> = Some(Vec::with_capacity(list.shown.len()));
+    for (i, s) in list.shown.iter().enumerate() {
+        // A document shown at two positions counts at its first.
+        if list.shown[..i].iter().any(|earlier| earlier.doc == s.doc) {
+            continue;
+        }
+        shown.push(grade_of(s.doc));
+        match scores.as_mut() {
+            Some(v) if !s.score.is_nan() => v.push(s.score),
+            _ => scores = None,
+        }
+    }
     let judged = list.judged.iter().map(|(_, g)| *g).collect();
     Some(FinalList { dims, impression_ms, shown, scores, judged })
 }

@@ -203,6 +203,11 @@ impl Daemon {
             self.share_open_list_cap();
         }
         let Some(shard) = self.shards.get_mut(&partition) else { return };
+        // A message fetched before its partition was revoked: the new owner
+        // counts it, from the state this instance handed over.
+        if !shard.owned {
+            return;
+        }
         shard.idle = false;
         match shard.next_offsets.get_mut(topic) {
             Some(next) if offset < *next => {
