@@ -39,7 +39,8 @@ enum Command {
 struct BenchArgs {
     /// pipeline: decode → assemble → score → accumulate on one core; memory: resident bytes per
     /// open list; kafka: fill a broker, then a bare consumer and the daemon on the same data.
-    #[arg(value_parser = ["pipeline", "memory", "kafka"])]
+    /// freshness: the daemon reading live while the mix is produced at --rate.
+    #[arg(value_parser = ["pipeline", "memory", "kafka", "freshness"])]
     what: String,
     /// Lists in the mix (each: one impression of 10 results and 3 judgments).
     #[arg(long, default_value_t = 250_000)]
@@ -53,6 +54,12 @@ struct BenchArgs {
     /// Skip producing (kafka): the topics already hold the mix of these --lists and --seed.
     #[arg(long)]
     no_fill: bool,
+    /// Messages per second produced (freshness).
+    #[arg(long, default_value_t = 50_000.0)]
+    rate: f64,
+    /// Seconds of production (freshness).
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
 }
 
 #[derive(Args)]
@@ -221,6 +228,12 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
                 before as f64 / 1048576.0,
                 after as f64 / 1048576.0
             );
+        }
+        "freshness" => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            let report =
+                runtime.block_on(bench::kafka::freshness(&args.brokers, args.rate, args.seconds, args.seed))?;
+            println!("{report}");
         }
         _ => {
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

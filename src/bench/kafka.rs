@@ -214,12 +214,7 @@ async fn daemon(brokers: &str, total: u64) -> Result<Measured, BenchError> {
 }
 
 async fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await?;
-    Ok(String::from_utf8_lossy(&buf).into_owned())
+    scrape_path(addr, "/metrics").await
 }
 
 fn sum(exposition: &str, name: &str) -> f64 {
@@ -253,4 +248,185 @@ pub async fn run(brokers: &str, lists: usize, seed: u64, fill_topics: bool) -> R
         .map_err(|e| std::io::Error::other(e.to_string()))??;
     let daemon = daemon(brokers, total).await?;
     Ok(KafkaReport { messages: total, impression_bytes, judgment_bytes, fill_per_second, bare, daemon })
+}
+
+/// What a paced run measured: the delay from each message's Kafka
+/// timestamp to the moment the daemon applied it.
+#[derive(Debug, Clone)]
+pub struct FreshnessReport {
+    pub target_rate: f64,
+    pub achieved_rate: f64,
+    pub messages: u64,
+    pub p50_seconds: Option<f64>,
+    pub p99_seconds: Option<f64>,
+    pub max_bucket_seconds: Option<f64>,
+    /// (upper bound, cumulative count) of the daemon's histogram.
+    pub buckets: Vec<(f64, f64)>,
+}
+
+impl fmt::Display for FreshnessReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |s| format!("{:.1} ms", s * 1000.0));
+        write!(
+            f,
+            "paced: {} messages at {:.0}/s (target {:.0}/s); ingest delay p50 {}, p99 {}, slowest message within {}",
+            self.messages,
+            self.achieved_rate,
+            self.target_rate,
+            ms(self.p50_seconds),
+            ms(self.p99_seconds),
+            ms(self.max_bucket_seconds)
+        )?;
+        let cumulative: Vec<String> = self.buckets.iter().map(|(le, n)| format!("≤{le}s: {n}")).collect();
+        write!(f, "\ncumulative delay buckets: {}", cumulative.join(", "))
+    }
+}
+
+/// The cumulative buckets of `rankpulse_ingest_delay_seconds` in an exposition.
+fn delay_buckets(exposition: &str) -> Vec<(f64, f64)> {
+    let prefix = "rankpulse_ingest_delay_seconds_bucket{le=\"";
+    exposition
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(prefix)?;
+            let (le, value) = rest.split_once("\"} ")?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            Some((le, value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// histogram_quantile over cumulative buckets.
+fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    let rank = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for &(le, cumulative) in buckets {
+        if cumulative >= rank && cumulative > below {
+            if le.is_infinite() {
+                return None;
+            }
+            return Some(lower + (le - lower) * (rank - below) / (cumulative - below));
+        }
+        lower = if le.is_finite() { le } else { lower };
+        below = cumulative;
+    }
+    None
+}
+
+/// Produces the mix at `rate` messages/s for `seconds` while the daemon
+/// (reading from the end of the topics) consumes it, then reads the
+/// daemon's ingest-delay histogram.
+pub async fn freshness(brokers: &str, rate: f64, seconds: f64, seed: u64) -> Result<FreshnessReport, BenchError> {
+    let mut config = Config::default();
+    config.kafka.brokers = brokers.to_string();
+    config.kafka.group_id = format!("rankpulse-bench-fresh-{}", std::process::id());
+    config.kafka.properties.insert("auto.offset.reset".into(), "latest".into());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(crate::daemon::run_on(config, listener, async move {
+        let _ = stopped.await;
+    }));
+    // Assigned (ready) before producing, so nothing is read as a backlog.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let ready = scrape_path(addr, "/readyz").await.is_ok_and(|b| b.starts_with("HTTP/1.1 200"));
+        if ready {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = stop.send(());
+            return Err(BenchError::Timeout { what: "the daemon's group join", secs: 120, done: 0, total: 0 });
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let lists = ((rate * seconds) / 4.0).ceil() as usize;
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let messages = mix(0, lists, seed, now_ms, 4000.0 / rate.max(1.0));
+    let total = messages.len() as u64;
+    let b = brokers.to_string();
+    let produced = tokio::task::spawn_blocking(move || paced(&b, &messages, rate))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))??;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let body = scrape(addr).await.unwrap_or_default();
+        let consumed = (sum(&body, "rankpulse_events_total") + sum(&body, "rankpulse_events_rejected_total")) as u64;
+        if consumed >= total {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = stop.send(());
+            return Err(BenchError::Timeout { what: "the paced run", secs: 120, done: consumed, total });
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let _ = stop.send(());
+    let summary = task.await.map_err(|e| std::io::Error::other(e.to_string()))??;
+    // Messages from before the run (Tansu's "latest" offset can lag the
+    // log end by a few thousand) are older than the whole run: left out.
+    let run_seconds = seconds + 120.0;
+    let buckets: Vec<(f64, f64)> =
+        delay_buckets(&summary.final_exposition).into_iter().filter(|(le, _)| *le <= run_seconds).collect();
+    let max_bucket_seconds = buckets
+        .windows(2)
+        .rev()
+        .find(|w| w[1].1 > w[0].1)
+        .map(|w| w[1].0)
+        .or_else(|| buckets.iter().find(|b| b.1 > 0.0).map(|b| b.0));
+    Ok(FreshnessReport {
+        target_rate: rate,
+        achieved_rate: produced,
+        messages: total,
+        p50_seconds: quantile(&buckets, 0.5),
+        p99_seconds: quantile(&buckets, 0.99),
+        max_bucket_seconds,
+        buckets,
+    })
+}
+
+/// Sends `messages` at `rate` per second in 10 ms slices; returns the rate achieved.
+fn paced(brokers: &str, messages: &[MixMessage], rate: f64) -> Result<f64, BenchError> {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "1")
+        .set("queue.buffering.max.messages", "2000000")
+        .create()?;
+    let started = Instant::now();
+    for (i, m) in messages.iter().enumerate() {
+        // Ahead of schedule: wait for the slice this message belongs to.
+        let due = Duration::from_secs_f64(i as f64 / rate);
+        let elapsed = started.elapsed();
+        if due > elapsed + Duration::from_millis(10) {
+            std::thread::sleep(due - elapsed);
+        }
+        let topic = if m.judgment { JUDGMENTS } else { IMPRESSIONS };
+        let mut record = BaseRecord::to(topic).key(m.key.as_str()).payload(m.payload.as_slice());
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(1));
+                }
+            }
+        }
+        if i % 1024 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    let rate = messages.len() as f64 / started.elapsed().as_secs_f64();
+    producer.flush(Duration::from_secs(60))?;
+    Ok(rate)
+}
+
+async fn scrape_path(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
 }
