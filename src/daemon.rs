@@ -100,6 +100,15 @@ pub struct RunSummary {
     pub last_message_at: Option<std::time::Instant>,
 }
 
+/// "topic[0,1] topic2[0,1]" for logs.
+fn describe(tps: &[(String, i32)]) -> String {
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (t, p) in tps {
+        by_topic.entry(t).or_default().push(*p);
+    }
+    by_topic.iter().map(|(t, ps)| format!("{t}{ps:?}")).collect::<Vec<_>>().join(" ")
+}
+
 fn wall_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
@@ -205,7 +214,7 @@ impl Daemon {
         let Some(shard) = self.shards.get_mut(&partition) else { return };
         // A message fetched before its partition was revoked: the new owner
         // counts it, from the state this instance handed over.
-        if !shard.owned {
+        if checkpointing && !shard.owned {
             return;
         }
         shard.idle = false;
@@ -262,8 +271,14 @@ impl Daemon {
         };
         for event in events {
             match event {
-                RebalanceEvent::Revoked(tps) => self.revoke(tps.iter().map(|(_, p)| *p).collect())?,
-                RebalanceEvent::Assigned(tps) => self.assign(tps.iter().map(|(_, p)| *p).collect()),
+                RebalanceEvent::Revoked(tps) => {
+                    eprintln!("rankpulse: partitions revoked: {}", describe(&tps));
+                    self.revoke(tps.iter().map(|(_, p)| *p).collect())?
+                }
+                RebalanceEvent::Assigned(tps) => {
+                    eprintln!("rankpulse: partitions assigned: {}", describe(&tps));
+                    self.assign(tps.iter().map(|(_, p)| *p).collect())
+                }
             }
         }
         Ok(())
@@ -489,7 +504,9 @@ impl Daemon {
         for shard in self.shards.values() {
             accumulators.merge(&shard.pipeline.accumulators);
             counters.merge(&shard.pipeline.counters);
-            if shard.owned {
+            // With checkpoints a shard not owned is frozen (its lists are
+            // the new owner's); without, its lists still close here.
+            if shard.owned || self.store.is_none() {
                 open += shard.pipeline.open_lists();
             }
         }
@@ -523,7 +540,7 @@ impl Daemon {
     }
 
     fn open_lists(&self) -> usize {
-        self.shards.values().filter(|s| s.owned).map(|s| s.pipeline.open_lists()).sum()
+        self.shards.values().filter(|s| s.owned || self.store.is_none()).map(|s| s.pipeline.open_lists()).sum()
     }
 
     fn checkpoint_due(&self) -> bool {
