@@ -129,7 +129,6 @@ fn stream(c: &mut Criterion) {
     use rankpulse::bench::mix;
     use rankpulse::config::Config;
     use rankpulse::event::{DecodeLimits, decode};
-    use rankpulse::pipeline::Pipeline;
     let config = Config::default();
     let limits = DecodeLimits::from_config(&config);
     let messages = mix(0, 20_000, 42, 1_763_780_000_000, 4.0);
@@ -143,18 +142,7 @@ fn stream(c: &mut Criterion) {
     group.throughput(Throughput::Elements(messages.len() as u64));
     group.sample_size(10);
     group.bench_function("pipeline_mix_20000_lists", |b| {
-        b.iter(|| {
-            let mut pipeline = Pipeline::new(&config);
-            for (n, m) in messages.iter().enumerate() {
-                let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
-                let _ = pipeline.ingest(topic, &m.payload, 0, None);
-                if n % 4096 == 4095 {
-                    pipeline.finalize_expired(None);
-                }
-            }
-            pipeline.finalize_all();
-            pipeline.open_lists()
-        })
+        b.iter(|| rankpulse::bench::pipeline_throughput(&config, black_box(&messages)))
     });
     group.finish();
 }

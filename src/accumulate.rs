@@ -302,26 +302,25 @@ impl Accumulators {
     pub fn amend_window(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore, sign: i64) {
         let cutoffs = self.cutoffs;
         let bucket = self.bucket_of(impression_ms);
-        let series = match self.series.get_mut(dims) {
-            Some(s) => s,
-            None => self.series.entry(dims.clone()).or_default(),
-        };
+        let series = self.series_mut(dims);
+        series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
+    }
+
+    /// The series of `dims`, created on first use (cloning the key is a
+    /// reference count increment).
+    fn series_mut(&mut self, dims: &Arc<[String]>) -> &mut Series {
+        let cutoffs = self.cutoffs;
+        let series = self.series.entry(dims.clone()).or_default();
         if series.total.metrics.is_empty() {
             series.total = Cell::new(cutoffs);
         }
-        series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
+        series
     }
 
     fn apply(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore, sign: i64) {
         let cutoffs = self.cutoffs;
         let bucket = self.bucket_of(impression_ms);
-        let series = match self.series.get_mut(dims) {
-            Some(s) => s,
-            None => self.series.entry(dims.clone()).or_default(),
-        };
-        if series.total.metrics.is_empty() {
-            series.total = Cell::new(cutoffs);
-        }
+        let series = self.series_mut(dims);
         series.total.apply(score, sign);
         series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
         for family in Family::ALL {

@@ -108,6 +108,17 @@ pub fn cpu_seconds() -> f64 {
 const IMPRESSIONS: &str = "search-impressions";
 const JUDGMENTS: &str = "search-judgments";
 
+/// Queues one message of the mix on its topic, keyed by session, waiting
+/// for room when the producer's queue is full.
+fn send(producer: &BaseProducer, m: &MixMessage) {
+    let topic = if m.judgment { JUDGMENTS } else { IMPRESSIONS };
+    let mut record = BaseRecord::to(topic).key(m.key.as_str()).payload(m.payload.as_slice());
+    while let Err((_, r)) = producer.send(record) {
+        record = r;
+        producer.poll(Duration::from_millis(1));
+    }
+}
+
 fn fill(brokers: &str, messages: &[MixMessage]) -> Result<f64, BenchError> {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -118,17 +129,7 @@ fn fill(brokers: &str, messages: &[MixMessage]) -> Result<f64, BenchError> {
         .create()?;
     let started = Instant::now();
     for m in messages {
-        let topic = if m.judgment { JUDGMENTS } else { IMPRESSIONS };
-        let mut record = BaseRecord::to(topic).key(m.key.as_str()).payload(m.payload.as_slice());
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    record = r;
-                    producer.poll(Duration::from_millis(5));
-                }
-            }
-        }
+        send(&producer, m);
     }
     producer.flush(Duration::from_secs(300))?;
     Ok(messages.len() as f64 / started.elapsed().as_secs_f64())
@@ -402,17 +403,7 @@ fn paced(brokers: &str, messages: &[MixMessage], rate: f64) -> Result<f64, Bench
         if due > elapsed + Duration::from_millis(10) {
             std::thread::sleep(due - elapsed);
         }
-        let topic = if m.judgment { JUDGMENTS } else { IMPRESSIONS };
-        let mut record = BaseRecord::to(topic).key(m.key.as_str()).payload(m.payload.as_slice());
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    record = r;
-                    producer.poll(Duration::from_millis(1));
-                }
-            }
-        }
+        send(&producer, m);
         if i % 1024 == 0 {
             producer.poll(Duration::ZERO);
         }
