@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{Guard, events, free_port, http_get, sum_of};
+use common::{Guard, events, free_port, http_get, start_tansu, sum_of, tansu_binary, wait_until};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::process::{Command, Stdio};
@@ -20,14 +20,6 @@ use std::time::{Duration, Instant};
 const IMPRESSIONS: &str = "search-impressions";
 const JUDGMENTS: &str = "search-judgments";
 const PARTITIONS: i32 = 4;
-
-fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ready() {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 fn start_daemon(broker: &str, http: &str, group: &str) -> Guard {
     Guard(
@@ -69,41 +61,10 @@ fn terminate(daemon: &mut Guard) -> std::process::ExitStatus {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_end_to_end_sigterm_and_resume() {
-    let Ok(tansu) = std::env::var("RANKPULSE_TANSU") else {
-        assert!(
-            std::env::var("RANKPULSE_REQUIRE_BROKER").is_err(),
-            "RANKPULSE_REQUIRE_BROKER is set but RANKPULSE_TANSU is not"
-        );
-        eprintln!("skipped: set RANKPULSE_TANSU to a tansu binary to run the standalone-broker tier");
-        return;
-    };
+    let Some(tansu) = tansu_binary() else { return };
     let port = free_port();
-    let url = format!("tcp://127.0.0.1:{port}");
     let broker = format!("127.0.0.1:{port}");
-    let _tansu = Guard(
-        Command::new(&tansu)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-                "--storage-engine",
-                "memory://tansu/",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start tansu"),
-    );
-    wait_until("the broker to listen", Duration::from_secs(20), || std::net::TcpStream::connect(&broker).is_ok());
-    for topic in [IMPRESSIONS, JUDGMENTS] {
-        let status = Command::new(&tansu)
-            .args(["topic", "create", topic, "--partitions", &PARTITIONS.to_string(), "--broker", &url])
-            .status()
-            .unwrap();
-        assert!(status.success(), "tansu topic create {topic}");
-    }
+    let _tansu = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
 
     let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &broker).create().unwrap();
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;

@@ -28,7 +28,7 @@
 
 mod common;
 
-use common::{Guard, counter_lines, events, free_port, http_get, sum_of};
+use common::{Guard, counter_lines, events, free_port, http_get, start_tansu, sum_of, tansu_binary, wait_until};
 use rankpulse::config::Config;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -50,28 +50,6 @@ const GAP: &str = "3s";
 /// One test at a time: each starts a broker and daemons, and 2 cores are shared.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn tansu_binary() -> Option<String> {
-    match std::env::var("RANKPULSE_TANSU") {
-        Ok(t) => Some(t),
-        Err(_) => {
-            assert!(
-                std::env::var("RANKPULSE_REQUIRE_BROKER").is_err(),
-                "RANKPULSE_REQUIRE_BROKER is set but RANKPULSE_TANSU is not"
-            );
-            eprintln!("skipped: set RANKPULSE_TANSU to a tansu binary to run the fault-injection tier");
-            None
-        }
-    }
-}
-
-fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ready() {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// A Tansu broker on its own port, advertised at `advertised` (the port of a
 /// proxy in front of it, or its own).
 struct Broker {
@@ -82,35 +60,8 @@ struct Broker {
 
 impl Broker {
     fn start(tansu: &str, listen_port: u16, advertised_port: u16, extra_topics: &[&str]) -> Broker {
-        let listen = format!("tcp://127.0.0.1:{listen_port}");
-        let advertised = format!("tcp://127.0.0.1:{advertised_port}");
-        let process = Guard(
-            Command::new(tansu)
-                .args([
-                    "broker",
-                    "--listener-url",
-                    &listen,
-                    "--advertised-listener-url",
-                    &advertised,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start tansu"),
-        );
-        wait_until("the broker to listen", Duration::from_secs(20), || {
-            TcpStream::connect(("127.0.0.1", listen_port)).is_ok()
-        });
-        for topic in [IMPRESSIONS, JUDGMENTS].iter().chain(extra_topics) {
-            let status = Command::new(tansu)
-                .args(["topic", "create", topic, "--partitions", &PARTITIONS.to_string(), "--broker", &listen])
-                .stdout(Stdio::null())
-                .status()
-                .unwrap();
-            assert!(status.success(), "tansu topic create {topic}");
-        }
+        let topics: Vec<&str> = [IMPRESSIONS, JUDGMENTS].iter().chain(extra_topics).copied().collect();
+        let process = start_tansu(tansu, listen_port, advertised_port, &topics, PARTITIONS);
         Broker { _process: process, bootstrap: format!("127.0.0.1:{advertised_port}") }
     }
 

@@ -4,8 +4,8 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Child;
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// A child process killed when the test ends, however it ends.
 pub struct Guard(pub Child);
@@ -15,6 +15,60 @@ impl Drop for Guard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The Tansu binary of the standalone-broker tier (`RANKPULSE_TANSU`), or
+/// None to skip; a missing broker fails when `RANKPULSE_REQUIRE_BROKER` is set.
+pub fn tansu_binary() -> Option<String> {
+    match std::env::var("RANKPULSE_TANSU") {
+        Ok(t) => Some(t),
+        Err(_) => {
+            assert!(
+                std::env::var("RANKPULSE_REQUIRE_BROKER").is_err(),
+                "RANKPULSE_REQUIRE_BROKER is set but RANKPULSE_TANSU is not"
+            );
+            eprintln!("skipped: set RANKPULSE_TANSU to a tansu binary to run the standalone-broker tier");
+            None
+        }
+    }
+}
+
+/// Polls `ready` every 100 ms until it holds; fails after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Starts a Tansu broker (memory storage) listening on `listen_port` and
+/// advertising `advertised_port` (a proxy's, or its own), and creates
+/// `topics` with `partitions` partitions each.
+pub fn start_tansu(tansu: &str, listen_port: u16, advertised_port: u16, topics: &[&str], partitions: i32) -> Guard {
+    let listen = format!("tcp://127.0.0.1:{listen_port}");
+    let advertised = format!("tcp://127.0.0.1:{advertised_port}");
+    let process = Guard(
+        Command::new(tansu)
+            .args(["broker", "--listener-url", &listen, "--advertised-listener-url", &advertised])
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tansu"),
+    );
+    wait_until("the broker to listen", Duration::from_secs(20), || {
+        TcpStream::connect(("127.0.0.1", listen_port)).is_ok()
+    });
+    for topic in topics {
+        let status = Command::new(tansu)
+            .args(["topic", "create", topic, "--partitions", &partitions.to_string(), "--broker", &listen])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "tansu topic create {topic}");
+    }
+    process
 }
 
 /// A port free on loopback right now.
