@@ -10,19 +10,11 @@ use rankpulse::metrics::{
     count_relevant, dcg, err, precision, rr,
 };
 
-/// A tiny xorshift so the benchmark has no dependency on a RNG crate.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn grade(&mut self) -> Grade {
-        // Mostly non-relevant, like real judgments.
-        [0, 0, 0, 0, 1, 1, 2, 3, 4][(self.next() % 9) as usize]
-    }
+use rankpulse::bench::Rng;
+
+/// A grade, mostly non-relevant like real judgments.
+fn grade(rng: &mut Rng) -> Grade {
+    [0, 0, 0, 0, 1, 1, 2, 3, 4][(rng.next() % 9) as usize]
 }
 
 struct List {
@@ -35,10 +27,10 @@ fn lists(n: usize, len: usize) -> Vec<List> {
     let mut rng = Rng(0x5eed);
     (0..n)
         .map(|_| {
-            let shown: Vec<Grade> = (0..len).map(|_| rng.grade()).collect();
+            let shown: Vec<Grade> = (0..len).map(|_| grade(&mut rng)).collect();
             let scores = (0..len).map(|i| (len - i) as f64 + (rng.next() % 100) as f64 / 1000.0).collect();
             let mut judged = shown.clone();
-            judged.extend((0..len / 2).map(|_| rng.grade()));
+            judged.extend((0..len / 2).map(|_| grade(&mut rng)));
             List { shown, scores, judged }
         })
         .collect()

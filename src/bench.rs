@@ -22,14 +22,22 @@ pub struct MixMessage {
     pub payload: Vec<u8>,
 }
 
-struct Rng(u64);
+/// A xorshift64 generator: reproducible inputs for benchmarks and property
+/// tests without a random-number crate. The state must not be 0.
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
+    }
+
+    /// A value in 0..n (0 when n is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
     }
 }
 

@@ -17,18 +17,7 @@ use rankpulse::window::window_cell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use rankpulse::bench::Rng;
 
 /// Ground truth of one list, as the batch computation sees it.
 struct TrueList {
