@@ -18,7 +18,8 @@
 //! the judgments that belong to it.
 //!
 //! Open lists are compact: keys and document ids are 128- and 64-bit
-//! hashes, never copies of the strings, and dimension values are interned.
+//! hashes, never copies of the strings, dimension values are interned, and
+//! a resting list is one run of words in a per-shard arena ([`store`]).
 
 use crate::config::LatePolicy;
 use crate::event::{Event, Impression, Judgment};
@@ -26,7 +27,10 @@ use crate::metrics::Grade;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
+use store::ListStore;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
+
+pub mod store;
 
 /// Interned dimension values of a list: index into [`Dimensions::values`].
 pub type DimsId = u32;
@@ -199,8 +203,11 @@ pub struct ShownDoc {
     score: f64,
 }
 
-/// A list still collecting events (or, once final, kept for late judgments).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A list still collecting events (or, once final, kept for late
+/// judgments), in its working form: what the assembler edits and what a
+/// checkpoint stores. At rest, between events, it lives compactly in a
+/// [`ListStore`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OpenList {
     /// Newest event time of the list: it closes a gap after this.
     last_event_ms: i64,
@@ -302,9 +309,12 @@ impl AssemblyLimits {
 pub struct Assembler {
     pub limits: AssemblyLimits,
     pub dimensions: Dimensions,
-    open_lists: FxHashMap<ListKey, OpenList>,
+    open_lists: ListStore,
     /// Final lists still inside the late horizon (for late judgments).
-    closed_lists: FxHashMap<ListKey, OpenList>,
+    closed_lists: ListStore,
+    /// The list being edited: reused buffers, so that an event allocates
+    /// nothing once they have grown to the usual list size.
+    scratch: OpenList,
     /// Newest event time per lane (input topic).
     lanes: Vec<(String, i64)>,
     /// The oldest of the lanes' newest event times.
@@ -339,8 +349,9 @@ impl Assembler {
         Assembler {
             limits,
             dimensions,
-            open_lists: FxHashMap::default(),
-            closed_lists: FxHashMap::default(),
+            open_lists: ListStore::default(),
+            closed_lists: ListStore::default(),
+            scratch: OpenList::default(),
             lanes: Vec::new(),
             watermark_ms: i64::MIN,
             clock_paused: false,
@@ -351,8 +362,8 @@ impl Assembler {
     pub fn state(&self) -> AssemblerState {
         AssemblerState {
             dimension_values: self.dimensions.values.iter().map(|v| v.to_vec()).collect(),
-            open_lists: self.open_lists.iter().map(|(k, l)| (*k, l.clone())).collect(),
-            closed_lists: self.closed_lists.iter().map(|(k, l)| (*k, l.clone())).collect(),
+            open_lists: lists_of(&self.open_lists),
+            closed_lists: lists_of(&self.closed_lists),
             lanes: self.lanes.clone(),
         }
     }
@@ -365,12 +376,18 @@ impl Assembler {
         let budget = self.dimensions.budget.take();
         self.dimensions = Dimensions::from_values(self.dimensions.labels.clone(), values);
         self.dimensions.budget = budget;
-        let clear = |(k, mut l): (ListKey, OpenList)| {
-            l.offsets.clear();
-            (k, l)
+        let fill = |lists: Vec<(ListKey, OpenList)>| {
+            let mut store = ListStore::default();
+            for (key, mut list) in lists {
+                list.offsets.clear();
+                // A list too large to store was finalized before it was
+                // checkpointed; none can be here.
+                let _ = store.store(key, &mut list);
+            }
+            store
         };
-        self.open_lists = state.open_lists.into_iter().map(clear).collect();
-        self.closed_lists = state.closed_lists.into_iter().map(clear).collect();
+        self.open_lists = fill(state.open_lists);
+        self.closed_lists = fill(state.closed_lists);
         self.lanes = state.lanes;
         self.watermark_ms = self.lanes.iter().map(|(_, t)| *t).min().unwrap_or(i64::MIN);
         self.clock_paused = true;
@@ -381,9 +398,8 @@ impl Assembler {
     pub fn resume_clock(&mut self, now_ms: i64) {
         if self.clock_paused {
             self.clock_paused = false;
-            for l in self.open_lists.values_mut().chain(self.closed_lists.values_mut()) {
-                l.last_arrival_ms = now_ms;
-            }
+            self.open_lists.set_arrivals(now_ms);
+            self.closed_lists.set_arrivals(now_ms);
         }
     }
 
@@ -423,30 +439,55 @@ impl Assembler {
         }
         self.watermark_ms = self.lanes.iter().map(|(_, t)| *t).min().unwrap_or(i64::MIN);
         let gap = self.limits.gap_ms;
-        if let Some(list) = self.open_lists.get(&key)
-            && ts > list.last_event_ms.saturating_add(gap)
-            && let Some(old) = self.open_lists.remove(&key)
+        let mut open = self.open_lists.header(key);
+        if let Some(header) = open
+            && ts > header.last_event_ms.saturating_add(gap)
         {
-            self.close(key, old, false, sink);
+            let mut old = std::mem::take(&mut self.scratch);
+            self.open_lists.take(key, &mut old);
+            self.close(key, &mut old, false, sink);
+            self.scratch = old;
+            open = None;
         }
         if let Event::Judgment(j) = event
-            && !self.open_lists.contains_key(&key)
+            && open.is_none()
             && let Some(applied) = self.late_judgment(key, j, event_hash, arrival_ms, sink)
         {
             return applied;
         }
-        if !self.open_lists.contains_key(&key) && self.open_lists.len() >= self.limits.max_open_lists {
+        if open.is_none() && self.open_lists.len() >= self.limits.max_open_lists {
             self.evict_oldest(sink);
         }
-        let list = self.open_lists.entry(key).or_insert_with(|| OpenList {
-            last_event_ms: ts,
-            last_arrival_ms: arrival_ms,
-            impression: None,
-            shown: Vec::new(),
-            judged: Vec::new(),
-            event_ids: Vec::new(),
-            offsets: Vec::new(),
-        });
+        let mut list = std::mem::take(&mut self.scratch);
+        let applied = self.apply(key, &mut list, open.is_some(), event, event_hash, ts, arrival_ms, source, sink);
+        self.scratch = list;
+        applied
+    }
+
+    /// Applies an event to the open list of `key` (a new one unless
+    /// `exists`), edited in `list`, and stores it back.
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        key: ListKey,
+        list: &mut OpenList,
+        exists: bool,
+        event: &Event,
+        event_hash: u64,
+        ts: i64,
+        arrival_ms: i64,
+        source: Option<Source>,
+        sink: &mut impl FnMut(Closed),
+    ) -> Applied {
+        if !exists || !self.open_lists.load(key, list) {
+            list.last_event_ms = ts;
+            list.last_arrival_ms = arrival_ms;
+            list.impression = None;
+            list.shown.clear();
+            list.judged.clear();
+            list.event_ids.clear();
+            list.offsets.clear();
+        }
         if list.event_ids.contains(&event_hash) {
             return Applied::Duplicate;
         }
@@ -466,6 +507,13 @@ impl Assembler {
             }
             Event::Judgment(j) => apply_judgment(list, j),
         }
+        if self.open_lists.store(key, list).is_err() {
+            // Past what one list can hold (65,535 results, judgments or
+            // events): final now, like an evicted list; later events of
+            // the key start a new one.
+            self.open_lists.remove(key);
+            self.close(key, list, true, sink);
+        }
         Applied::Applied
     }
 
@@ -481,18 +529,34 @@ impl Assembler {
     ) -> Option<Applied> {
         let (gap, horizon) = (self.limits.gap_ms, self.limits.late_horizon_ms);
         let watermark = self.watermark_ms;
-        let list = self.closed_lists.get_mut(&key)?;
+        let header = self.closed_lists.header(key)?;
         // It belongs to the final list only if, in event time, it falls
         // within a gap of the list's last event; past that it starts a new
         // list. And the list takes it only within the horizon after it
         // became final.
-        let closed_at = list.last_event_ms.saturating_add(gap);
+        let closed_at = header.last_event_ms.saturating_add(gap);
         if judgment.timestamp_ms > closed_at || watermark > closed_at.saturating_add(horizon) {
-            self.closed_lists.remove(&key);
+            self.closed_lists.remove(key);
             return None;
         }
+        let mut list = std::mem::take(&mut self.scratch);
+        let applied = self.late_judgment_to(key, &mut list, judgment, event_hash, arrival_ms, sink);
+        self.scratch = list;
+        Some(applied)
+    }
+
+    fn late_judgment_to(
+        &mut self,
+        key: ListKey,
+        list: &mut OpenList,
+        judgment: &Judgment,
+        event_hash: u64,
+        arrival_ms: i64,
+        sink: &mut impl FnMut(Closed),
+    ) -> Applied {
+        self.closed_lists.load(key, list);
         if list.event_ids.contains(&event_hash) {
-            return Some(Applied::Duplicate);
+            return Applied::Duplicate;
         }
         match self.limits.late_policy {
             LatePolicy::Drop => {
@@ -511,17 +575,23 @@ impl Assembler {
                 }
             }
         }
-        Some(Applied::Late)
+        if self.closed_lists.store(key, list).is_err() {
+            // Too large to keep: later judgments of it are no longer late.
+            self.closed_lists.remove(key);
+        }
+        Applied::Late
     }
 
     /// Finalizes the lists with the oldest last event, a batch at a time so
     /// that the scan is amortized over many insertions.
     fn evict_oldest(&mut self, sink: &mut impl FnMut(Closed)) {
+        let mut list = std::mem::take(&mut self.scratch);
         for (key, _) in oldest(&self.open_lists) {
-            if let Some(list) = self.open_lists.remove(&key) {
-                self.close(key, list, true, sink);
+            if self.open_lists.take(key, &mut list) {
+                self.close(key, &mut list, true, sink);
             }
         }
+        self.scratch = list;
     }
 
     /// Finalizes lists whose last event is a gap older than the watermark
@@ -534,20 +604,22 @@ impl Assembler {
         let now_ms = now_ms.filter(|_| !self.clock_paused);
         let expired: Vec<ListKey> = self
             .open_lists
-            .iter()
-            .filter(|(_, l)| {
+            .headers()
+            .filter(|l| {
                 l.last_event_ms.saturating_add(gap) <= watermark
                     || now_ms.is_some_and(|now| l.last_arrival_ms.saturating_add(gap) <= now)
             })
-            .map(|(k, _)| *k)
+            .map(|l| l.key)
             .collect();
+        let mut list = std::mem::take(&mut self.scratch);
         for key in expired {
-            if let Some(list) = self.open_lists.remove(&key) {
-                self.close(key, list, false, sink);
+            if self.open_lists.take(key, &mut list) {
+                self.close(key, &mut list, false, sink);
             }
         }
+        self.scratch = list;
         let horizon = self.limits.late_horizon_ms;
-        self.closed_lists.retain(|_, l| {
+        self.closed_lists.retain(|l| {
             l.last_event_ms.saturating_add(gap).saturating_add(horizon) >= watermark
                 && now_ms.is_none_or(|now| l.last_arrival_ms.saturating_add(gap).saturating_add(horizon) > now)
         });
@@ -558,36 +630,38 @@ impl Assembler {
     /// offset to consume.
     pub fn min_open_offsets(&self) -> FxHashMap<u32, i64> {
         let mut min: FxHashMap<u32, i64> = FxHashMap::default();
-        for list in self.open_lists.values() {
-            for o in &list.offsets {
-                let m = min.entry(o.id).or_insert(o.offset);
-                *m = (*m).min(o.offset);
-            }
+        for o in self.open_lists.sources() {
+            let m = min.entry(o.id).or_insert(o.offset);
+            *m = (*m).min(o.offset);
         }
         min
     }
 
     /// Finalizes every open list (shutdown without checkpoints, end of replay).
     pub fn finalize_all(&mut self, sink: &mut impl FnMut(Closed)) {
-        let lists: Vec<(ListKey, OpenList)> = self.open_lists.drain().collect();
-        for (key, list) in lists {
-            self.close(key, list, false, sink);
+        let mut list = std::mem::take(&mut self.scratch);
+        for key in self.open_lists.keys() {
+            if self.open_lists.take(key, &mut list) {
+                self.close(key, &mut list, false, sink);
+            }
         }
+        self.scratch = list;
     }
 
-    fn close(&mut self, key: ListKey, mut list: OpenList, evicted: bool, sink: &mut impl FnMut(Closed)) {
-        match finalize(&mut list, &self.dimensions) {
+    fn close(&mut self, key: ListKey, list: &mut OpenList, evicted: bool, sink: &mut impl FnMut(Closed)) {
+        match finalize(list, &self.dimensions) {
             Some(f) => {
                 sink(if evicted { Closed::Evicted(f) } else { Closed::Final(f) });
                 if self.limits.late_horizon_ms > 0 {
                     if self.closed_lists.len() >= self.limits.max_open_lists {
                         // Bounded like the open lists: forget the oldest.
                         for (k, _) in oldest(&self.closed_lists) {
-                            self.closed_lists.remove(&k);
+                            self.closed_lists.remove(k);
                         }
                     }
-                    list.offsets = Vec::new();
-                    self.closed_lists.insert(key, list);
+                    list.offsets.clear();
+                    // A list too large to keep takes no late judgments.
+                    let _ = self.closed_lists.store(key, list);
                 }
             }
             None => sink(Closed::Orphan),
@@ -595,11 +669,24 @@ impl Assembler {
     }
 }
 
+/// Every list of `store` in its working form (for a checkpoint).
+fn lists_of(store: &ListStore) -> Vec<(ListKey, OpenList)> {
+    store
+        .keys()
+        .into_iter()
+        .map(|key| {
+            let mut list = OpenList::default();
+            store.load(key, &mut list);
+            (key, list)
+        })
+        .collect()
+}
+
 /// The keys of the 1/64 of `lists` with the oldest last event (at least
 /// one): evicting a batch at a time amortizes the scan.
-fn oldest(lists: &FxHashMap<ListKey, OpenList>) -> Vec<(ListKey, i64)> {
+fn oldest(lists: &ListStore) -> Vec<(ListKey, i64)> {
     let batch = (lists.len() / 64).max(1);
-    let mut ages: Vec<(i64, ListKey)> = lists.iter().map(|(k, l)| (l.last_event_ms, *k)).collect();
+    let mut ages: Vec<(i64, ListKey)> = lists.headers().map(|l| (l.last_event_ms, l.key)).collect();
     if batch < ages.len() {
         ages.select_nth_unstable(batch);
         ages.truncate(batch);
@@ -829,6 +916,23 @@ mod tests {
             .collect();
         assert_eq!(evicted, [0, 1, 2, 3, 4, 5], "oldest first");
         assert_eq!(asm.closed_lists(), 0, "no late horizon: nothing remembered");
+    }
+
+    #[test]
+    fn a_list_past_what_one_list_holds_is_finalized_early() {
+        let mut asm = Assembler::new(1 << 40, vec![]);
+        let mut out = Vec::new();
+        asm.ingest_t(&ev(&imp("i", "s", 0, &[("d1", 1)])), 0, None, &mut |c| out.push(c));
+        // The impression plus 65,535 judgments: one event id too many.
+        for n in 0..store::MAX_ITEMS {
+            asm.ingest_t(&ev(&judg(&format!("j{n}"), "s", 1, "d1", 1)), 0, None, &mut |c| out.push(c));
+        }
+        assert_eq!(out.len(), 1);
+        assert!(matches!(&out[0], Closed::Evicted(f) if f.shown == [1]), "{:?}", out[0]);
+        assert_eq!(asm.open_lists(), 0);
+        // The next event of the key starts a new list.
+        asm.ingest_t(&ev(&imp("i2", "s", 2, &[("d2", 1)])), 0, None, &mut |c| out.push(c));
+        assert_eq!(asm.open_lists(), 1);
     }
 
     #[test]

@@ -1,0 +1,553 @@
+//! Compact storage of the assembler's lists.
+//!
+//! Inside the assembly stage: where open lists (and final lists kept for
+//! late judgments) live between events. A production search system keeps
+//! millions of lists open at once, so each is one run of 64-bit words in a
+//! per-shard arena, found through a hash table of run starts: no per-list
+//! heap allocation, no `Vec` headers, no allocator rounding. The assembler
+//! edits a list in its working form ([`OpenList`]), loaded into reusable
+//! buffers and stored back; only the resting form is compact.
+//!
+//! A run (in words):
+//!
+//! | words | content |
+//! |---|---|
+//! | 0–1 | list key (128-bit hash) |
+//! | 2 | newest event time (ms) |
+//! | 3 | newest arrival, processing time (ms) |
+//! | 4 | first impression's time (ms) |
+//! | 5 | dimension tuple id (u32), first position (u32; 0: positions stored) |
+//! | 6 | shown (u16), judged (u16), event ids (u16), sources (u8), flags (u8) |
+//! | … | shown document hashes in position order; their scores (f64 bits) when any result has one; their positions, two per word, unless they run on from the first |
+//! | … | judged document hashes; their grades, two per word |
+//! | … | event id hashes; sources, one word each (16-bit id, 48-bit offset) or two when one does not fit |
+//!
+//! For the production shape (10 results with scores, one source) a run is
+//! 29 words, 232 bytes; the hash table adds about 10 bytes per list.
+
+use super::{ListKey, OpenList, ShownDoc, Source};
+use hashbrown::HashTable;
+use rustc_hash::FxHashMap;
+
+const HEADER_WORDS: usize = 7;
+const FLAG_SCORES: u64 = 1;
+const FLAG_IMPRESSION: u64 = 2;
+/// Sources take two words each (else one: a 16-bit id and a 48-bit offset).
+const FLAG_WIDE_SOURCES: u64 = 4;
+
+/// The largest count of shown results, judged documents or event ids one
+/// list can hold; past it the assembler finalizes the list early.
+pub const MAX_ITEMS: usize = u16::MAX as usize;
+/// The largest count of sources (topic-partitions) of one list.
+const MAX_SOURCES: usize = u8::MAX as usize;
+
+/// A list does not fit its compact form (more than [`MAX_ITEMS`] of
+/// something, or the arena's 2^32-word address space is full).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLarge;
+
+/// What every scan needs of a list, without decoding it.
+#[derive(Debug, Clone, Copy)]
+pub struct Header {
+    pub key: ListKey,
+    pub last_event_ms: i64,
+    pub last_arrival_ms: i64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    shown: usize,
+    judged: usize,
+    events: usize,
+    sources: usize,
+    scores: bool,
+    explicit_positions: bool,
+    wide_sources: bool,
+}
+
+impl Counts {
+    fn of(list: &OpenList) -> Counts {
+        let contiguous =
+            list.shown.iter().enumerate().all(|(i, s)| s.position as usize == list.shown[0].position as usize + i);
+        Counts {
+            shown: list.shown.len(),
+            judged: list.judged.len(),
+            events: list.event_ids.len(),
+            sources: list.offsets.len(),
+            scores: list.shown.iter().any(|s| !s.score.is_nan()),
+            explicit_positions: !contiguous,
+            wide_sources: list.offsets.iter().any(|s| s.id >= 1 << 16 || !(0..1 << 48).contains(&s.offset)),
+        }
+    }
+
+    fn read(words: &[u64]) -> Counts {
+        let w = words[6];
+        Counts {
+            shown: (w & 0xffff) as usize,
+            judged: ((w >> 16) & 0xffff) as usize,
+            events: ((w >> 32) & 0xffff) as usize,
+            sources: ((w >> 48) & 0xff) as usize,
+            scores: (w >> 56) & FLAG_SCORES != 0,
+            explicit_positions: words[5] >> 32 == 0,
+            wide_sources: (w >> 56) & FLAG_WIDE_SOURCES != 0,
+        }
+    }
+
+    fn fits(&self) -> bool {
+        self.shown <= MAX_ITEMS && self.judged <= MAX_ITEMS && self.events <= MAX_ITEMS && self.sources <= MAX_SOURCES
+    }
+
+    fn words(&self) -> usize {
+        HEADER_WORDS
+            + self.shown * (1 + usize::from(self.scores))
+            + if self.explicit_positions { self.shown.div_ceil(2) } else { 0 }
+            + self.judged
+            + self.judged.div_ceil(2)
+            + self.events
+            + self.source_words() * self.sources
+    }
+
+    fn source_words(&self) -> usize {
+        if self.wide_sources { 2 } else { 1 }
+    }
+}
+
+/// The run size (words) that holds `needed` words. Small runs fit exactly
+/// (a list that grows moves to a run of its new size: a copy of a few
+/// hundred bytes, cheaper than the memory rounding would hold for its whole
+/// life); larger ones are sized to a sixteenth of their power of two,
+/// bounding the waste to 12.5%.
+fn size_class(needed: usize) -> usize {
+    if needed <= 64 { needed } else { needed.next_multiple_of(needed.next_power_of_two() / 16) }
+}
+
+/// Lists keyed by [`ListKey`], stored compactly.
+#[derive(Debug, Default)]
+pub struct ListStore {
+    /// Start (word index into `words`) of each list's run, hashed by key.
+    index: HashTable<u32>,
+    /// The arena: every run, and the free ones between them.
+    words: Vec<u64>,
+    /// Free runs by size, reused before the arena grows.
+    free: FxHashMap<u32, Vec<u32>>,
+    /// Words in free runs: past half the arena, it is compacted.
+    free_words: usize,
+}
+
+fn hash_of(key: ListKey) -> u64 {
+    // Keys are already uniform hashes.
+    key as u64
+}
+
+fn key_at(words: &[u64], start: u32) -> ListKey {
+    let s = start as usize;
+    u128::from(words[s]) | (u128::from(words[s + 1]) << 64)
+}
+
+impl ListStore {
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    fn find(&self, key: ListKey) -> Option<u32> {
+        self.index.find(hash_of(key), |&s| key_at(&self.words, s) == key).copied()
+    }
+
+    pub fn contains(&self, key: ListKey) -> bool {
+        self.find(key).is_some()
+    }
+
+    pub fn header(&self, key: ListKey) -> Option<Header> {
+        self.find(key).map(|s| self.header_at(s))
+    }
+
+    fn header_at(&self, start: u32) -> Header {
+        let w = &self.words[start as usize..];
+        Header { key: key_at(&self.words, start), last_event_ms: w[2] as i64, last_arrival_ms: w[3] as i64 }
+    }
+
+    /// Every list's header.
+    pub fn headers(&self) -> impl Iterator<Item = Header> + '_ {
+        self.index.iter().map(|&s| self.header_at(s))
+    }
+
+    /// Every list's sources.
+    pub fn sources(&self) -> impl Iterator<Item = Source> + '_ {
+        self.index.iter().flat_map(move |&s| {
+            let run = &self.words[s as usize..];
+            let counts = Counts::read(run);
+            let at = counts.words() - counts.source_words() * counts.sources;
+            (0..counts.sources).map(move |i| source_at(run, at, i, counts.wide_sources))
+        })
+    }
+
+    /// Decodes the list of `key` into `into` (its buffers are reused).
+    pub fn load(&self, key: ListKey, into: &mut OpenList) -> bool {
+        match self.find(key) {
+            Some(s) => {
+                decode(&self.words[s as usize..], into);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Decodes and removes the list of `key`.
+    pub fn take(&mut self, key: ListKey, into: &mut OpenList) -> bool {
+        match self.index.find_entry(hash_of(key), |&s| key_at(&self.words, s) == key) {
+            Ok(entry) => {
+                let (start, _) = entry.remove();
+                decode(&self.words[start as usize..], into);
+                self.release(start);
+                self.maybe_compact();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub fn remove(&mut self, key: ListKey) -> bool {
+        match self.index.find_entry(hash_of(key), |&s| key_at(&self.words, s) == key) {
+            Ok(entry) => {
+                let (start, _) = entry.remove();
+                self.release(start);
+                self.maybe_compact();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Stores `list` as the list of `key`, replacing the one there. The
+    /// shown results are put in position order (nothing depends on their
+    /// arrival order).
+    pub fn store(&mut self, key: ListKey, list: &mut OpenList) -> Result<(), TooLarge> {
+        list.shown.sort_unstable_by_key(|s| s.position);
+        let counts = Counts::of(list);
+        if !counts.fits() {
+            return Err(TooLarge);
+        }
+        let size = size_class(counts.words());
+        let existing = self.find(key);
+        let start = match existing {
+            Some(s) if self.run_size(s) == size => s,
+            _ => {
+                let start = self.allocate(size)?;
+                match self.index.find_mut(hash_of(key), |&s| key_at(&self.words, s) == key) {
+                    Some(slot) => {
+                        let old = std::mem::replace(slot, start);
+                        self.release(old);
+                    }
+                    None => {
+                        let words = &self.words;
+                        self.index.insert_unique(hash_of(key), start, |&s| hash_of(key_at(words, s)));
+                    }
+                }
+                start
+            }
+        };
+        encode(key, list, counts, &mut self.words[start as usize..start as usize + size]);
+        self.maybe_compact();
+        Ok(())
+    }
+
+    /// Sets every list's newest arrival to `now_ms`.
+    pub fn set_arrivals(&mut self, now_ms: i64) {
+        for &s in self.index.iter() {
+            self.words[s as usize + 3] = now_ms as u64;
+        }
+    }
+
+    /// Keeps the lists whose header `keep` accepts.
+    pub fn retain(&mut self, mut keep: impl FnMut(&Header) -> bool) {
+        let mut released = Vec::new();
+        let words = &self.words;
+        self.index.retain(|&mut s| {
+            let w = &words[s as usize..];
+            let header = Header { key: key_at(words, s), last_event_ms: w[2] as i64, last_arrival_ms: w[3] as i64 };
+            let kept = keep(&header);
+            if !kept {
+                released.push(s);
+            }
+            kept
+        });
+        for s in released {
+            self.release(s);
+        }
+        self.maybe_compact();
+    }
+
+    /// Every key.
+    pub fn keys(&self) -> Vec<ListKey> {
+        self.index.iter().map(|&s| key_at(&self.words, s)).collect()
+    }
+
+    fn run_size(&self, start: u32) -> usize {
+        size_class(Counts::read(&self.words[start as usize..]).words())
+    }
+
+    fn allocate(&mut self, size: usize) -> Result<u32, TooLarge> {
+        if let Some(start) = self.free.get_mut(&(size as u32)).and_then(Vec::pop) {
+            self.free_words -= size;
+            return Ok(start);
+        }
+        let start = self.words.len();
+        if start + size > u32::MAX as usize {
+            return Err(TooLarge);
+        }
+        self.words.resize(start + size, 0);
+        Ok(start as u32)
+    }
+
+    fn release(&mut self, start: u32) {
+        let size = self.run_size(start);
+        self.free.entry(size as u32).or_default().push(start);
+        self.free_words += size;
+    }
+
+    /// Compacts once half the arena is free (after the caller is done with
+    /// run starts: compaction moves every run).
+    fn maybe_compact(&mut self) {
+        if self.free_words > self.words.len() / 2 && self.words.len() >= 1 << 16 {
+            self.compact();
+        }
+    }
+
+    /// Moves every run to a new, dense arena; the old one goes back to the
+    /// allocator. Amortized: it runs only once half the arena is free.
+    fn compact(&mut self) {
+        let mut words = Vec::with_capacity(self.words.len() - self.free_words);
+        for start in self.index.iter_mut() {
+            let s = *start as usize;
+            let size = size_class(Counts::read(&self.words[s..]).words());
+            *start = words.len() as u32;
+            words.extend_from_slice(&self.words[s..s + size]);
+        }
+        self.words = words;
+        self.free.clear();
+        self.free_words = 0;
+    }
+}
+
+fn encode(key: ListKey, list: &OpenList, counts: Counts, run: &mut [u64]) {
+    run[0] = key as u64;
+    run[1] = (key >> 64) as u64;
+    run[2] = list.last_event_ms as u64;
+    run[3] = list.last_arrival_ms as u64;
+    let (impression_ms, dims) = list.impression.unwrap_or((0, 0));
+    run[4] = impression_ms as u64;
+    let first_position = if counts.explicit_positions { 0 } else { list.shown.first().map_or(0, |s| s.position) };
+    run[5] = u64::from(dims) | (u64::from(first_position) << 32);
+    let flags = if counts.scores { FLAG_SCORES } else { 0 }
+        | if list.impression.is_some() { FLAG_IMPRESSION } else { 0 }
+        | if counts.wide_sources { FLAG_WIDE_SOURCES } else { 0 };
+    run[6] = counts.shown as u64
+        | (counts.judged as u64) << 16
+        | (counts.events as u64) << 32
+        | (counts.sources as u64) << 48
+        | flags << 56;
+    let mut at = HEADER_WORDS;
+    for s in &list.shown {
+        run[at] = s.doc;
+        at += 1;
+    }
+    if counts.scores {
+        for s in &list.shown {
+            run[at] = s.score.to_bits();
+            at += 1;
+        }
+    }
+    if counts.explicit_positions {
+        for pair in list.shown.chunks(2) {
+            run[at] = u64::from(pair[0].position) | pair.get(1).map_or(0, |s| u64::from(s.position) << 32);
+            at += 1;
+        }
+    }
+    for (doc, _) in &list.judged {
+        run[at] = *doc;
+        at += 1;
+    }
+    for pair in list.judged.chunks(2) {
+        run[at] = u64::from(pair[0].1 as u32) | pair.get(1).map_or(0, |(_, g)| u64::from(*g as u32) << 32);
+        at += 1;
+    }
+    for id in &list.event_ids {
+        run[at] = *id;
+        at += 1;
+    }
+    for source in &list.offsets {
+        if counts.wide_sources {
+            run[at] = u64::from(source.id);
+            run[at + 1] = source.offset as u64;
+            at += 2;
+        } else {
+            run[at] = u64::from(source.id) << 48 | source.offset as u64;
+            at += 1;
+        }
+    }
+}
+
+fn source_at(run: &[u64], at: usize, i: usize, wide: bool) -> Source {
+    if wide {
+        Source { id: run[at + 2 * i] as u32, offset: run[at + 2 * i + 1] as i64 }
+    } else {
+        Source { id: (run[at + i] >> 48) as u32, offset: (run[at + i] & ((1 << 48) - 1)) as i64 }
+    }
+}
+
+fn decode(run: &[u64], list: &mut OpenList) {
+    let counts = Counts::read(run);
+    list.last_event_ms = run[2] as i64;
+    list.last_arrival_ms = run[3] as i64;
+    list.impression = ((run[6] >> 56) & FLAG_IMPRESSION != 0).then_some((run[4] as i64, run[5] as u32));
+    let first_position = (run[5] >> 32) as u32;
+    let mut at = HEADER_WORDS;
+    let docs = &run[at..at + counts.shown];
+    at += counts.shown;
+    let scores = if counts.scores {
+        at += counts.shown;
+        Some(&run[at - counts.shown..at])
+    } else {
+        None
+    };
+    let positions = if counts.explicit_positions {
+        at += counts.shown.div_ceil(2);
+        Some(&run[at - counts.shown.div_ceil(2)..at])
+    } else {
+        None
+    };
+    list.shown.clear();
+    list.shown.extend(docs.iter().enumerate().map(|(i, &doc)| ShownDoc {
+        doc,
+        position: match positions {
+            Some(p) => (p[i / 2] >> (32 * (i % 2))) as u32,
+            None => first_position + i as u32,
+        },
+        score: scores.map_or(f64::NAN, |s| f64::from_bits(s[i])),
+    }));
+    let judged_docs = &run[at..at + counts.judged];
+    at += counts.judged;
+    let grades = &run[at..at + counts.judged.div_ceil(2)];
+    at += counts.judged.div_ceil(2);
+    list.judged.clear();
+    list.judged
+        .extend(judged_docs.iter().enumerate().map(|(i, &doc)| (doc, (grades[i / 2] >> (32 * (i % 2))) as u32 as i32)));
+    list.event_ids.clear();
+    list.event_ids.extend_from_slice(&run[at..at + counts.events]);
+    at += counts.events;
+    list.offsets.clear();
+    list.offsets.extend((0..counts.sources).map(|i| source_at(run, at, i, counts.wide_sources)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(seed: u64, shown: usize, positions: impl Fn(usize) -> u32, scores: bool, judged: usize) -> OpenList {
+        let mut rng = crate::bench::Rng(seed | 1);
+        OpenList {
+            last_event_ms: rng.next() as i64,
+            last_arrival_ms: -(rng.below(1 << 40) as i64),
+            impression: (!seed.is_multiple_of(3)).then(|| (rng.next() as i64, rng.below(1000) as u32)),
+            shown: (0..shown)
+                .map(|i| ShownDoc {
+                    doc: rng.next(),
+                    position: positions(i),
+                    score: if scores && i % 4 != 3 { rng.next() as f64 / 7.0 } else { f64::NAN },
+                })
+                .collect(),
+            judged: (0..judged).map(|_| (rng.next(), rng.below(31) as i32 - 1)).collect(),
+            event_ids: (0..judged + 1).map(|_| rng.next()).collect(),
+            // Seeds ≡ 2 (mod 3): sources whose offsets need two words.
+            offsets: (0..(seed % 3) as usize)
+                .map(|i| Source { id: i as u32 * 7, offset: (rng.next() >> (16 * (seed % 3 == 1) as u32)) as i64 })
+                .collect(),
+        }
+    }
+
+    fn same(a: &OpenList, b: &OpenList) -> bool {
+        let bits = |l: &OpenList| -> Vec<(u64, u32, u64)> {
+            l.shown.iter().map(|s| (s.doc, s.position, s.score.to_bits())).collect()
+        };
+        a.last_event_ms == b.last_event_ms
+            && a.last_arrival_ms == b.last_arrival_ms
+            && a.impression == b.impression
+            && bits(a) == bits(b)
+            && a.judged == b.judged
+            && a.event_ids == b.event_ids
+            && a.offsets == b.offsets
+    }
+
+    #[test]
+    fn lists_round_trip_through_every_layout() {
+        let mut store = ListStore::default();
+        let mut expected = Vec::new();
+        for seed in 0..200u64 {
+            let shape = seed % 5;
+            let mut l = match shape {
+                0 => list(seed, 10, |i| i as u32 + 1, true, 3),
+                1 => list(seed, 7, |i| (7 - i) as u32 * 3, true, 0),
+                2 => list(seed, 0, |_| 0, false, 5),
+                3 => list(seed, 3, |i| i as u32 + 11, false, 1),
+                _ => list(seed, 130, |i| i as u32 * 2 + 1, true, 40),
+            };
+            let key = (u128::from(seed) << 64) | u128::from(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            store.store(key, &mut l).unwrap();
+            expected.push((key, l));
+        }
+        assert_eq!(store.len(), 200);
+        let mut out = OpenList::default();
+        for (key, l) in &expected {
+            assert!(store.load(*key, &mut out));
+            assert!(same(&out, l), "{key:x}");
+            assert_eq!(store.header(*key).map(|h| h.last_event_ms), Some(l.last_event_ms));
+        }
+        let sources: usize = expected.iter().map(|(_, l)| l.offsets.len()).sum();
+        assert_eq!(store.sources().count(), sources);
+    }
+
+    #[test]
+    fn growing_moving_removing_and_compacting_keep_every_list() {
+        let mut store = ListStore::default();
+        let mut rng = crate::bench::Rng(99);
+        let mut model: FxHashMap<ListKey, OpenList> = FxHashMap::default();
+        let mut out = OpenList::default();
+        for step in 0..60_000u64 {
+            let key = u128::from(rng.below(3_000)) * 0x1_0000_0001;
+            match rng.below(4) {
+                0 => {
+                    assert_eq!(store.remove(key), model.remove(&key).is_some());
+                }
+                _ => {
+                    let mut l = model.remove(&key).unwrap_or_default();
+                    let position = l.shown.len() as u32 + 1;
+                    l.shown.push(ShownDoc { doc: step, position, score: step as f64 });
+                    l.judged.push((step, 1));
+                    l.event_ids.push(step);
+                    l.last_event_ms = step as i64;
+                    store.store(key, &mut l).unwrap();
+                    model.insert(key, l);
+                }
+            }
+        }
+        assert_eq!(store.len(), model.len());
+        for (key, l) in &model {
+            assert!(store.take(*key, &mut out));
+            assert!(same(&out, l));
+        }
+        assert!(store.is_empty());
+        assert!(store.words.len() < 1 << 17, "compacted: {} words", store.words.len());
+    }
+
+    #[test]
+    fn a_list_past_the_limits_is_refused() {
+        let mut store = ListStore::default();
+        let mut l = OpenList { event_ids: vec![0; MAX_ITEMS + 1], ..Default::default() };
+        assert_eq!(store.store(1, &mut l), Err(TooLarge));
+        assert!(store.is_empty());
+    }
+}
