@@ -628,11 +628,15 @@ impl Assembler {
     /// For each source, the smallest offset still held by an open list:
     /// the at-least-once commit point is the lesser of this and the next
     /// offset to consume.
-    pub fn min_open_offsets(&self) -> FxHashMap<u32, i64> {
-        let mut min: FxHashMap<u32, i64> = FxHashMap::default();
+    pub fn min_open_offsets(&self) -> Vec<(u32, i64)> {
+        // A shard's lists come from a handful of sources (its partition of
+        // each topic): a linear search beats hashing once per list.
+        let mut min: Vec<(u32, i64)> = Vec::new();
         for o in self.open_lists.sources() {
-            let m = min.entry(o.id).or_insert(o.offset);
-            *m = (*m).min(o.offset);
+            match min.iter_mut().find(|(id, _)| *id == o.id) {
+                Some((_, m)) => *m = (*m).min(o.offset),
+                None => min.push((o.id, o.offset)),
+            }
         }
         min
     }
@@ -851,7 +855,7 @@ mod tests {
         asm.finalize_expired(None, &mut |c| out.push(c));
         assert_eq!(out.len(), 1, "list a closed by the watermark");
         assert_eq!(asm.open_lists(), 2);
-        assert_eq!(asm.min_open_offsets().get(&7), Some(&42));
+        assert_eq!(asm.min_open_offsets(), [(7, 42)]);
         asm.finalize_expired(Some(10_100), &mut |c| out.push(c));
         assert_eq!(out.len(), 3, "idle: processing time closes the rest");
     }

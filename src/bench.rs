@@ -12,6 +12,7 @@ use crate::pipeline::Pipeline;
 use std::time::Instant;
 
 pub mod kafka;
+pub mod scale;
 
 /// One message of the mix.
 #[derive(Debug, Clone)]

@@ -48,6 +48,11 @@ pub const CONSUMER_CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// shutdown get a look again.
 const DRAIN_BATCH: usize = 1024;
 
+/// Without checkpoints, how often offsets are committed: finding the commit
+/// point reads every open list, and once per two seconds is as good for
+/// at-least-once as every tick (a restart re-reads at most that much more).
+const COMMIT_INTERVAL: Duration = Duration::from_secs(2);
+
 /// The output of `future` if it is ready without waiting.
 fn ready_now<F: Future>(future: F) -> Option<F::Output> {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -185,24 +190,20 @@ struct Daemon {
     outage_since_ms: Option<i64>,
     dead_letters: Option<DeadLetters>,
     last_checkpoint: Option<tokio::time::Instant>,
+    /// Last commit attempt without checkpoints (see [`COMMIT_INTERVAL`]).
+    last_commit: Option<tokio::time::Instant>,
     /// Offsets committed from checkpoints (state.dir set).
     committed: BTreeMap<(String, i32), i64>,
     first_message_at: Option<std::time::Instant>,
 }
 
 impl Daemon {
-    fn handle(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-        key: Option<&[u8]>,
-        payload: Option<&[u8]>,
-        kafka_timestamp_ms: Option<i64>,
-    ) {
+    /// One consumed message, at wall-clock time `now` (ms).
+    fn handle(&mut self, m: &impl Message, now: i64) {
+        let (topic, partition, offset, key, payload) = (m.topic(), m.partition(), m.offset(), m.key(), m.payload());
+        let kafka_timestamp_ms = m.timestamp().to_millis();
         self.messages += 1;
         let id = self.sources.id(topic, partition);
-        let now = wall_ms();
         if let Some(t) = kafka_timestamp_ms {
             self.health.ingest_delay.observe(now - t);
         }
@@ -599,6 +600,7 @@ pub async fn run_with(
         outage_since_ms: Some(wall_ms()),
         dead_letters,
         last_checkpoint: None,
+        last_commit: None,
         committed: BTreeMap::new(),
         first_message_at: None,
     };
@@ -654,7 +656,10 @@ pub async fn run_with(
                         daemon.checkpoint()
                     }
                 } else {
-                    daemon.dead_letters_flushed()
+                    daemon.last_commit.is_none_or(|t| t.elapsed() >= COMMIT_INTERVAL) && {
+                        daemon.last_commit = Some(tokio::time::Instant::now());
+                        daemon.dead_letters_flushed()
+                    }
                 };
                 // Async: a failed commit is retried with a later point on the next tick.
                 if durable
@@ -672,7 +677,13 @@ pub async fn run_with(
                 // through select! (and the scheduler) for each one.
                 let mut next = Some(message);
                 let mut drained = 0;
+                let mut now = wall_ms();
                 while let Some(message) = next.take() {
+                    // The clock is read once per 64 messages of a batch
+                    // (a batch is handled in a few milliseconds).
+                    if drained % 64 == 63 {
+                        now = wall_ms();
+                    }
                     // A rebalance reported inside recv() is acted on before
                     // the first message it concerns.
                     daemon.apply_rebalances()?;
@@ -681,8 +692,7 @@ pub async fn run_with(
                             if daemon.first_message_at.is_none() {
                                 daemon.first_message_at = Some(std::time::Instant::now());
                             }
-                            let ts = m.timestamp().to_millis();
-                            daemon.handle(m.topic(), m.partition(), m.offset(), m.key(), m.payload(), ts);
+                            daemon.handle(&m, now);
                         }
                         Err(KafkaError::PartitionEOF(p)) => daemon.partition_eof(p),
                         Err(e) => eprintln!("rankpulse: kafka: {e}"),

@@ -39,8 +39,9 @@ enum Command {
 struct BenchArgs {
     /// pipeline: decode → assemble → score → accumulate on one core; memory: resident bytes per
     /// open list; kafka: fill a broker, then a bare consumer and the daemon on the same data.
-    /// freshness: the daemon reading live while the mix is produced at --rate.
-    #[arg(value_parser = ["pipeline", "memory", "kafka", "freshness"])]
+    /// freshness: the daemon reading live while the mix is produced at --rate. scale: one
+    /// `rankpulse run` process, then two in one consumer group, on the same data.
+    #[arg(value_parser = ["pipeline", "memory", "kafka", "freshness", "scale"])]
     what: String,
     /// Lists in the mix (each: one impression of 10 results and 3 judgments).
     #[arg(long, default_value_t = 250_000)]
@@ -51,7 +52,7 @@ struct BenchArgs {
     /// Kafka bootstrap servers (kafka).
     #[arg(long, default_value = "127.0.0.1:9092")]
     brokers: String,
-    /// Skip producing (kafka): the topics already hold the mix of these --lists and --seed.
+    /// Skip producing (kafka, scale): the topics already hold the mix of these --lists and --seed.
     #[arg(long)]
     no_fill: bool,
     /// Messages per second produced (freshness).
@@ -233,6 +234,11 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             let report =
                 runtime.block_on(bench::kafka::freshness(&args.brokers, args.rate, args.seconds, args.seed))?;
+            println!("{report}");
+        }
+        "scale" => {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let report = runtime.block_on(bench::scale::run(&args.brokers, args.lists, args.seed, !args.no_fill))?;
             println!("{report}");
         }
         _ => {

@@ -34,6 +34,9 @@ const FLAG_SCORES: u64 = 1;
 const FLAG_IMPRESSION: u64 = 2;
 /// Sources take two words each (else one: a 16-bit id and a 48-bit offset).
 const FLAG_WIDE_SOURCES: u64 = 4;
+/// In word 6 of a free run, whose low 32 bits hold its size: scans walk the
+/// arena in order, run after run, rather than hopping through the index.
+const FREE_RUN: u64 = 1 << 63;
 
 /// The largest count of shown results, judged documents or event ids one
 /// list can hold; past it the assembler finalizes the list early.
@@ -170,14 +173,33 @@ impl ListStore {
         Header { key: key_at(&self.words, start), last_event_ms: w[2] as i64, last_arrival_ms: w[3] as i64 }
     }
 
+    /// The start of every list's run, in arena order (sequential reads,
+    /// which the scans of every tick depend on).
+    fn live_runs(&self) -> impl Iterator<Item = u32> + '_ {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            while at < self.words.len() {
+                let start = at;
+                let w = self.words[at + 6];
+                if w & FREE_RUN != 0 {
+                    at += (w & 0xffff_ffff) as usize;
+                    continue;
+                }
+                at += size_class(Counts::read(&self.words[at..]).words());
+                return Some(start as u32);
+            }
+            None
+        })
+    }
+
     /// Every list's header.
     pub fn headers(&self) -> impl Iterator<Item = Header> + '_ {
-        self.index.iter().map(|&s| self.header_at(s))
+        self.live_runs().map(|s| self.header_at(s))
     }
 
     /// Every list's sources.
     pub fn sources(&self) -> impl Iterator<Item = Source> + '_ {
-        self.index.iter().flat_map(move |&s| {
+        self.live_runs().flat_map(move |s| {
             let run = &self.words[s as usize..];
             let counts = Counts::read(run);
             let at = counts.words() - counts.source_words() * counts.sources;
@@ -257,33 +279,23 @@ impl ListStore {
 
     /// Sets every list's newest arrival to `now_ms`.
     pub fn set_arrivals(&mut self, now_ms: i64) {
-        for &s in self.index.iter() {
+        let starts: Vec<u32> = self.live_runs().collect();
+        for s in starts {
             self.words[s as usize + 3] = now_ms as u64;
         }
     }
 
     /// Keeps the lists whose header `keep` accepts.
     pub fn retain(&mut self, mut keep: impl FnMut(&Header) -> bool) {
-        let mut released = Vec::new();
-        let words = &self.words;
-        self.index.retain(|&mut s| {
-            let w = &words[s as usize..];
-            let header = Header { key: key_at(words, s), last_event_ms: w[2] as i64, last_arrival_ms: w[3] as i64 };
-            let kept = keep(&header);
-            if !kept {
-                released.push(s);
-            }
-            kept
-        });
-        for s in released {
-            self.release(s);
+        let dropped: Vec<Header> = self.headers().filter(|h| !keep(h)).collect();
+        for h in dropped {
+            self.remove(h.key);
         }
-        self.maybe_compact();
     }
 
     /// Every key.
     pub fn keys(&self) -> Vec<ListKey> {
-        self.index.iter().map(|&s| key_at(&self.words, s)).collect()
+        self.live_runs().map(|s| key_at(&self.words, s)).collect()
     }
 
     fn run_size(&self, start: u32) -> usize {
@@ -305,6 +317,7 @@ impl ListStore {
 
     fn release(&mut self, start: u32) {
         let size = self.run_size(start);
+        self.words[start as usize + 6] = FREE_RUN | size as u64;
         self.free.entry(size as u32).or_default().push(start);
         self.free_words += size;
     }

@@ -35,6 +35,8 @@ pub enum BenchError {
     Daemon(#[from] crate::daemon::DaemonError),
     #[error("{what} did not finish in {secs} s ({done} of {total} messages)")]
     Timeout { what: &'static str, secs: u64, done: u64, total: u64 },
+    #[error("{0}")]
+    Window(String),
 }
 
 /// What one run measured.
@@ -96,7 +98,16 @@ impl fmt::Display for KafkaReport {
 
 /// User + system CPU time of this process, seconds (Linux).
 pub fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    cpu_seconds_at("/proc/self/stat")
+}
+
+/// User + system CPU time of process `pid`, seconds (Linux).
+pub fn cpu_seconds_of(pid: u32) -> f64 {
+    cpu_seconds_at(&format!("/proc/{pid}/stat"))
+}
+
+fn cpu_seconds_at(path: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(path) else { return 0.0 };
     // Fields after the command name (which may contain spaces): utime is the
     // 14th field overall, stime the 15th; clock ticks are 100 per second.
     let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
@@ -218,7 +229,7 @@ async fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
     scrape_path(addr, "/metrics").await
 }
 
-fn sum(exposition: &str, name: &str) -> f64 {
+pub(crate) fn sum(exposition: &str, name: &str) -> f64 {
     exposition
         .lines()
         .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' ')))
@@ -226,14 +237,21 @@ fn sum(exposition: &str, name: &str) -> f64 {
         .sum()
 }
 
-/// Fills (unless `fill` is false), then measures the ceiling and the daemon.
-pub async fn run(brokers: &str, lists: usize, seed: u64, fill_topics: bool) -> Result<KafkaReport, BenchError> {
+/// Puts the mix of `lists` and `seed` on the topics (unless `fill` is
+/// false: they hold it already). Returns (messages, mean impression and
+/// judgment sizes, messages/s produced).
+pub(crate) async fn fill_topics(
+    brokers: &str,
+    lists: usize,
+    seed: u64,
+    fill_them: bool,
+) -> Result<(u64, (f64, f64), Option<f64>), BenchError> {
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     // Event times in the last minutes, 1 ms apart: windows and gaps behave as live.
     let messages = mix(0, lists, seed, now_ms - lists as i64, 1.0);
-    let (impression_bytes, judgment_bytes) = mean_sizes(&messages);
+    let sizes = mean_sizes(&messages);
     let total = messages.len() as u64;
-    let fill_per_second = if fill_topics {
+    let fill_per_second = if fill_them {
         let b = brokers.to_string();
         Some(
             tokio::task::spawn_blocking(move || fill(&b, &messages))
@@ -243,6 +261,12 @@ pub async fn run(brokers: &str, lists: usize, seed: u64, fill_topics: bool) -> R
     } else {
         None
     };
+    Ok((total, sizes, fill_per_second))
+}
+
+/// Fills (unless `fill` is false), then measures the ceiling and the daemon.
+pub async fn run(brokers: &str, lists: usize, seed: u64, fill: bool) -> Result<KafkaReport, BenchError> {
+    let (total, (impression_bytes, judgment_bytes), fill_per_second) = fill_topics(brokers, lists, seed, fill).await?;
     let b = brokers.to_string();
     let bare = tokio::task::spawn_blocking(move || bare(&b, total))
         .await
@@ -413,7 +437,7 @@ fn paced(brokers: &str, messages: &[MixMessage], rate: f64) -> Result<f64, Bench
     Ok(rate)
 }
 
-async fn scrape_path(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+pub(crate) async fn scrape_path(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await?;
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await?;

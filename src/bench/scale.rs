@@ -1,0 +1,166 @@
+//! `rankpulse bench scale`: what a second instance in the same consumer
+//! group adds.
+//!
+//! The topics hold the mix (filled by `rankpulse bench kafka`, or here).
+//! One `rankpulse run` process consumes all of it in a fresh group; then two
+//! processes share another fresh group. Each is scraped every second; the
+//! rate is taken over the window in which every instance of the run is
+//! consuming (after the group handed each its partitions, before the
+//! backlog runs out), so group joins and rebalances are left out.
+
+use crate::bench::kafka::{BenchError, cpu_seconds_of, fill_topics, scrape_path, sum};
+use std::fmt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One scrape of every instance.
+#[derive(Debug, Clone)]
+struct Sample {
+    at: Instant,
+    /// Messages each instance consumed so far.
+    consumed: Vec<u64>,
+    /// CPU seconds each instance used so far.
+    cpu: Vec<f64>,
+}
+
+/// What the instances of one run did inside the measuring window.
+#[derive(Debug, Clone)]
+pub struct RunMeasure {
+    pub instances: usize,
+    pub window_seconds: f64,
+    /// Messages per second of each instance over the window.
+    pub rates: Vec<f64>,
+    /// Cores each instance used over the window.
+    pub cores: Vec<f64>,
+}
+
+impl RunMeasure {
+    pub fn total_rate(&self) -> f64 {
+        self.rates.iter().sum()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ScaleReport {
+    pub messages: u64,
+    pub one: RunMeasure,
+    pub two: RunMeasure,
+}
+
+impl fmt::Display for ScaleReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "mix: {} messages on the topics", self.messages)?;
+        for m in [&self.one, &self.two] {
+            let each: Vec<String> =
+                m.rates.iter().zip(&m.cores).map(|(r, c)| format!("{r:.0} events/s on {c:.2} cores")).collect();
+            writeln!(
+                f,
+                "{} instance(s): {:.0} events/s over a {:.1} s window ({})",
+                m.instances,
+                m.total_rate(),
+                m.window_seconds,
+                each.join("; ")
+            )?;
+        }
+        let added = self.two.total_rate() - self.one.total_rate();
+        write!(
+            f,
+            "the second instance adds {added:.0} events/s: {:.2} of one instance's throughput",
+            added / self.one.total_rate().max(1e-9)
+        )
+    }
+}
+
+/// A `rankpulse run` child process with its /metrics address.
+struct Instance {
+    child: Child,
+    http: std::net::SocketAddr,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_addr() -> Result<std::net::SocketAddr, BenchError> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+fn start(brokers: &str, group: &str) -> Result<Instance, BenchError> {
+    let http = free_addr()?;
+    let child = Command::new(std::env::current_exe()?)
+        .arg("run")
+        .env("RANKPULSE__KAFKA__BROKERS", brokers)
+        .env("RANKPULSE__KAFKA__GROUP_ID", group)
+        .env("RANKPULSE__HTTP__LISTEN", http.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    Ok(Instance { child, http })
+}
+
+/// Runs `n` instances in a fresh group until they consumed `total`
+/// messages together, and measures them over the window in which all of
+/// them consume.
+async fn measure(brokers: &str, n: usize, total: u64) -> Result<RunMeasure, BenchError> {
+    let group = format!("rankpulse-bench-scale{n}-{}", std::process::id());
+    let instances: Vec<Instance> = (0..n).map(|_| start(brokers, &group)).collect::<Result<_, _>>()?;
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let mut samples: Vec<Sample> = Vec::new();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut sample = Sample { at: Instant::now(), consumed: Vec::new(), cpu: Vec::new() };
+        for i in &instances {
+            let body = scrape_path(i.http, "/metrics").await.unwrap_or_default();
+            sample
+                .consumed
+                .push((sum(&body, "rankpulse_events_total") + sum(&body, "rankpulse_events_rejected_total")) as u64);
+            sample.cpu.push(cpu_seconds_of(i.child.id()));
+        }
+        let done = sample.consumed.iter().sum::<u64>() >= total;
+        samples.push(sample);
+        if done {
+            break;
+        }
+        if Instant::now() > deadline {
+            let done = samples.last().map_or(0, |s| s.consumed.iter().sum());
+            return Err(BenchError::Timeout { what: "the scale run", secs: 900, done, total });
+        }
+    }
+    drop(instances);
+    window(&samples, n, total)
+}
+
+/// The rates between the first sample in which every instance had consumed
+/// something and the last one before the backlog ran out.
+fn window(samples: &[Sample], n: usize, total: u64) -> Result<RunMeasure, BenchError> {
+    let first = samples.iter().position(|s| s.consumed.iter().all(|&c| c > 0));
+    let last = samples.iter().rposition(|s| s.consumed.iter().sum::<u64>() < total);
+    let (Some(a), Some(b)) = (first, last) else {
+        return Err(BenchError::Window("no window with every instance consuming: use more --lists".into()));
+    };
+    if b < a + 2 {
+        return Err(BenchError::Window(format!(
+            "the window with every instance consuming is {} s: use more --lists",
+            b.saturating_sub(a)
+        )));
+    }
+    let (a, b) = (&samples[a], &samples[b]);
+    let seconds = b.at.duration_since(a.at).as_secs_f64();
+    Ok(RunMeasure {
+        instances: n,
+        window_seconds: seconds,
+        rates: (0..n).map(|i| (b.consumed[i] - a.consumed[i]) as f64 / seconds).collect(),
+        cores: (0..n).map(|i| (b.cpu[i] - a.cpu[i]) / seconds).collect(),
+    })
+}
+
+/// Fills (unless `fill` is false), then measures one instance, then two.
+pub async fn run(brokers: &str, lists: usize, seed: u64, fill: bool) -> Result<ScaleReport, BenchError> {
+    let (total, _, _) = fill_topics(brokers, lists, seed, fill).await?;
+    let one = measure(brokers, 1, total).await?;
+    let two = measure(brokers, 2, total).await?;
+    Ok(ScaleReport { messages: total, one, two })
+}
