@@ -149,13 +149,16 @@ fn fill(brokers: &str, messages: &[MixMessage]) -> Result<f64, BenchError> {
 fn bare(brokers: &str, total: u64) -> Result<Measured, BenchError> {
     let config = Config::default();
     let limits = DecodeLimits::from_config(&config);
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", brokers)
         .set("group.id", format!("rankpulse-bench-bare-{}", std::process::id()))
         .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("queued.max.messages.kbytes", "16384")
-        .create()?;
+        .set("auto.offset.reset", "earliest");
+    // The daemon's consumer settings: the ceiling differs by the pipeline only.
+    for (key, value) in crate::kafka::CONSUMER_DEFAULTS {
+        cc.set(*key, *value);
+    }
+    let consumer: BaseConsumer = cc.create()?;
     consumer.subscribe(&[IMPRESSIONS, JUDGMENTS])?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut seen, mut decoded) = (0u64, 0u64);
@@ -279,6 +282,9 @@ pub async fn run(brokers: &str, lists: usize, seed: u64, fill: bool) -> Result<K
 /// timestamp to the moment the daemon applied it.
 #[derive(Debug, Clone)]
 pub struct FreshnessReport {
+    /// The same paced production read by a bare consumer (no pipeline),
+    /// just before: the broker's and the Kafka client's share of the delay.
+    pub bare: Option<BareFreshness>,
     pub target_rate: f64,
     pub achieved_rate: f64,
     pub messages: u64,
@@ -289,12 +295,31 @@ pub struct FreshnessReport {
     pub buckets: Vec<(f64, f64)>,
 }
 
+/// What the bare consumer saw of a paced run.
+#[derive(Debug, Clone)]
+pub struct BareFreshness {
+    pub achieved_rate: f64,
+    pub messages: u64,
+    pub p50_seconds: Option<f64>,
+    pub p99_seconds: Option<f64>,
+}
+
 impl fmt::Display for FreshnessReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |s| format!("{:.1} ms", s * 1000.0));
+        if let Some(b) = &self.bare {
+            writeln!(
+                f,
+                "bare consumer (decode only), same pacing: {} messages at {:.0}/s; delay p50 {}, p99 {}",
+                b.messages,
+                b.achieved_rate,
+                ms(b.p50_seconds),
+                ms(b.p99_seconds)
+            )?;
+        }
         write!(
             f,
-            "paced: {} messages at {:.0}/s (target {:.0}/s); ingest delay p50 {}, p99 {}, slowest message within {}",
+            "daemon, paced: {} messages at {:.0}/s (target {:.0}/s); ingest delay p50 {}, p99 {}, slowest message within {}",
             self.messages,
             self.achieved_rate,
             self.target_rate,
@@ -339,10 +364,76 @@ fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
     None
 }
 
-/// Produces the mix at `rate` messages/s for `seconds` while the daemon
-/// (reading from the end of the topics) consumes it, then reads the
-/// daemon's ingest-delay histogram.
+/// The paced mix of a freshness run (event times from now).
+fn paced_mix(rate: f64, seconds: f64, seed: u64) -> Vec<MixMessage> {
+    let lists = ((rate * seconds) / 4.0).ceil() as usize;
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    mix(0, lists, seed, now_ms, 4000.0 / rate.max(1.0))
+}
+
+/// A bare consumer (the daemon's consumer settings, decode only) reads
+/// from the end of the topics while the mix is produced at `rate`: the
+/// delay from each message's Kafka timestamp to its decoding.
+fn bare_freshness(brokers: &str, rate: f64, seconds: f64, seed: u64) -> Result<BareFreshness, BenchError> {
+    let limits = DecodeLimits::from_config(&Config::default());
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", brokers)
+        .set("group.id", format!("rankpulse-bench-fresh-bare-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "latest");
+    for (key, value) in crate::kafka::CONSUMER_DEFAULTS {
+        cc.set(*key, *value);
+    }
+    let consumer: BaseConsumer = cc.create()?;
+    consumer.subscribe(&[IMPRESSIONS, JUDGMENTS])?;
+    // Assigned, and positioned at the end, before producing.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while consumer.assignment().map_or(0, |a| a.count()) == 0 {
+        let _ = consumer.poll(Duration::from_millis(100));
+        if Instant::now() > deadline {
+            return Err(BenchError::Timeout { what: "the bare consumer's group join", secs: 120, done: 0, total: 0 });
+        }
+    }
+    let settle = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < settle {
+        let _ = consumer.poll(Duration::from_millis(100));
+    }
+    let messages = paced_mix(rate, seconds, seed);
+    let total = messages.len() as u64;
+    let started_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let b = brokers.to_string();
+    let producer = std::thread::spawn(move || paced(&b, &messages, rate));
+    let mut delays = crate::publish::DelayHistogram::default();
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds + 120.0);
+    while delays.count < total && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+            // Older messages (the broker's "latest" can lag its log end) are not this run's.
+            if let Some(t) = m.timestamp().to_millis().filter(|t| *t >= started_ms) {
+                std::hint::black_box(decode(m.payload().unwrap_or(b""), &limits).is_ok());
+                delays.observe(now - t);
+            }
+        }
+    }
+    let achieved_rate = producer.join().map_err(|_| std::io::Error::other("the producer thread panicked"))??;
+    Ok(BareFreshness {
+        achieved_rate,
+        messages: delays.count,
+        p50_seconds: delays.quantile(0.5),
+        p99_seconds: delays.quantile(0.99),
+    })
+}
+
+/// Produces the mix at `rate` messages/s for `seconds` while a bare
+/// consumer, then the daemon (each reading from the end of the topics)
+/// consume it, and reads the daemon's ingest-delay histogram.
 pub async fn freshness(brokers: &str, rate: f64, seconds: f64, seed: u64) -> Result<FreshnessReport, BenchError> {
+    let b = brokers.to_string();
+    let bare = tokio::task::spawn_blocking(move || bare_freshness(&b, rate, seconds, seed))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))??;
     let mut config = Config::default();
     config.kafka.brokers = brokers.to_string();
     config.kafka.group_id = format!("rankpulse-bench-fresh-{}", std::process::id());
@@ -367,9 +458,7 @@ pub async fn freshness(brokers: &str, rate: f64, seconds: f64, seed: u64) -> Res
         }
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let lists = ((rate * seconds) / 4.0).ceil() as usize;
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-    let messages = mix(0, lists, seed, now_ms, 4000.0 / rate.max(1.0));
+    let messages = paced_mix(rate, seconds, seed);
     let total = messages.len() as u64;
     let b = brokers.to_string();
     let produced = tokio::task::spawn_blocking(move || paced(&b, &messages, rate))
@@ -402,6 +491,7 @@ pub async fn freshness(brokers: &str, rate: f64, seconds: f64, seed: u64) -> Res
         .map(|w| w[1].0)
         .or_else(|| buckets.iter().find(|b| b.1 > 0.0).map(|b| b.0));
     Ok(FreshnessReport {
+        bare: Some(bare),
         target_rate: rate,
         achieved_rate: produced,
         messages: total,
