@@ -32,6 +32,7 @@ enum Command {
     /// Run the stream pipeline over a file of JSON events (one per line) and print the final /metrics exposition.
     Replay(ReplayArgs),
     /// Measure throughput and memory on a reproducible event mix (see README, Performance).
+    /// The daemon runs with the defaults and any RANKPULSE__* environment overrides.
     Bench(BenchArgs),
 }
 
@@ -49,7 +50,7 @@ struct BenchArgs {
     /// Seed of the mix.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Kafka bootstrap servers (kafka).
+    /// Kafka bootstrap servers (kafka, freshness, scale); `mock` (freshness): librdkafka's in-process mock cluster.
     #[arg(long, default_value = "127.0.0.1:9092")]
     brokers: String,
     /// Skip producing (kafka, scale): the topics already hold the mix of these --lists and --seed.
@@ -202,7 +203,8 @@ fn report(command: &str, result: anyhow::Result<()>) -> ExitCode {
 
 fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
     use rankpulse::bench;
-    let config = Config::default();
+    // Defaults and RANKPULSE__* overrides, as `rankpulse run` without --config.
+    let config = Config::load(None)?;
     match args.what.as_str() {
         "pipeline" => {
             let messages = bench::mix(0, args.lists, args.seed, 1_763_780_000_000, 4.0);
@@ -232,8 +234,16 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
         }
         "freshness" => {
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            // `--brokers mock`: librdkafka's in-process mock cluster.
+            let (_cluster, brokers) = match args.brokers.as_str() {
+                "mock" => {
+                    let (cluster, bootstrap) = bench::kafka::mock_cluster()?;
+                    (Some(cluster), bootstrap)
+                }
+                other => (None, other.to_string()),
+            };
             let report =
-                runtime.block_on(bench::kafka::freshness(&args.brokers, args.rate, args.seconds, args.seed))?;
+                runtime.block_on(bench::kafka::freshness(&config, &brokers, args.rate, args.seconds, args.seed))?;
             println!("{report}");
         }
         "scale" => {
@@ -243,7 +253,8 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
         }
         _ => {
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-            let report = runtime.block_on(bench::kafka::run(&args.brokers, args.lists, args.seed, !args.no_fill))?;
+            let report =
+                runtime.block_on(bench::kafka::run(&config, &args.brokers, args.lists, args.seed, !args.no_fill))?;
             println!("{report}");
         }
     }

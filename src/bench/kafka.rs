@@ -146,8 +146,17 @@ fn fill(brokers: &str, messages: &[MixMessage]) -> Result<f64, BenchError> {
     Ok(messages.len() as f64 / started.elapsed().as_secs_f64())
 }
 
-fn bare(brokers: &str, total: u64) -> Result<Measured, BenchError> {
-    let config = Config::default();
+/// The daemon's consumer defaults, then the `[kafka.properties]` of `config`.
+fn consumer_settings(cc: &mut ClientConfig, config: &Config) {
+    for (key, value) in crate::kafka::CONSUMER_DEFAULTS {
+        cc.set(*key, *value);
+    }
+    for (key, value) in &config.kafka.properties {
+        cc.set(key, value);
+    }
+}
+
+fn bare(config: Config, brokers: &str, total: u64) -> Result<Measured, BenchError> {
     let limits = DecodeLimits::from_config(&config);
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", brokers)
@@ -155,9 +164,7 @@ fn bare(brokers: &str, total: u64) -> Result<Measured, BenchError> {
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest");
     // The daemon's consumer settings: the ceiling differs by the pipeline only.
-    for (key, value) in crate::kafka::CONSUMER_DEFAULTS {
-        cc.set(*key, *value);
-    }
+    consumer_settings(&mut cc, &config);
     let consumer: BaseConsumer = cc.create()?;
     consumer.subscribe(&[IMPRESSIONS, JUDGMENTS])?;
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -182,8 +189,8 @@ fn bare(brokers: &str, total: u64) -> Result<Measured, BenchError> {
     Ok(Measured { seconds: t0.elapsed().as_secs_f64(), cpu_seconds: cpu_seconds() - c0 })
 }
 
-async fn daemon(brokers: &str, total: u64) -> Result<Measured, BenchError> {
-    let mut config = Config::default();
+async fn daemon(base: &Config, brokers: &str, total: u64) -> Result<Measured, BenchError> {
+    let mut config = base.clone();
     config.kafka.brokers = brokers.to_string();
     config.kafka.group_id = format!("rankpulse-bench-daemon-{}", std::process::id());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -268,13 +275,22 @@ pub(crate) async fn fill_topics(
 }
 
 /// Fills (unless `fill` is false), then measures the ceiling and the daemon.
-pub async fn run(brokers: &str, lists: usize, seed: u64, fill: bool) -> Result<KafkaReport, BenchError> {
+/// `config`: the daemon's configuration (brokers and group aside); its
+/// `[kafka.properties]` apply to the bare consumer too.
+pub async fn run(
+    config: &Config,
+    brokers: &str,
+    lists: usize,
+    seed: u64,
+    fill: bool,
+) -> Result<KafkaReport, BenchError> {
     let (total, (impression_bytes, judgment_bytes), fill_per_second) = fill_topics(brokers, lists, seed, fill).await?;
     let b = brokers.to_string();
-    let bare = tokio::task::spawn_blocking(move || bare(&b, total))
+    let c = config.clone();
+    let bare = tokio::task::spawn_blocking(move || bare(c, &b, total))
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))??;
-    let daemon = daemon(brokers, total).await?;
+    let daemon = daemon(config, brokers, total).await?;
     Ok(KafkaReport { messages: total, impression_bytes, judgment_bytes, fill_per_second, bare, daemon })
 }
 
@@ -364,6 +380,19 @@ fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
     None
 }
 
+/// librdkafka's in-process mock cluster with both topics (4 partitions):
+/// a broker that adds next to no latency, so that a freshness run shows
+/// rankpulse's own delay. Keep it alive for the run.
+pub fn mock_cluster()
+-> Result<(rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>, String), BenchError> {
+    let cluster = rdkafka::mocking::MockCluster::new(1)?;
+    for topic in [IMPRESSIONS, JUDGMENTS] {
+        cluster.create_topic(topic, 4, 1)?;
+    }
+    let bootstrap = cluster.bootstrap_servers();
+    Ok((cluster, bootstrap))
+}
+
 /// The paced mix of a freshness run (event times from now).
 fn paced_mix(rate: f64, seconds: f64, seed: u64) -> Vec<MixMessage> {
     let lists = ((rate * seconds) / 4.0).ceil() as usize;
@@ -374,16 +403,20 @@ fn paced_mix(rate: f64, seconds: f64, seed: u64) -> Vec<MixMessage> {
 /// A bare consumer (the daemon's consumer settings, decode only) reads
 /// from the end of the topics while the mix is produced at `rate`: the
 /// delay from each message's Kafka timestamp to its decoding.
-fn bare_freshness(brokers: &str, rate: f64, seconds: f64, seed: u64) -> Result<BareFreshness, BenchError> {
-    let limits = DecodeLimits::from_config(&Config::default());
+fn bare_freshness(
+    config: Config,
+    brokers: &str,
+    rate: f64,
+    seconds: f64,
+    seed: u64,
+) -> Result<BareFreshness, BenchError> {
+    let limits = DecodeLimits::from_config(&config);
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", brokers)
         .set("group.id", format!("rankpulse-bench-fresh-bare-{}", std::process::id()))
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "latest");
-    for (key, value) in crate::kafka::CONSUMER_DEFAULTS {
-        cc.set(*key, *value);
-    }
+    consumer_settings(&mut cc, &config);
     let consumer: BaseConsumer = cc.create()?;
     consumer.subscribe(&[IMPRESSIONS, JUDGMENTS])?;
     // Assigned, and positioned at the end, before producing.
@@ -429,12 +462,18 @@ fn bare_freshness(brokers: &str, rate: f64, seconds: f64, seed: u64) -> Result<B
 /// Produces the mix at `rate` messages/s for `seconds` while a bare
 /// consumer, then the daemon (each reading from the end of the topics)
 /// consume it, and reads the daemon's ingest-delay histogram.
-pub async fn freshness(brokers: &str, rate: f64, seconds: f64, seed: u64) -> Result<FreshnessReport, BenchError> {
-    let b = brokers.to_string();
-    let bare = tokio::task::spawn_blocking(move || bare_freshness(&b, rate, seconds, seed))
+pub async fn freshness(
+    base: &Config,
+    brokers: &str,
+    rate: f64,
+    seconds: f64,
+    seed: u64,
+) -> Result<FreshnessReport, BenchError> {
+    let (b, c) = (brokers.to_string(), base.clone());
+    let bare = tokio::task::spawn_blocking(move || bare_freshness(c, &b, rate, seconds, seed))
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))??;
-    let mut config = Config::default();
+    let mut config = base.clone();
     config.kafka.brokers = brokers.to_string();
     config.kafka.group_id = format!("rankpulse-bench-fresh-{}", std::process::id());
     config.kafka.properties.insert("auto.offset.reset".into(), "latest".into());
