@@ -34,7 +34,17 @@ const MAX_VALUE: f64 = 1.0;
 #[inline]
 fn quantize(value: f64) -> i64 {
     let v = if value.is_nan() { 0.0 } else { value.clamp(-MAX_VALUE, MAX_VALUE) };
-    (v * SCALE).round() as i64
+    round_half_away(v * SCALE)
+}
+
+/// `x.round() as i64` for |x| ≤ 2^52, without the libm call `round`
+/// becomes on baseline x86-64 (about 2% of the daemon's CPU in a profile):
+/// truncation and the fraction are exact in that range.
+#[inline]
+fn round_half_away(x: f64) -> i64 {
+    let t = x as i64;
+    let frac = x - t as f64;
+    t + i64::from(frac >= 0.5) - i64::from(frac <= -0.5)
 }
 
 /// The sufficient statistics of a weighted mean, exactly mergeable.
@@ -141,6 +151,23 @@ impl Moments {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rounding_matches_f64_round_in_the_quantized_range() {
+        let mut rng = crate::bench::Rng(5);
+        let mut cases: Vec<f64> = vec![0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, 0.49999999999999994, -0.49999999999999994];
+        cases.extend([SCALE, -SCALE, SCALE - 0.5, 1e15 + 0.5, -(1e15 + 0.5)]);
+        for _ in 0..200_000 {
+            let v = (rng.next() as f64 / u64::MAX as f64) * 2.0 - 1.0;
+            cases.push(v * SCALE);
+            // Exact halves, where the two roundings could differ.
+            cases.push((v * SCALE).trunc() + 0.5);
+            cases.push((v * 1e6).trunc() / 1e6 * SCALE);
+        }
+        for x in cases {
+            assert_eq!(round_half_away(x), x.round() as i64, "{x}");
+        }
+    }
 
     #[test]
     fn unit_weight_mean_and_stderr() {

@@ -479,7 +479,12 @@ impl Assembler {
         source: Option<Source>,
         sink: &mut impl FnMut(Closed),
     ) -> Applied {
-        if !exists || !self.open_lists.load(key, list) {
+        // Located once: nothing below stores or removes a list before it
+        // is stored back.
+        let at = if exists { self.open_lists.locate(key) } else { None };
+        if let Some(start) = at {
+            self.open_lists.load_at(start, list);
+        } else {
             list.last_event_ms = ts;
             list.last_arrival_ms = arrival_ms;
             list.impression = None;
@@ -507,7 +512,7 @@ impl Assembler {
             }
             Event::Judgment(j) => apply_judgment(list, j),
         }
-        if self.open_lists.store(key, list).is_err() {
+        if self.open_lists.store_at(key, at, list).is_err() {
             // Past what one list can hold (65,535 results, judgments or
             // events): final now, like an evicted list; later events of
             // the key start a new one.

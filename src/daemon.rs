@@ -266,6 +266,11 @@ impl Daemon {
 
     /// Acts on the rebalances librdkafka reported since the last call.
     fn apply_rebalances(&mut self) -> Result<(), DaemonError> {
+        // The flag is set after the event is queued: a rebalance queued
+        // after this check is seen by the next one.
+        if !self.signals.rebalance_pending.swap(false, Ordering::Acquire) {
+            return Ok(());
+        }
         let events = match self.signals.rebalances.lock() {
             Ok(mut q) => std::mem::take(&mut *q),
             Err(_) => return Ok(()),

@@ -45,6 +45,9 @@ pub struct KafkaSignals {
     pub lag: LagTable,
     /// Rebalances not yet handled by the consuming task.
     pub rebalances: Mutex<Vec<RebalanceEvent>>,
+    /// Set after a rebalance is queued: the task checks this before every
+    /// message instead of taking the lock.
+    pub rebalance_pending: AtomicBool,
     /// Whether a broker connection is up (statistics, and the all-brokers-down error).
     pub connected: AtomicBool,
     /// Set by the first statistics report: before it, "not connected" is not an outage.
@@ -98,6 +101,7 @@ impl ConsumerContext for RankpulseContext {
             && let Ok(mut q) = self.signals.rebalances.lock()
         {
             q.push(RebalanceEvent::Revoked(partitions_of(tpl)));
+            self.signals.rebalance_pending.store(true, Ordering::Release);
         }
     }
 
@@ -106,6 +110,7 @@ impl ConsumerContext for RankpulseContext {
             && let Ok(mut q) = self.signals.rebalances.lock()
         {
             q.push(RebalanceEvent::Assigned(partitions_of(tpl)));
+            self.signals.rebalance_pending.store(true, Ordering::Release);
         }
     }
 }
@@ -265,7 +270,9 @@ pub fn describe_properties(config: &Config) -> String {
 /// per topic-partition, the next offset to consume and the last commit.
 #[derive(Debug, Default)]
 pub struct Sources {
-    ids: BTreeMap<(String, i32), u32>,
+    /// Topic → partition → id: looked up by `&str`, so that a message
+    /// costs no allocation.
+    ids: rustc_hash::FxHashMap<String, rustc_hash::FxHashMap<i32, u32>>,
     pub entries: Vec<SourceState>,
 }
 
@@ -283,11 +290,11 @@ pub struct SourceState {
 
 impl Sources {
     pub fn id(&mut self, topic: &str, partition: i32) -> u32 {
-        if let Some(&id) = self.ids.get(&(topic.to_string(), partition)) {
+        if let Some(&id) = self.ids.get(topic).and_then(|p| p.get(&partition)) {
             return id;
         }
         let id = self.entries.len() as u32;
-        self.ids.insert((topic.to_string(), partition), id);
+        self.ids.entry(topic.to_string()).or_default().insert(partition, id);
         self.entries.push(SourceState {
             topic: topic.to_string(),
             partition,

@@ -207,6 +207,17 @@ impl ListStore {
         })
     }
 
+    /// Where the list of `key` is, for [`Self::load_at`] and
+    /// [`Self::store_at`]: valid until the next store or removal.
+    pub fn locate(&self, key: ListKey) -> Option<u32> {
+        self.find(key)
+    }
+
+    /// Decodes the list at `start` (from [`Self::locate`]) into `into`.
+    pub fn load_at(&self, start: u32, into: &mut OpenList) {
+        decode(&self.words[start as usize..], into);
+    }
+
     /// Decodes the list of `key` into `into` (its buffers are reused).
     pub fn load(&self, key: ListKey, into: &mut OpenList) -> bool {
         match self.find(key) {
@@ -248,27 +259,34 @@ impl ListStore {
     /// shown results are put in position order (nothing depends on their
     /// arrival order).
     pub fn store(&mut self, key: ListKey, list: &mut OpenList) -> Result<(), TooLarge> {
+        let at = self.find(key);
+        self.store_at(key, at, list)
+    }
+
+    /// [`Self::store`] where `at` is what [`Self::locate`] said of `key`,
+    /// with nothing stored or removed since: one hash lookup per event
+    /// rather than three.
+    pub fn store_at(&mut self, key: ListKey, at: Option<u32>, list: &mut OpenList) -> Result<(), TooLarge> {
         list.shown.sort_unstable_by_key(|s| s.position);
         let counts = Counts::of(list);
         if !counts.fits() {
             return Err(TooLarge);
         }
         let size = size_class(counts.words());
-        let existing = self.find(key);
-        let start = match existing {
+        let start = match at {
             Some(s) if self.run_size(s) == size => s,
-            _ => {
+            Some(old) => {
                 let start = self.allocate(size)?;
-                match self.index.find_mut(hash_of(key), |&s| key_at(&self.words, s) == key) {
-                    Some(slot) => {
-                        let old = std::mem::replace(slot, start);
-                        self.release(old);
-                    }
-                    None => {
-                        let words = &self.words;
-                        self.index.insert_unique(hash_of(key), start, |&s| hash_of(key_at(words, s)));
-                    }
+                if let Some(slot) = self.index.find_mut(hash_of(key), |&s| s == old) {
+                    *slot = start;
                 }
+                self.release(old);
+                start
+            }
+            None => {
+                let start = self.allocate(size)?;
+                let words = &self.words;
+                self.index.insert_unique(hash_of(key), start, |&s| hash_of(key_at(words, s)));
                 start
             }
         };
