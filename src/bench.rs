@@ -2,10 +2,11 @@
 //!
 //! Beside the data flow, for measuring it: a seeded event mix shaped like
 //! production traffic (one impression of 10 results, about 760 bytes, per
-//! three judgments of about 160 bytes), and three measurements over it:
-//! the pipeline alone (decode → assemble → score → accumulate, one core),
-//! resident memory per open list, and end to end through a Kafka broker
-//! (see [`kafka`]).
+//! three judgments of about 160 bytes), and measurements over it: the
+//! pipeline alone (decode → assemble → score → accumulate, one core),
+//! resident memory per open list, end to end through a Kafka broker beside
+//! a bare consumer, freshness under a paced production (see [`kafka`]),
+//! and what a second instance adds (see [`scale`]).
 
 use crate::config::Config;
 use crate::pipeline::Pipeline;

@@ -21,7 +21,9 @@
 //!
 //! - [`config`]: typed settings, environment overrides, validation.
 //! - [`event`]: the event schema, decoding and reject reasons.
-//! - [`assemble`]: open lists per (session_id, query_id) and their finalization.
+//! - [`assemble`]: open lists per (session_id, query_id) and their finalization;
+//!   [`assemble::store`] keeps them compact (one run of words per list in a
+//!   per-shard arena).
 //! - [`metrics`]: the engine. Pure per-list functions, one file per metric
 //!   family, [`metrics::Conventions`] and [`metrics::list::ListScorer`].
 //! - [`accumulate`]: [`accumulate::Moments`], exactly mergeable and
@@ -34,7 +36,8 @@
 //! - [`publish`]: the only place Prometheus metrics are defined.
 //! - [`replay`]: `rankpulse replay`.
 //! - [`eval`]: `rankpulse eval`, trec_eval-compatible.
-//! - [`bench`]: `rankpulse bench`, reproducible load and memory measurements.
+//! - [`bench`]: `rankpulse bench`, reproducible load and memory measurements
+//!   ([`bench::kafka`] through a broker, [`bench::scale`] with two instances).
 //!
 //! `src/main.rs` is only the command line.
 
