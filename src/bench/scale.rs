@@ -21,6 +21,19 @@ struct Sample {
     consumed: Vec<u64>,
     /// CPU seconds each instance used so far.
     cpu: Vec<f64>,
+    /// The machine's (busy, total) CPU seconds so far, from /proc/stat.
+    machine: (f64, f64),
+}
+
+/// The machine's busy and total CPU seconds since boot (Linux; 0 elsewhere).
+fn machine_cpu() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().next() else { return (0.0, 0.0) };
+    let ticks: Vec<f64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let total: f64 = ticks.iter().sum();
+    // idle and iowait
+    let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);
+    ((total - idle) / 100.0, total / 100.0)
 }
 
 /// What the instances of one run did inside the measuring window.
@@ -32,6 +45,8 @@ pub struct RunMeasure {
     pub rates: Vec<f64>,
     /// Cores each instance used over the window.
     pub cores: Vec<f64>,
+    /// Share of the machine's CPU in use over the window (broker included).
+    pub machine_busy: f64,
 }
 
 impl RunMeasure {
@@ -55,11 +70,12 @@ impl fmt::Display for ScaleReport {
                 m.rates.iter().zip(&m.cores).map(|(r, c)| format!("{r:.0} events/s on {c:.2} cores")).collect();
             writeln!(
                 f,
-                "{} instance(s): {:.0} events/s over a {:.1} s window ({})",
+                "{} instance(s): {:.0} events/s over a {:.1} s window ({}); machine CPU {:.0}% busy",
                 m.instances,
                 m.total_rate(),
                 m.window_seconds,
-                each.join("; ")
+                each.join("; "),
+                m.machine_busy * 100.0
             )?;
         }
         let added = self.two.total_rate() - self.one.total_rate();
@@ -111,7 +127,7 @@ async fn measure(brokers: &str, n: usize, total: u64) -> Result<RunMeasure, Benc
     let mut samples: Vec<Sample> = Vec::new();
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let mut sample = Sample { at: Instant::now(), consumed: Vec::new(), cpu: Vec::new() };
+        let mut sample = Sample { at: Instant::now(), consumed: Vec::new(), cpu: Vec::new(), machine: machine_cpu() };
         for i in &instances {
             let body = scrape_path(i.http, "/metrics").await.unwrap_or_default();
             sample
@@ -154,6 +170,7 @@ fn window(samples: &[Sample], n: usize, total: u64) -> Result<RunMeasure, BenchE
         window_seconds: seconds,
         rates: (0..n).map(|i| (b.consumed[i] - a.consumed[i]) as f64 / seconds).collect(),
         cores: (0..n).map(|i| (b.cpu[i] - a.cpu[i]) / seconds).collect(),
+        machine_busy: (b.machine.0 - a.machine.0) / (b.machine.1 - a.machine.1).max(1e-9),
     })
 }
 
