@@ -156,17 +156,24 @@ fn consumer_settings(cc: &mut ClientConfig, config: &Config) {
     }
 }
 
-fn bare(config: Config, brokers: &str, total: u64) -> Result<Measured, BenchError> {
-    let limits = DecodeLimits::from_config(&config);
+/// A bare consumer of both topics in its own group `rankpulse-bench-<name>`,
+/// with the daemon's consumer settings: what it measures differs from the
+/// daemon by the pipeline only.
+fn bare_consumer(config: &Config, brokers: &str, name: &str, reset: &str) -> Result<BaseConsumer, BenchError> {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", brokers)
-        .set("group.id", format!("rankpulse-bench-bare-{}", std::process::id()))
+        .set("group.id", format!("rankpulse-bench-{name}-{}", std::process::id()))
         .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest");
-    // The daemon's consumer settings: the ceiling differs by the pipeline only.
-    consumer_settings(&mut cc, &config);
+        .set("auto.offset.reset", reset);
+    consumer_settings(&mut cc, config);
     let consumer: BaseConsumer = cc.create()?;
     consumer.subscribe(&[IMPRESSIONS, JUDGMENTS])?;
+    Ok(consumer)
+}
+
+fn bare(config: Config, brokers: &str, total: u64) -> Result<Measured, BenchError> {
+    let limits = DecodeLimits::from_config(&config);
+    let consumer = bare_consumer(&config, brokers, "bare", "earliest")?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut seen, mut decoded) = (0u64, 0u64);
     let mut first: Option<(Instant, f64)> = None;
@@ -411,14 +418,7 @@ fn bare_freshness(
     seed: u64,
 ) -> Result<BareFreshness, BenchError> {
     let limits = DecodeLimits::from_config(&config);
-    let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", brokers)
-        .set("group.id", format!("rankpulse-bench-fresh-bare-{}", std::process::id()))
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "latest");
-    consumer_settings(&mut cc, &config);
-    let consumer: BaseConsumer = cc.create()?;
-    consumer.subscribe(&[IMPRESSIONS, JUDGMENTS])?;
+    let consumer = bare_consumer(&config, brokers, "fresh-bare", "latest")?;
     // Assigned, and positioned at the end, before producing.
     let deadline = Instant::now() + Duration::from_secs(120);
     while consumer.assignment().map_or(0, |a| a.count()) == 0 {
