@@ -181,3 +181,42 @@ pub async fn run(brokers: &str, lists: usize, seed: u64, fill: bool) -> Result<S
     let two = measure(brokers, 2, total).await?;
     Ok(ScaleReport { messages: total, one, two })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(consumed: &[[u64; 2]]) -> Vec<Sample> {
+        let t0 = Instant::now();
+        consumed
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Sample {
+                at: t0 + Duration::from_secs(i as u64),
+                consumed: c.to_vec(),
+                cpu: vec![i as f64 * 0.5, i as f64 * 0.25],
+                machine: (i as f64 * 1.5, i as f64 * 2.0),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_window_starts_when_every_instance_consumes_and_ends_before_the_backlog_does() {
+        // The second instance gets partitions at t=2; the backlog (1,000)
+        // runs out between t=5 and t=6.
+        let s = samples(&[[0, 0], [100, 0], [200, 10], [300, 110], [400, 210], [450, 260], [600, 400]]);
+        let m = window(&s, 2, 1_000).unwrap();
+        assert_eq!(m.window_seconds, 3.0);
+        assert_eq!(m.rates, [(450.0 - 200.0) / 3.0, (260.0 - 10.0) / 3.0]);
+        assert_eq!(m.cores, [0.5, 0.25]);
+        assert_eq!(m.machine_busy, 0.75);
+    }
+
+    #[test]
+    fn a_window_too_short_to_measure_is_an_error() {
+        let s = samples(&[[0, 0], [100, 5], [200, 900], [300, 1_000]]);
+        assert!(matches!(window(&s, 2, 1_000), Err(BenchError::Window(_))));
+        let never = samples(&[[0, 0], [500, 0], [1_000, 0]]);
+        assert!(matches!(window(&never, 2, 1_000), Err(BenchError::Window(_))));
+    }
+}
