@@ -200,12 +200,7 @@ async fn daemon(base: &Config, brokers: &str, total: u64) -> Result<Measured, Be
     let mut config = base.clone();
     config.kafka.brokers = brokers.to_string();
     config.kafka.group_id = format!("rankpulse-bench-daemon-{}", std::process::id());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(crate::daemon::run_on(config, listener, async move {
-        let _ = stopped.await;
-    }));
+    let (addr, stop, task) = start_daemon(config).await?;
     // Scraped every second, as Prometheus would; done when every message is
     // counted. Each scrape samples (time, CPU, messages counted).
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -213,7 +208,7 @@ async fn daemon(base: &Config, brokers: &str, total: u64) -> Result<Measured, Be
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let body = scrape(addr).await.unwrap_or_default();
-        let consumed = (sum(&body, "rankpulse_events_total") + sum(&body, "rankpulse_events_rejected_total")) as u64;
+        let consumed = consumed(&body);
         samples.push((Instant::now(), cpu_seconds(), consumed));
         if consumed >= total {
             break;
@@ -246,6 +241,32 @@ async fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
     scrape_path(addr, "/metrics").await
 }
 
+/// Wall-clock time, epoch milliseconds (Kafka timestamps' clock).
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Messages a daemon consumed, valid or not, according to its exposition.
+pub(crate) fn consumed(exposition: &str) -> u64 {
+    (sum(exposition, "rankpulse_events_total") + sum(exposition, "rankpulse_events_rejected_total")) as u64
+}
+
+type DaemonTask = tokio::task::JoinHandle<Result<crate::daemon::RunSummary, crate::daemon::DaemonError>>;
+
+/// An in-process daemon on a free loopback port: its /metrics address, the
+/// sender that stops it, and its task.
+async fn start_daemon(
+    config: Config,
+) -> Result<(std::net::SocketAddr, tokio::sync::oneshot::Sender<()>, DaemonTask), BenchError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(crate::daemon::run_on(config, listener, async move {
+        let _ = stopped.await;
+    }));
+    Ok((addr, stop, task))
+}
+
 pub(crate) fn sum(exposition: &str, name: &str) -> f64 {
     exposition
         .lines()
@@ -263,7 +284,7 @@ pub(crate) async fn fill_topics(
     seed: u64,
     fill_them: bool,
 ) -> Result<(u64, (f64, f64), Option<f64>), BenchError> {
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let now_ms = wall_ms();
     // Event times in the last minutes, 1 ms apart: windows and gaps behave as live.
     let messages = mix(0, lists, seed, now_ms - lists as i64, 1.0);
     let sizes = mean_sizes(&messages);
@@ -403,7 +424,7 @@ pub fn mock_cluster()
 /// The paced mix of a freshness run (event times from now).
 fn paced_mix(rate: f64, seconds: f64, seed: u64) -> Vec<MixMessage> {
     let lists = ((rate * seconds) / 4.0).ceil() as usize;
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let now_ms = wall_ms();
     mix(0, lists, seed, now_ms, 4000.0 / rate.max(1.0))
 }
 
@@ -433,16 +454,14 @@ fn bare_freshness(
     }
     let messages = paced_mix(rate, seconds, seed);
     let total = messages.len() as u64;
-    let started_ms =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let started_ms = wall_ms();
     let b = brokers.to_string();
     let producer = std::thread::spawn(move || paced(&b, &messages, rate));
     let mut delays = crate::publish::DelayHistogram::default();
     let deadline = Instant::now() + Duration::from_secs_f64(seconds + 120.0);
     while delays.count < total && Instant::now() < deadline {
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
-            let now =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+            let now = wall_ms();
             // Older messages (the broker's "latest" can lag its log end) are not this run's.
             if let Some(t) = m.timestamp().to_millis().filter(|t| *t >= started_ms) {
                 std::hint::black_box(decode(m.payload().unwrap_or(b""), &limits).is_ok());
@@ -477,12 +496,7 @@ pub async fn freshness(
     config.kafka.brokers = brokers.to_string();
     config.kafka.group_id = format!("rankpulse-bench-fresh-{}", std::process::id());
     config.kafka.properties.insert("auto.offset.reset".into(), "latest".into());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(crate::daemon::run_on(config, listener, async move {
-        let _ = stopped.await;
-    }));
+    let (addr, stop, task) = start_daemon(config).await?;
     // Assigned (ready) before producing, so nothing is read as a backlog.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -506,7 +520,7 @@ pub async fn freshness(
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let body = scrape(addr).await.unwrap_or_default();
-        let consumed = (sum(&body, "rankpulse_events_total") + sum(&body, "rankpulse_events_rejected_total")) as u64;
+        let consumed = consumed(&body);
         if consumed >= total {
             break;
         }

@@ -8,7 +8,7 @@
 //! consuming (after the group handed each its partitions, before the
 //! backlog runs out), so group joins and rebalances are left out.
 
-use crate::bench::kafka::{BenchError, cpu_seconds_of, fill_topics, scrape_path, sum};
+use crate::bench::kafka::{BenchError, consumed, cpu_seconds_of, fill_topics, scrape_path};
 use std::fmt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -130,9 +130,7 @@ async fn measure(brokers: &str, n: usize, total: u64) -> Result<RunMeasure, Benc
         let mut sample = Sample { at: Instant::now(), consumed: Vec::new(), cpu: Vec::new(), machine: machine_cpu() };
         for i in &instances {
             let body = scrape_path(i.http, "/metrics").await.unwrap_or_default();
-            sample
-                .consumed
-                .push((sum(&body, "rankpulse_events_total") + sum(&body, "rankpulse_events_rejected_total")) as u64);
+            sample.consumed.push(consumed(&body));
             sample.cpu.push(cpu_seconds_of(i.child.id()));
         }
         let done = sample.consumed.iter().sum::<u64>() >= total;
