@@ -54,6 +54,9 @@ pub struct KafkaReport {
 pub struct Measured {
     pub seconds: f64,
     pub cpu_seconds: f64,
+    /// Whether the CPU figure comes from at least two scrapes taken while
+    /// consuming; otherwise idle time dilutes it and it means little.
+    pub cpu_measured_busy: bool,
 }
 
 impl Measured {
@@ -92,7 +95,14 @@ impl fmt::Display for KafkaReport {
             "daemon / ceiling: {:.2} (events/s), {:.2} (events/s per core)",
             self.daemon.rate(n) / self.bare.rate(n).max(1e-9),
             self.daemon.per_core(n) / self.bare.per_core(n).max(1e-9)
-        )
+        )?;
+        if !self.daemon.cpu_measured_busy {
+            write!(
+                f,
+                "\nwarning: the daemon consumed everything within two scrapes: its CPU figures mean little; use more --lists"
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -193,7 +203,7 @@ fn bare(config: Config, brokers: &str, total: u64) -> Result<Measured, BenchErro
     }
     let (t0, c0) = first.unwrap_or((Instant::now(), cpu_seconds()));
     std::hint::black_box(decoded);
-    Ok(Measured { seconds: t0.elapsed().as_secs_f64(), cpu_seconds: cpu_seconds() - c0 })
+    Ok(Measured { seconds: t0.elapsed().as_secs_f64(), cpu_seconds: cpu_seconds() - c0, cpu_measured_busy: true })
 }
 
 async fn daemon(base: &Config, brokers: &str, total: u64) -> Result<Measured, BenchError> {
@@ -229,12 +239,12 @@ async fn daemon(base: &Config, brokers: &str, total: u64) -> Result<Measured, Be
     // tail excluded); with fewer than two such scrapes, from the first to
     // the final one.
     let busy: Vec<&(Instant, f64, u64)> = samples.iter().filter(|s| s.2 > 0 && s.2 < total).collect();
-    let (a, b) = match (busy.first(), busy.last()) {
-        (Some(a), Some(b)) if b.0 > a.0 => (**a, **b),
-        _ => (**busy.first().unwrap_or(&&samples[0]), *samples.last().unwrap_or(&samples[0])),
+    let (a, b, cpu_measured_busy) = match (busy.first(), busy.last()) {
+        (Some(a), Some(b)) if b.0 > a.0 => (**a, **b, true),
+        _ => (**busy.first().unwrap_or(&&samples[0]), *samples.last().unwrap_or(&samples[0]), false),
     };
     let cores = (b.1 - a.1) / b.0.duration_since(a.0).as_secs_f64().max(1e-9);
-    Ok(Measured { seconds, cpu_seconds: cores * seconds })
+    Ok(Measured { seconds, cpu_seconds: cores * seconds, cpu_measured_busy })
 }
 
 async fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
