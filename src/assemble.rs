@@ -439,39 +439,42 @@ impl Assembler {
         }
         self.watermark_ms = self.lanes.iter().map(|(_, t)| *t).min().unwrap_or(i64::MIN);
         let gap = self.limits.gap_ms;
-        let mut open = self.open_lists.header(key);
-        if let Some(header) = open
-            && ts > header.last_event_ms.saturating_add(gap)
+        // The one hash lookup of the event: `at` stays valid until the
+        // open lists change, and is cleared whenever they do before `apply`.
+        let mut at = self.open_lists.locate(key);
+        if let Some(start) = at
+            && ts > self.open_lists.last_event_at(start).saturating_add(gap)
         {
             let mut old = std::mem::take(&mut self.scratch);
             self.open_lists.take(key, &mut old);
             self.close(key, &mut old, false, sink);
             self.scratch = old;
-            open = None;
+            at = None;
         }
         if let Event::Judgment(j) = event
-            && open.is_none()
+            && at.is_none()
             && let Some(applied) = self.late_judgment(key, j, event_hash, arrival_ms, sink)
         {
             return applied;
         }
-        if open.is_none() && self.open_lists.len() >= self.limits.max_open_lists {
+        if at.is_none() && self.open_lists.len() >= self.limits.max_open_lists {
             self.evict_oldest(sink);
         }
         let mut list = std::mem::take(&mut self.scratch);
-        let applied = self.apply(key, &mut list, open.is_some(), event, event_hash, ts, arrival_ms, source, sink);
+        let applied = self.apply(key, &mut list, at, event, event_hash, ts, arrival_ms, source, sink);
         self.scratch = list;
         applied
     }
 
-    /// Applies an event to the open list of `key` (a new one unless
-    /// `exists`), edited in `list`, and stores it back.
+    /// Applies an event to the open list of `key` (at `at`, from
+    /// [`ListStore::locate`]; a new list when `None`), edited in `list`, and
+    /// stores it back.
     #[allow(clippy::too_many_arguments)]
     fn apply(
         &mut self,
         key: ListKey,
         list: &mut OpenList,
-        exists: bool,
+        at: Option<u32>,
         event: &Event,
         event_hash: u64,
         ts: i64,
@@ -479,9 +482,7 @@ impl Assembler {
         source: Option<Source>,
         sink: &mut impl FnMut(Closed),
     ) -> Applied {
-        // Located once: nothing below stores or removes a list before it
-        // is stored back.
-        let at = if exists { self.open_lists.locate(key) } else { None };
+        // Nothing below stores or removes a list before it is stored back.
         if let Some(start) = at {
             self.open_lists.load_at(start, list);
         } else {

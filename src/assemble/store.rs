@@ -213,6 +213,11 @@ impl ListStore {
         self.find(key)
     }
 
+    /// The newest event time of the list at `start` (from [`Self::locate`]).
+    pub fn last_event_at(&self, start: u32) -> i64 {
+        self.words[start as usize + 2] as i64
+    }
+
     /// Decodes the list at `start` (from [`Self::locate`]) into `into`.
     pub fn load_at(&self, start: u32, into: &mut OpenList) {
         decode(&self.words[start as usize..], into);
@@ -264,8 +269,8 @@ impl ListStore {
     }
 
     /// [`Self::store`] where `at` is what [`Self::locate`] said of `key`,
-    /// with nothing stored or removed since: one hash lookup per event
-    /// rather than three.
+    /// with nothing stored or removed since: the assembler's one hash lookup
+    /// per event serves the load and the store.
     pub fn store_at(&mut self, key: ListKey, at: Option<u32>, list: &mut OpenList) -> Result<(), TooLarge> {
         list.shown.sort_unstable_by_key(|s| s.position);
         let counts = Counts::of(list);
