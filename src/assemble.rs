@@ -15,7 +15,9 @@
 //! lanes (its input topics): impressions and judgments of one partition are
 //! consumed at different speeds, above all when catching up after a
 //! restart, and a list must not close because the impressions ran ahead of
-//! the judgments that belong to it.
+//! the judgments that belong to it. The daemon declares its lanes (the
+//! topics assigned for the partition) up front: until each has delivered an
+//! event, nothing closes on event time.
 //!
 //! Open lists are compact: keys and document ids are 128- and 64-bit
 //! hashes, never copies of the strings, dimension values are interned, and
@@ -391,6 +393,21 @@ impl Assembler {
         self.lanes = state.lanes;
         self.watermark_ms = self.lanes.iter().map(|(_, t)| *t).min().unwrap_or(i64::MIN);
         self.clock_paused = true;
+    }
+
+    /// Declares the lanes this assembler's input has (the daemon: the
+    /// topics assigned for its partition). A lane that has delivered
+    /// nothing yet holds the watermark back: otherwise the first batch of
+    /// impressions fetched before the first judgments of the same partition
+    /// would close their lists, and the judgments would start lists of
+    /// their own.
+    pub fn expect_lanes<'a>(&mut self, lanes: impl IntoIterator<Item = &'a str>) {
+        for lane in lanes {
+            if !self.lanes.iter().any(|(name, _)| name == lane) {
+                self.lanes.push((lane.to_string(), i64::MIN));
+            }
+        }
+        self.watermark_ms = self.lanes.iter().map(|(_, t)| *t).min().unwrap_or(i64::MIN);
     }
 
     /// Input flows again after a restore: processing-time expiry restarts
@@ -864,6 +881,36 @@ mod tests {
         assert_eq!(asm.min_open_offsets(), [(7, 42)]);
         asm.finalize_expired(Some(10_100), &mut |c| out.push(c));
         assert_eq!(out.len(), 3, "idle: processing time closes the rest");
+    }
+
+    /// The daemon's startup: one fetch brought a partition's impressions
+    /// (spanning more than a gap) before any of its judgments.
+    #[test]
+    fn a_lane_that_has_not_delivered_yet_holds_event_time_closing_back() {
+        for expected in [false, true] {
+            let mut asm = Assembler::new(3_000, vec![]);
+            if expected {
+                asm.expect_lanes(["impressions", "judgments"]);
+            }
+            let mut out = Vec::new();
+            for (i, ts) in [0, 2_000, 4_000, 6_000].into_iter().enumerate() {
+                let e = imp(&format!("i{i}"), &format!("s{i}"), ts, &[("d1", 1)]);
+                asm.ingest(&ev(&e), "impressions", 100, None, &mut |c| out.push(c));
+            }
+            // A tick between the two batches.
+            asm.finalize_expired(None, &mut |c| out.push(c));
+            asm.ingest(&ev(&judg("j0", "s0", 1, "d1", 2)), "judgments", 100, None, &mut |c| out.push(c));
+            asm.finalize_all(&mut |c| out.push(c));
+            let orphans = out.iter().filter(|c| **c == Closed::Orphan).count();
+            let s0 = out.iter().filter_map(final_of).find(|f| f.impression_ms == 0).map(|f| f.shown.clone());
+            if expected {
+                assert_eq!((orphans, s0), (0, Some(vec![2])), "the judgment joins its list");
+            } else {
+                // What happened before the daemon declared its lanes: the
+                // impressions alone moved the watermark past s0's gap.
+                assert_eq!((orphans, s0), (1, Some(vec![0])));
+            }
+        }
     }
 
     fn limits(policy: LatePolicy) -> AssemblyLimits {

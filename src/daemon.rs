@@ -283,7 +283,7 @@ impl Daemon {
                 }
                 RebalanceEvent::Assigned(tps) => {
                     eprintln!("rankpulse: partitions assigned: {}", describe(&tps));
-                    self.assign(tps.iter().map(|(_, p)| *p).collect())
+                    self.assign(&tps)
                 }
             }
         }
@@ -319,7 +319,8 @@ impl Daemon {
 
     /// Assigned shards take their open lists from the checkpoint, among all
     /// instances' in `state.dir`, that got furthest in the partition.
-    fn assign(&mut self, partitions: BTreeSet<i32>) {
+    fn assign(&mut self, tps: &[(String, i32)]) {
+        let partitions: BTreeSet<i32> = tps.iter().map(|(_, p)| *p).collect();
         let mut candidates: BTreeMap<i32, ShardCheckpoint> = BTreeMap::new();
         if let Some(store) = &self.store {
             for c in store.load_all() {
@@ -341,6 +342,10 @@ impl Daemon {
             {
                 eprintln!("rankpulse: cannot take over partition {p} from a checkpoint: {reason}");
             }
+            // Every topic of the partition is a lane: event time closes
+            // lists only once each has delivered.
+            let topics = tps.iter().filter(|(_, tp)| *tp == p).map(|(t, _)| t.as_str());
+            shard.pipeline.assembler.expect_lanes(topics);
             shard.owned = true;
         }
         self.share_open_list_cap();

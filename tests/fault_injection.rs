@@ -507,11 +507,32 @@ async fn two_instances_one_leaving_mid_stream_add_up_exactly() {
         produce(&producer, &thirds[2]);
         let total = evs.len() as f64;
         let single = add_counters(&[&reference(&evs, &config)]);
+        let mut polls = 0u32;
         wait_until("a and b together to count every event and list", Duration::from_secs(120), || {
             let b = metrics(&http_b);
-            consumed(&summary_a.final_exposition) + consumed(&b) >= total
+            let union = add_counters(&[&summary_a.final_exposition, &b]);
+            let done = consumed(&summary_a.final_exposition) + consumed(&b) >= total
                 && sum_of(&b, "rankpulse_open_lists") == 0.0
-                && close(&add_counters(&[&summary_a.final_exposition, &b]), &single)
+                && close(&union, &single);
+            polls += 1;
+            if !done && polls.is_multiple_of(100) {
+                // Says which condition is still short when the wait times out.
+                let differing: Vec<String> = single
+                    .iter()
+                    .filter(|(k, v)| union.get(*k).is_none_or(|u| (u - *v).abs() > 1e-9 * v.abs().max(1.0)))
+                    .take(3)
+                    .map(|(k, v)| format!("{k}: union {:?}, single {v}", union.get(k)))
+                    .collect();
+                eprintln!(
+                    "waiting: consumed a {} + b {} of {total}; b open lists {}; orphan lists a {} b {}; differing {differing:?}",
+                    consumed(&summary_a.final_exposition),
+                    consumed(&b),
+                    sum_of(&b, "rankpulse_open_lists"),
+                    sum_of(&summary_a.final_exposition, "rankpulse_orphan_lists_total"),
+                    sum_of(&b, "rankpulse_orphan_lists_total"),
+                );
+            }
+            done
         });
     });
     let _ = stop_b.send(());

@@ -127,7 +127,12 @@ pub fn counter_lines(exposition: &str) -> Vec<String> {
         .filter(|l| !l.starts_with('#'))
         .filter(|l| {
             let name = l.split(['{', ' ']).next().unwrap_or("");
-            (name.ends_with("_sum") || name.ends_with("_count") || name.starts_with("rankpulse_lists_"))
+            // Orphans too: a list closed before its judgments came shows up
+            // as judgments-only lists.
+            (name.ends_with("_sum")
+                || name.ends_with("_count")
+                || name.starts_with("rankpulse_lists_")
+                || name == "rankpulse_orphan_lists_total")
                 && name.starts_with("rankpulse_")
                 // The daemon's freshness histogram has _sum and _count too.
                 && !name.starts_with("rankpulse_ingest_delay_seconds")
