@@ -8,7 +8,9 @@
 //! A list is final when no event of it arrived for `session.gap` in event
 //! time: when the watermark passes its last event plus the gap, when an event of the same key arrives more than a gap after
 //! the list's last event (a new list starts), or, for idle partitions, when
-//! no event of it arrived for a gap of processing time. Everything open is
+//! no event of it arrived for a gap of processing time (checked every
+//! eighth of a gap, at most every 5 s: that check walks every list, while
+//! event-time expiry finds the lists due by their expiry slot). Everything open is
 //! finalized at shutdown and at the end of a replay.
 //!
 //! The watermark is the oldest of the newest event times of the shard's
@@ -316,7 +318,9 @@ pub struct Assembler {
     closed_lists: ListStore,
     /// The list being edited: reused buffers, so that an event allocates
     /// nothing once they have grown to the usual list size.
-    scratch: OpenList,
+    /// Boxed: handing it out and back moves a pointer, not the ~130-byte
+    /// struct, several times per event.
+    scratch: Option<Box<OpenList>>,
     /// Newest event time per lane (input topic).
     lanes: Vec<(String, i64)>,
     /// The oldest of the lanes' newest event times.
@@ -325,6 +329,19 @@ pub struct Assembler {
     /// until input flows again, or restored lists would all expire while
     /// the consumer is still rejoining its group.
     clock_paused: bool,
+    /// Processing time of the last walk of every list for processing-time
+    /// expiry (idle partitions): it runs at most every
+    /// [`processing_scan_interval`], not every tick.
+    last_scan_ms: Option<i64>,
+}
+
+/// How often lists of an idle partition are checked against processing
+/// time: an eighth of the gap, at most 5 s. Event-time expiry needs no walk
+/// (see [`ListStore::due`]); this one walks every list, so it is not done
+/// every tick for millions of lists, and an idle list closes at most this
+/// much later than a gap after its last arrival.
+pub fn processing_scan_interval(gap_ms: i64) -> i64 {
+    (gap_ms / 8).clamp(0, 5_000)
 }
 
 /// An assembler's state as a checkpoint stores it.
@@ -353,10 +370,11 @@ impl Assembler {
             dimensions,
             open_lists: ListStore::default(),
             closed_lists: ListStore::default(),
-            scratch: OpenList::default(),
+            scratch: Some(Box::default()),
             lanes: Vec::new(),
             watermark_ms: i64::MIN,
             clock_paused: false,
+            last_scan_ms: None,
         }
     }
 
@@ -393,6 +411,7 @@ impl Assembler {
         self.lanes = state.lanes;
         self.watermark_ms = self.lanes.iter().map(|(_, t)| *t).min().unwrap_or(i64::MIN);
         self.clock_paused = true;
+        self.last_scan_ms = None;
     }
 
     /// Declares the lanes this assembler's input has (the daemon: the
@@ -462,10 +481,10 @@ impl Assembler {
         if let Some(start) = at
             && ts > self.open_lists.last_event_at(start).saturating_add(gap)
         {
-            let mut old = std::mem::take(&mut self.scratch);
+            let mut old = self.scratch.take().unwrap_or_default();
             self.open_lists.take(key, &mut old);
             self.close(key, &mut old, false, sink);
-            self.scratch = old;
+            self.scratch = Some(old);
             at = None;
         }
         if let Event::Judgment(j) = event
@@ -477,9 +496,9 @@ impl Assembler {
         if at.is_none() && self.open_lists.len() >= self.limits.max_open_lists {
             self.evict_oldest(sink);
         }
-        let mut list = std::mem::take(&mut self.scratch);
+        let mut list = self.scratch.take().unwrap_or_default();
         let applied = self.apply(key, &mut list, at, event, event_hash, ts, arrival_ms, source, sink);
-        self.scratch = list;
+        self.scratch = Some(list);
         applied
     }
 
@@ -562,9 +581,9 @@ impl Assembler {
             self.closed_lists.remove(key);
             return None;
         }
-        let mut list = std::mem::take(&mut self.scratch);
+        let mut list = self.scratch.take().unwrap_or_default();
         let applied = self.late_judgment_to(key, &mut list, judgment, event_hash, arrival_ms, sink);
-        self.scratch = list;
+        self.scratch = Some(list);
         Some(applied)
     }
 
@@ -608,13 +627,13 @@ impl Assembler {
     /// Finalizes the lists with the oldest last event, a batch at a time so
     /// that the scan is amortized over many insertions.
     fn evict_oldest(&mut self, sink: &mut impl FnMut(Closed)) {
-        let mut list = std::mem::take(&mut self.scratch);
+        let mut list = self.scratch.take().unwrap_or_default();
         for (key, _) in oldest(&self.open_lists) {
             if self.open_lists.take(key, &mut list) {
                 self.close(key, &mut list, true, sink);
             }
         }
-        self.scratch = list;
+        self.scratch = Some(list);
     }
 
     /// Finalizes lists whose last event is a gap older than the watermark
@@ -623,29 +642,39 @@ impl Assembler {
     /// the late horizon are forgotten.
     pub fn finalize_expired(&mut self, now_ms: Option<i64>, sink: &mut impl FnMut(Closed)) {
         let gap = self.limits.gap_ms;
+        let horizon = self.limits.late_horizon_ms;
         let watermark = self.watermark_ms;
-        let now_ms = now_ms.filter(|_| !self.clock_paused);
-        let expired: Vec<ListKey> = self
-            .open_lists
-            .headers()
-            .filter(|l| {
-                l.last_event_ms.saturating_add(gap) <= watermark
-                    || now_ms.is_some_and(|now| l.last_arrival_ms.saturating_add(gap) <= now)
-            })
-            .map(|l| l.key)
-            .collect();
-        let mut list = std::mem::take(&mut self.scratch);
+        let interval = processing_scan_interval(gap);
+        let scan_at = now_ms
+            .filter(|_| !self.clock_paused)
+            .filter(|&now| self.last_scan_ms.is_none_or(|last| now >= last.saturating_add(interval) || now < last));
+        // Event time: last event + gap ≤ watermark.
+        let mut expired = match watermark {
+            i64::MIN => Vec::new(),
+            w => self.open_lists.due(w.saturating_sub(gap)),
+        };
+        if let Some(now) = scan_at {
+            self.last_scan_ms = Some(now);
+            expired.extend(
+                self.open_lists.headers().filter(|l| l.last_arrival_ms.saturating_add(gap) <= now).map(|l| l.key),
+            );
+        }
+        let mut list = self.scratch.take().unwrap_or_default();
         for key in expired {
             if self.open_lists.take(key, &mut list) {
                 self.close(key, &mut list, false, sink);
             }
         }
-        self.scratch = list;
-        let horizon = self.limits.late_horizon_ms;
-        self.closed_lists.retain(|l| {
-            l.last_event_ms.saturating_add(gap).saturating_add(horizon) >= watermark
-                && now_ms.is_none_or(|now| l.last_arrival_ms.saturating_add(gap).saturating_add(horizon) > now)
-        });
+        self.scratch = Some(list);
+        // Final lists are forgotten once the horizon has passed too.
+        if watermark > i64::MIN {
+            for key in self.closed_lists.due(watermark.saturating_sub(gap).saturating_sub(horizon).saturating_sub(1)) {
+                self.closed_lists.remove(key);
+            }
+        }
+        if let Some(now) = scan_at {
+            self.closed_lists.retain(|l| l.last_arrival_ms.saturating_add(gap).saturating_add(horizon) > now);
+        }
     }
 
     /// For each source, the smallest offset still held by an open list:
@@ -666,13 +695,13 @@ impl Assembler {
 
     /// Finalizes every open list (shutdown without checkpoints, end of replay).
     pub fn finalize_all(&mut self, sink: &mut impl FnMut(Closed)) {
-        let mut list = std::mem::take(&mut self.scratch);
+        let mut list = self.scratch.take().unwrap_or_default();
         for key in self.open_lists.keys() {
             if self.open_lists.take(key, &mut list) {
                 self.close(key, &mut list, false, sink);
             }
         }
-        self.scratch = list;
+        self.scratch = Some(list);
     }
 
     fn close(&mut self, key: ListKey, list: &mut OpenList, evicted: bool, sink: &mut impl FnMut(Closed)) {

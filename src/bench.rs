@@ -131,9 +131,23 @@ pub fn rss_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-/// Opens `lists` lists of 10 results (impressions only, none final) and
-/// returns (resident bytes before, after, per open list).
-pub fn open_list_memory(config: &Config, lists: usize) -> (u64, u64, f64) {
+/// What [`open_list_memory`] measured.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenListMemory {
+    /// Resident bytes before and after opening the lists.
+    pub before: u64,
+    pub after: u64,
+    pub per_list: f64,
+    /// A tick's event-time expiry with every list open and none due (ms).
+    pub tick_ms: f64,
+    /// A walk of every list, as processing-time expiry does on idle
+    /// partitions (and as every tick did before the expiry slots) (ms).
+    pub walk_ms: f64,
+}
+
+/// Opens `lists` lists of 10 results (impressions only, none final),
+/// measures resident memory per open list, then times a tick's expiry.
+pub fn open_list_memory(config: &Config, lists: usize) -> OpenListMemory {
     let mut config = config.clone();
     config.session.gap = "1h".parse().unwrap_or(config.session.gap);
     let mut pipeline = Pipeline::new(&config);
@@ -155,6 +169,14 @@ pub fn open_list_memory(config: &Config, lists: usize) -> (u64, u64, f64) {
     let after = rss_bytes();
     let open = pipeline.open_lists().max(1);
     let per_list = after.saturating_sub(before) as f64 / open as f64;
+    let started = Instant::now();
+    pipeline.finalize_expired(None);
+    let tick_ms = started.elapsed().as_secs_f64() * 1000.0;
+    // Processing time far before the lists' arrivals: nothing closes.
+    let started = Instant::now();
+    pipeline.finalize_expired(Some(i64::MIN / 2));
+    let walk_ms = started.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(pipeline.open_lists(), open, "the timed ticks closed nothing");
     std::hint::black_box(&pipeline);
-    (before, after, per_list)
+    OpenListMemory { before, after, per_list, tick_ms, walk_ms }
 }

@@ -224,12 +224,17 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
             }
         }
         "memory" => {
-            let (before, after, per_list) = bench::open_list_memory(&config, args.lists);
+            let m = bench::open_list_memory(&config, args.lists);
             println!(
-                "{} open lists of 10 results: resident {:.1} MiB before, {:.1} MiB after: {per_list:.0} bytes per open list",
+                "{} open lists of 10 results: resident {:.1} MiB before, {:.1} MiB after: {:.0} bytes per open list",
                 args.lists,
-                before as f64 / 1048576.0,
-                after as f64 / 1048576.0
+                m.before as f64 / 1048576.0,
+                m.after as f64 / 1048576.0,
+                m.per_list
+            );
+            println!(
+                "tick with none due: {:.2} ms (event-time expiry); walk of every list (idle-partition expiry): {:.1} ms",
+                m.tick_ms, m.walk_ms
             );
         }
         "freshness" => {

@@ -28,6 +28,7 @@
 use super::{ListKey, OpenList, ShownDoc, Source};
 use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
 
 const HEADER_WORDS: usize = 7;
 const FLAG_SCORES: u64 = 1;
@@ -43,6 +44,10 @@ const FREE_RUN: u64 = 1 << 63;
 pub const MAX_ITEMS: usize = u16::MAX as usize;
 /// The largest count of sources (topic-partitions) of one list.
 const MAX_SOURCES: usize = u8::MAX as usize;
+
+/// Width of an expiry slot, in event-time milliseconds: lists are filed
+/// by the slot of their newest event (see [`ListStore::due`]).
+const EXPIRY_SLOT_MS: i64 = 1_000;
 
 /// A list does not fit its compact form (more than [`MAX_ITEMS`] of
 /// something, or the arena's 2^32-word address space is full).
@@ -135,11 +140,33 @@ pub struct ListStore {
     free: FxHashMap<u32, Vec<u32>>,
     /// Words in free runs: past half the arena, it is compacted.
     free_words: usize,
+    /// Lists by the expiry slot of their newest event time, as the low 32
+    /// bits of their key, so that each tick finds the lists due without
+    /// walking all of them (millions of lists, every 500 ms). A list is
+    /// filed when it is created, at or before its slot (its newest event
+    /// only moves later); one not yet due is filed again where it is now,
+    /// and an entry whose list is gone is dropped when its slot comes.
+    expiry: BTreeMap<i64, Vec<u32>>,
+    /// Entries in `expiry`: past twice the lists (gone lists' entries whose
+    /// slot has not come, when event time stands still) it is rebuilt.
+    expiry_entries: usize,
 }
 
+/// The hash table's hash: from the low 32 bits of the key only (keys are
+/// already uniform hashes), so that an expiry entry of 32 bits finds its
+/// list; keys sharing them are told apart by the full key.
 fn hash_of(key: ListKey) -> u64 {
-    // Keys are already uniform hashes.
-    key as u64
+    hash_of_low(key as u32)
+}
+
+fn hash_of_low(low: u32) -> u64 {
+    // The table takes its 7-bit tags from the top bits: spread the 32 bits
+    // over all 64.
+    u64::from(low).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+fn slot_of(ms: i64) -> i64 {
+    ms.div_euclid(EXPIRY_SLOT_MS)
 }
 
 fn key_at(words: &[u64], start: u32) -> ListKey {
@@ -296,8 +323,72 @@ impl ListStore {
             }
         };
         encode(key, list, counts, &mut self.words[start as usize..start as usize + size]);
+        if at.is_none() {
+            // After the encoding: filing may walk every run.
+            self.file(key as u32, list.last_event_ms);
+        }
         self.maybe_compact();
         Ok(())
+    }
+
+    fn file(&mut self, key_low: u32, last_event_ms: i64) {
+        self.expiry.entry(slot_of(last_event_ms)).or_default().push(key_low);
+        self.expiry_entries += 1;
+        if self.expiry_entries > 2 * self.index.len() + 1024 {
+            self.refile_all();
+        }
+    }
+
+    /// Files every list once, dropping the entries of lists that are gone.
+    fn refile_all(&mut self) {
+        let mut expiry: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+        for start in self.live_runs() {
+            let s = start as usize;
+            expiry.entry(slot_of(self.words[s + 2] as i64)).or_default().push(self.words[s] as u32);
+        }
+        self.expiry_entries = self.index.len();
+        self.expiry = expiry;
+    }
+
+    /// The keys of the lists whose newest event is at or before
+    /// `through_ms`, found through the expiry slots up to its slot rather
+    /// than by a walk of every list. The lists stay stored.
+    pub fn due(&mut self, through_ms: i64) -> Vec<ListKey> {
+        let last_slot = slot_of(through_ms);
+        let mut due = Vec::new();
+        let mut refile: Vec<(i64, u32)> = Vec::new();
+        while let Some(entry) = self.expiry.first_entry() {
+            if *entry.key() > last_slot {
+                break;
+            }
+            let lows = entry.remove();
+            self.expiry_entries -= lows.len();
+            for low in lows {
+                for &start in self.index.iter_hash(hash_of_low(low)) {
+                    let s = start as usize;
+                    if self.words[s] as u32 != low {
+                        continue;
+                    }
+                    let last_event_ms = self.words[s + 2] as i64;
+                    if last_event_ms <= through_ms {
+                        due.push(key_at(&self.words, start));
+                    } else {
+                        refile.push((slot_of(last_event_ms), low));
+                    }
+                }
+            }
+        }
+        // A list filed twice (its key's low bits shared, or its key reused
+        // after the gap) is reported and refiled once.
+        due.sort_unstable();
+        due.dedup();
+        refile.sort_unstable();
+        refile.dedup();
+        self.expiry_entries += refile.len();
+        for (slot, low) in refile {
+            self.expiry.entry(slot).or_default().push(low);
+        }
+        due
     }
 
     /// Sets every list's newest arrival to `now_ms`.
@@ -544,6 +635,63 @@ mod tests {
         }
         let sources: usize = expected.iter().map(|(_, l)| l.offsets.len()).sum();
         assert_eq!(store.sources().count(), sources);
+    }
+
+    /// `due` against a model: lists created, updated to later event times,
+    /// removed, their keys reused and sharing their low 32 bits (one expiry
+    /// entry finds several lists); due lists are removed, as the assembler
+    /// does. And the entries of removed lists do not pile up.
+    #[test]
+    fn due_finds_exactly_the_lists_at_or_before_a_time() {
+        let mut store = ListStore::default();
+        let mut rng = crate::bench::Rng(7);
+        let mut model: FxHashMap<ListKey, i64> = FxHashMap::default();
+        let mut clock = 0i64;
+        for step in 0..200_000u64 {
+            // 40 low halves × 100 high halves: keys share their low bits.
+            let key = (u128::from(rng.below(100)) << 64) | u128::from(rng.below(40) as u32 | 0xabcd_0000);
+            match rng.below(10) {
+                0..=5 => {
+                    let mut l = OpenList::default();
+                    store.load(key, &mut l);
+                    // Event times a little out of order, as in a stream.
+                    let t = clock + rng.below(5_000) as i64 - 2_000;
+                    l.last_event_ms = l.last_event_ms.max(t);
+                    if !model.contains_key(&key) {
+                        l = OpenList { last_event_ms: t, ..OpenList::default() };
+                    }
+                    store.store(key, &mut l).unwrap();
+                    model.insert(key, l.last_event_ms);
+                }
+                6 => {
+                    assert_eq!(store.remove(key), model.remove(&key).is_some());
+                }
+                _ => {
+                    clock += rng.below(700) as i64;
+                    let through = clock - 3_000;
+                    let mut want: Vec<ListKey> =
+                        model.iter().filter(|(_, t)| **t <= through).map(|(k, _)| *k).collect();
+                    want.sort_unstable();
+                    assert_eq!(store.due(through), want, "step {step}");
+                    for k in want {
+                        assert!(store.remove(k));
+                        model.remove(&k);
+                    }
+                }
+            }
+            assert!(
+                store.expiry_entries <= 2 * store.len() + 1024 + 40,
+                "step {step}: {} entries",
+                store.expiry_entries
+            );
+        }
+        // Event time standing still while lists come and go: still bounded.
+        for i in 0..100_000u64 {
+            let key = u128::from(i) << 64 | u128::from(i as u32);
+            store.store(key, &mut OpenList { last_event_ms: clock, ..OpenList::default() }).unwrap();
+            store.remove(key);
+        }
+        assert!(store.expiry_entries <= 2 * store.len() + 1024 + 40);
     }
 
     #[test]
