@@ -23,7 +23,9 @@
 //! | … | event id hashes; sources, one word each (16-bit id, 48-bit offset) or two when one does not fit |
 //!
 //! For the production shape (10 results with scores, one source) a run is
-//! 29 words, 232 bytes; the hash table adds about 10 bytes per list.
+//! 29 words, 232 bytes; the hash table adds about 10 bytes per list, and the
+//! expiry slots (which let a tick find the lists due without walking them
+//! all) about 4 to 8.
 
 use super::{ListKey, OpenList, ShownDoc, Source};
 use hashbrown::HashTable;
