@@ -204,9 +204,6 @@ impl Daemon {
         let kafka_timestamp_ms = m.timestamp().to_millis();
         self.messages += 1;
         let id = self.sources.id(topic, partition);
-        if let Some(t) = kafka_timestamp_ms {
-            self.health.ingest_delay.observe(now - t);
-        }
         let checkpointing = self.store.is_some();
         if !self.shards.contains_key(&partition) {
             self.shards.insert(partition, Shard::new(&self.config, &self.budget));
@@ -228,6 +225,11 @@ impl Daemon {
             None => {
                 shard.next_offsets.insert(topic.to_string(), offset + 1);
             }
+        }
+        // Only messages applied: a re-delivery skipped above (after a
+        // rebalance or restart) is not fresh data arriving late.
+        if let Some(t) = kafka_timestamp_ms {
+            self.health.ingest_delay.observe(now - t);
         }
         // With checkpoints open lists are durable: they need not hold offsets back.
         let source = (!checkpointing).then_some(Source { id, offset });
