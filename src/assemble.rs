@@ -340,7 +340,7 @@ pub struct Assembler {
 /// (see [`ListStore::due`]); this one walks every list, so it is not done
 /// every tick for millions of lists, and an idle list closes at most this
 /// much later than a gap after its last arrival.
-pub fn processing_scan_interval(gap_ms: i64) -> i64 {
+fn processing_scan_interval(gap_ms: i64) -> i64 {
     (gap_ms / 8).clamp(0, 5_000)
 }
 
@@ -409,7 +409,7 @@ impl Assembler {
         self.open_lists = fill(state.open_lists);
         self.closed_lists = fill(state.closed_lists);
         self.lanes = state.lanes;
-        self.watermark_ms = self.lanes.iter().map(|(_, t)| *t).min().unwrap_or(i64::MIN);
+        self.update_watermark();
         self.clock_paused = true;
         self.last_scan_ms = None;
     }
@@ -426,6 +426,11 @@ impl Assembler {
                 self.lanes.push((lane.to_string(), i64::MIN));
             }
         }
+        self.update_watermark();
+    }
+
+    /// The watermark is the oldest of the lanes' newest event times.
+    fn update_watermark(&mut self) {
         self.watermark_ms = self.lanes.iter().map(|(_, t)| *t).min().unwrap_or(i64::MIN);
     }
 
@@ -473,7 +478,7 @@ impl Assembler {
             Some((_, newest)) => *newest = (*newest).max(ts),
             None => self.lanes.push((lane.to_string(), ts)),
         }
-        self.watermark_ms = self.lanes.iter().map(|(_, t)| *t).min().unwrap_or(i64::MIN);
+        self.update_watermark();
         let gap = self.limits.gap_ms;
         // The one hash lookup of the event: `at` stays valid until the
         // open lists change, and is cleared whenever they do before `apply`.
@@ -638,8 +643,9 @@ impl Assembler {
 
     /// Finalizes lists whose last event is a gap older than the watermark
     /// (event time), or, when `now_ms` is given, whose last arrival is a gap
-    /// older than that processing time (idle partitions). Final lists past
-    /// the late horizon are forgotten.
+    /// older than that processing time (idle partitions; checked at most
+    /// every eighth of the gap, at most 5 s). Final lists past the late
+    /// horizon are forgotten.
     pub fn finalize_expired(&mut self, now_ms: Option<i64>, sink: &mut impl FnMut(Closed)) {
         let gap = self.limits.gap_ms;
         let horizon = self.limits.late_horizon_ms;
