@@ -452,6 +452,12 @@ impl Assembler {
         self.closed_lists.len()
     }
 
+    /// Each lane (input topic) with its newest event time (`i64::MIN`:
+    /// declared, nothing delivered yet).
+    pub fn lanes(&self) -> &[(String, i64)] {
+        &self.lanes
+    }
+
     pub fn watermark_ms(&self) -> i64 {
         self.watermark_ms
     }

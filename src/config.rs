@@ -125,6 +125,11 @@ pub struct KafkaConfig {
     /// Invalid messages are copied here with the reason in a header, so they
     /// can be inspected and replayed; empty: not forwarded (still counted).
     pub dead_letter_topic: String,
+    /// How far (event time) one topic of a partition may run ahead of the
+    /// partition's slowest topic before it is paused until the others catch
+    /// up ("0s": never). Catching up on a backlog, judgments otherwise run
+    /// far ahead of their impressions and wait in open lists (see `align`).
+    pub max_topic_drift: Span,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -248,6 +253,7 @@ impl Default for KafkaConfig {
             topics: vec!["search-impressions".into(), "search-judgments".into()],
             properties: BTreeMap::new(),
             dead_letter_topic: String::new(),
+            max_topic_drift: span("30s"),
         }
     }
 }

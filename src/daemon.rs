@@ -20,6 +20,7 @@
 //! finalized at shutdown.
 
 use crate::accumulate::Accumulators;
+use crate::align::{Alignment, LaneChange};
 use crate::assemble::{DimensionBudget, Source};
 use crate::config::Config;
 use crate::http::{self, Published};
@@ -136,6 +137,9 @@ struct Shard {
     /// may its lists close on processing time. A backlog or a broker outage
     /// is not idleness.
     idle: bool,
+    /// Which of the partition's topics are paused for running ahead in
+    /// event time (`kafka.max_topic_drift`).
+    alignment: Alignment,
 }
 
 impl Shard {
@@ -145,6 +149,7 @@ impl Shard {
             next_offsets: BTreeMap::new(),
             owned: true,
             idle: false,
+            alignment: Alignment::default(),
         }
     }
 
@@ -195,6 +200,14 @@ struct Daemon {
     /// Offsets committed from checkpoints (state.dir set).
     committed: BTreeMap<(String, i32), i64>,
     first_message_at: Option<std::time::Instant>,
+    /// `kafka.max_topic_drift` in ms; 0: topics are never paused.
+    max_topic_drift_ms: i64,
+    /// Pauses (true) and resumes of (topic, partition) decided while
+    /// handling messages, rebalances or a tick, for the loop to apply to
+    /// the consumer (which the daemon's state does not hold).
+    lane_changes: Vec<(String, i32, bool)>,
+    /// Scratch for [`Alignment::check`]'s output.
+    alignment_scratch: Vec<LaneChange>,
 }
 
 impl Daemon {
@@ -246,6 +259,66 @@ impl Daemon {
                 s.last_event_ms = Some(s.last_event_ms.map_or(watermark, |t| t.max(watermark)));
             }
         }
+        if self.max_topic_drift_ms > 0 {
+            shard.alignment.check(
+                shard.pipeline.assembler.lanes(),
+                self.max_topic_drift_ms,
+                now,
+                &mut self.alignment_scratch,
+            );
+            for c in self.alignment_scratch.drain(..) {
+                self.lane_changes.push((c.lane, partition, c.pause));
+            }
+        }
+    }
+
+    /// Pauses ended by time (the slower topic stalled) are only noticed on
+    /// the tick when no message of the partition comes.
+    fn check_alignment(&mut self, now: i64) {
+        if self.max_topic_drift_ms == 0 {
+            return;
+        }
+        for (partition, shard) in &mut self.shards {
+            if shard.alignment.any_paused() {
+                shard.alignment.check(
+                    shard.pipeline.assembler.lanes(),
+                    self.max_topic_drift_ms,
+                    now,
+                    &mut self.alignment_scratch,
+                );
+                for c in self.alignment_scratch.drain(..) {
+                    self.lane_changes.push((c.lane, *partition, c.pause));
+                }
+            }
+        }
+    }
+
+    /// Applies the pauses and resumes decided since the last call. A pause
+    /// drops what librdkafka prefetched of the topic-partition; a resume
+    /// fetches again from the next message to consume, so nothing is lost.
+    fn apply_lane_changes(&mut self, consumer: &Consumer) {
+        for (pause, tpl) in [(true, TopicPartitionList::new()), (false, TopicPartitionList::new())] {
+            let mut tpl = tpl;
+            for (topic, partition, _) in self.lane_changes.iter().filter(|c| c.2 == pause) {
+                tpl.add_partition(topic, *partition);
+            }
+            if tpl.count() == 0 {
+                continue;
+            }
+            let result = if pause { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
+            match result {
+                Ok(()) if pause => self.health.topic_pauses += tpl.count() as u64,
+                Ok(()) => {}
+                // A partition revoked meanwhile: its assignment resets it.
+                Err(e) => {
+                    let verb = if pause { "pause" } else { "resume" };
+                    let tps: Vec<(String, i32)> =
+                        tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+                    eprintln!("rankpulse: cannot {verb} {}: {e}", describe(&tps));
+                }
+            }
+        }
+        self.lane_changes.clear();
     }
 
     /// `session.max_open_lists` is per instance: each shard gets an equal
@@ -313,6 +386,8 @@ impl Daemon {
             }
             if let Some(shard) = self.shards.get_mut(&p) {
                 shard.owned = false;
+                // Paused or not in librdkafka, an assignment resumes it.
+                shard.alignment.reset();
             }
         }
         self.share_open_list_cap();
@@ -349,6 +424,12 @@ impl Daemon {
             let topics = tps.iter().filter(|(_, tp)| *tp == p).map(|(t, _)| t.as_str());
             shard.pipeline.assembler.expect_lanes(topics);
             shard.owned = true;
+            shard.alignment.reset();
+        }
+        // Whatever librdkafka kept of an earlier pause of these partitions,
+        // they start unpaused, as the alignment state now says.
+        if self.max_topic_drift_ms > 0 {
+            self.lane_changes.extend(tps.iter().map(|(t, p)| (t.clone(), *p, false)));
         }
         self.share_open_list_cap();
     }
@@ -615,7 +696,11 @@ pub async fn run_with(
         last_commit: None,
         committed: BTreeMap::new(),
         first_message_at: None,
+        max_topic_drift_ms: 0,
+        lane_changes: Vec::new(),
+        alignment_scratch: Vec::new(),
     };
+    daemon.max_topic_drift_ms = daemon.config.kafka.max_topic_drift.ms();
     // Before subscribing: the restored counters are what /metrics shows first.
     daemon.restore_own()?;
     let config = &daemon.config;
@@ -651,6 +736,8 @@ pub async fn run_with(
             _ = &mut shutdown => break,
             _ = tick.tick() => {
                 daemon.apply_rebalances()?;
+                daemon.check_alignment(wall_ms());
+                daemon.apply_lane_changes(&consumer);
                 daemon.finalize_expired();
                 // Copied out at once: a partition list kept alive would block
                 // the consumer's destruction at shutdown.
@@ -708,6 +795,11 @@ pub async fn run_with(
                         }
                         Err(KafkaError::PartitionEOF(p)) => daemon.partition_eof(p),
                         Err(e) => eprintln!("rankpulse: kafka: {e}"),
+                    }
+                    // Before the next message: a topic paused now should
+                    // not deliver what was prefetched of it.
+                    if !daemon.lane_changes.is_empty() {
+                        daemon.apply_lane_changes(&consumer);
                     }
                     drained += 1;
                     if drained < DRAIN_BATCH {

@@ -30,7 +30,8 @@
 //!   retractable sums, kept per dimension values × time bucket.
 //! - [`window`]: rolling windows out of the buckets.
 //! - [`pipeline`]: the stages above without I/O, one shard.
-//! - [`kafka`], [`daemon`], [`http`]: `rankpulse run`.
+//! - [`kafka`], [`daemon`], [`http`]: `rankpulse run`; [`align`] pauses a
+//!   topic of a partition that runs ahead of the others in event time.
 //! - [`state`]: checkpoints of the daemon's state with the offsets they
 //!   cover (exact restarts and partition hand-overs).
 //! - [`publish`]: the only place Prometheus metrics are defined.
@@ -42,7 +43,7 @@
 //! `src/main.rs` is only the command line.
 
 pub mod accumulate;
-
+pub mod align;
 pub mod assemble;
 pub mod bench;
 pub mod config;

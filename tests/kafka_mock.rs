@@ -91,3 +91,154 @@ async fn daemon_consumes_counts_commits_and_matches_replay() {
     assert_eq!(sum_of(&summary.final_exposition, "rankpulse_lists_finalized_total"), 200.0);
     drop(cluster);
 }
+
+/// Produces `(session, json)` events to their topic (by type), keyed by session.
+/// Every send is queued before the first delivery is awaited: awaiting
+/// each in turn takes a linger per message.
+async fn produce(producer: &FutureProducer, evs: &[(String, String)]) {
+    let mut deliveries = Vec::with_capacity(evs.len());
+    for (session, json) in evs {
+        let topic = if json.contains(r#""type":"impression""#) { IMPRESSIONS } else { JUDGMENTS };
+        let mut record = FutureRecord::to(topic).key(session).payload(json);
+        loop {
+            match producer.send_result(record) {
+                Ok(delivery) => break deliveries.push(delivery),
+                Err((_, r)) => {
+                    record = r;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        }
+    }
+    for d in deliveries {
+        d.await.expect("delivery").expect("produce");
+    }
+}
+
+/// A daemon on `bootstrap` with `max_topic_drift`, its /metrics address,
+/// the sender that stops it and its task.
+async fn start(
+    bootstrap: &str,
+    drift: &str,
+) -> (
+    Config,
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<rankpulse::daemon::RunSummary, rankpulse::daemon::DaemonError>>,
+) {
+    let mut config = Config::default();
+    config.kafka.brokers = bootstrap.to_string();
+    config.kafka.group_id = format!("rankpulse-test-{}-{drift}", std::process::id());
+    config.kafka.max_topic_drift = drift.parse().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    config.http.listen = addr.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(rankpulse::daemon::run_on(config.clone(), listener, async move {
+        let _ = stopped.await;
+    }));
+    (config, addr, stop, daemon)
+}
+
+/// Waits (at most `secs`) until the daemon at `addr` has consumed `total`
+/// messages; returns the last exposition.
+async fn wait_consumed(addr: &str, total: f64, secs: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let a = addr.to_string();
+        let (_, body) = tokio::task::spawn_blocking(move || http_get(&a, "/metrics")).await.unwrap().unwrap();
+        let seen = sum_of(&body, "rankpulse_events_total") + sum_of(&body, "rankpulse_events_rejected_total");
+        if seen >= total {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "only {seen} of {total} messages consumed in {secs} s:\n{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn replay_of(config: &Config, evs: &[(String, String)]) -> String {
+    let lines: String = evs.iter().map(|(_, j)| format!("{j}\n")).collect();
+    rankpulse::replay::replay(config, lines.as_bytes()).unwrap()
+}
+
+/// With a drift of 1 s and whole topics fetched at once, topics run ahead
+/// of each other all the time: they are paused and resumed again and
+/// again. A pause drops what librdkafka prefetched; every message must
+/// still be consumed exactly once, and the metrics equal a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_and_resumed_topics_lose_and_repeat_nothing() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic(IMPRESSIONS, PARTITIONS, 1).unwrap();
+    cluster.create_topic(JUDGMENTS, PARTITIONS, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let producer: FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
+    // 4,000 lists 10 ms apart: 40 s of event time in each partition (keys
+    // spread the lists over the partitions).
+    let evs = events(4000, 1_700_000_000_000, 11);
+    produce(&producer, &evs).await;
+    let total = evs.len() as f64;
+
+    let (config, addr, stop, daemon) = start(&bootstrap, "1s").await;
+    let body = wait_consumed(&addr, total, 120).await;
+    stop.send(()).unwrap();
+    let summary =
+        tokio::time::timeout(Duration::from_secs(10), daemon).await.expect("shutdown within 10 s").unwrap().unwrap();
+    assert!(sum_of(&body, "rankpulse_topic_pauses_total") > 0.0, "no topic was paused:\n{body}");
+    assert_eq!(summary.messages as f64, total, "a message was consumed twice or lost");
+    let committed: i64 = summary.committed.values().sum();
+    assert_eq!(committed as f64, total, "{:?}", summary.committed);
+    assert_eq!(counter_lines(&summary.final_exposition), counter_lines(&replay_of(&config, &evs)));
+    drop(cluster);
+}
+
+/// Judgments run far ahead of the only impressions there are: they are
+/// paused; the impressions deliver nothing more, and after
+/// `align::MAX_PAUSE_MS` the judgments flow again (a silent topic must not
+/// hold the other back). The impressions produced later complete the
+/// lists: nothing closed early, the metrics equal a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_topic_does_not_hold_a_paused_one_back() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic(IMPRESSIONS, 1, 1).unwrap();
+    cluster.create_topic(JUDGMENTS, 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let producer: FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
+    // 6,000 lists 10 ms apart: 60 s of event time, twice the drift.
+    let evs = events(6000, 1_700_000_000_000, 13);
+    let is_impression = |j: &str| j.contains(r#""type":"impression""#);
+    // The impressions of the first 100 lists (1 s of event time), then
+    // every judgment, then the other impressions.
+    let mut list = 0;
+    let (mut first, mut judgments, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+    for e in &evs {
+        if is_impression(&e.1) {
+            list += 1;
+            if list <= 100 { &mut first } else { &mut rest }.push(e.clone());
+        } else {
+            judgments.push(e.clone());
+        }
+    }
+
+    let (config, addr, stop, daemon) = start(&bootstrap, "30s").await;
+    produce(&producer, &first).await;
+    wait_consumed(&addr, first.len() as f64, 60).await;
+    // The judgments pass 31 s of event time halfway: paused there, with
+    // the rest unconsumed until the pause times out.
+    let produced = Instant::now();
+    produce(&producer, &judgments).await;
+    let body = wait_consumed(&addr, (first.len() + judgments.len()) as f64, 60).await;
+    assert!(sum_of(&body, "rankpulse_topic_pauses_total") >= 1.0, "the judgments were not paused:\n{body}");
+    let took = produced.elapsed();
+    assert!(took >= Duration::from_millis(rankpulse::align::MAX_PAUSE_MS as u64), "paused for only {took:?}");
+    produce(&producer, &rest).await;
+    wait_consumed(&addr, evs.len() as f64, 60).await;
+    stop.send(()).unwrap();
+    let summary =
+        tokio::time::timeout(Duration::from_secs(10), daemon).await.expect("shutdown within 10 s").unwrap().unwrap();
+    assert_eq!(summary.messages as f64, evs.len() as f64);
+    assert_eq!(counter_lines(&summary.final_exposition), counter_lines(&replay_of(&config, &evs)));
+    assert_eq!(sum_of(&summary.final_exposition, "rankpulse_orphan_lists_total"), 0.0);
+    drop(cluster);
+}

@@ -48,6 +48,11 @@ pub struct KafkaReport {
     pub fill_per_second: Option<f64>,
     pub bare: Measured,
     pub daemon: Measured,
+    /// The daemon's most open lists in a scrape, and its topic pauses
+    /// (`kafka.max_topic_drift`): how far judgments ran ahead of their
+    /// impressions.
+    pub daemon_open_lists_peak: u64,
+    pub daemon_topic_pauses: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +95,11 @@ impl fmt::Display for KafkaReport {
                 m.per_core(n)
             )?;
         }
+        writeln!(
+            f,
+            "daemon: at most {} lists open in a scrape; {} topic pauses",
+            self.daemon_open_lists_peak, self.daemon_topic_pauses
+        )?;
         write!(
             f,
             "daemon / ceiling: {:.2} (events/s), {:.2} (events/s per core)",
@@ -206,7 +216,8 @@ fn bare(config: Config, brokers: &str, total: u64) -> Result<Measured, BenchErro
     Ok(Measured { seconds: t0.elapsed().as_secs_f64(), cpu_seconds: cpu_seconds() - c0, cpu_measured_busy: true })
 }
 
-async fn daemon(base: &Config, brokers: &str, total: u64) -> Result<Measured, BenchError> {
+/// The daemon's measurement, its peak open lists and its topic pauses.
+async fn daemon(base: &Config, brokers: &str, total: u64) -> Result<(Measured, u64, u64), BenchError> {
     let mut config = base.clone();
     config.kafka.brokers = brokers.to_string();
     config.kafka.group_id = format!("rankpulse-bench-daemon-{}", std::process::id());
@@ -215,10 +226,13 @@ async fn daemon(base: &Config, brokers: &str, total: u64) -> Result<Measured, Be
     // counted. Each scrape samples (time, CPU, messages counted).
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut samples: Vec<(Instant, f64, u64)> = Vec::new();
+    let (mut open_peak, mut pauses) = (0u64, 0u64);
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let body = scrape(addr).await.unwrap_or_default();
         let consumed = consumed(&body);
+        open_peak = open_peak.max(sum(&body, "rankpulse_open_lists") as u64);
+        pauses = pauses.max(sum(&body, "rankpulse_topic_pauses_total") as u64);
         samples.push((Instant::now(), cpu_seconds(), consumed));
         if consumed >= total {
             break;
@@ -244,7 +258,7 @@ async fn daemon(base: &Config, brokers: &str, total: u64) -> Result<Measured, Be
         _ => (**busy.first().unwrap_or(&&samples[0]), *samples.last().unwrap_or(&samples[0]), false),
     };
     let cores = (b.1 - a.1) / b.0.duration_since(a.0).as_secs_f64().max(1e-9);
-    Ok(Measured { seconds, cpu_seconds: cores * seconds, cpu_measured_busy })
+    Ok((Measured { seconds, cpu_seconds: cores * seconds, cpu_measured_busy }, open_peak, pauses))
 }
 
 async fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
@@ -328,8 +342,17 @@ pub async fn run(
     let bare = tokio::task::spawn_blocking(move || bare(c, &b, total))
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))??;
-    let daemon = daemon(config, brokers, total).await?;
-    Ok(KafkaReport { messages: total, impression_bytes, judgment_bytes, fill_per_second, bare, daemon })
+    let (daemon, daemon_open_lists_peak, daemon_topic_pauses) = daemon(config, brokers, total).await?;
+    Ok(KafkaReport {
+        messages: total,
+        impression_bytes,
+        judgment_bytes,
+        fill_per_second,
+        bare,
+        daemon,
+        daemon_open_lists_peak,
+        daemon_topic_pauses,
+    })
 }
 
 /// What a paced run measured: the delay from each message's Kafka
