@@ -47,6 +47,20 @@ fn round_half_away(x: f64) -> i64 {
     t + i64::from(frac >= 0.5) - i64::from(frac <= -0.5)
 }
 
+/// A value and its square in fixed point, as [`Moments`] adds them.
+#[derive(Debug, Clone, Copy)]
+struct Quantized {
+    q: i128,
+    q_sq: i128,
+}
+
+impl Quantized {
+    #[inline]
+    fn of(value: f64) -> Quantized {
+        Quantized { q: i128::from(quantize(value)), q_sq: i128::from(quantize(value * value)) }
+    }
+}
+
 /// The sufficient statistics of a weighted mean, exactly mergeable.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Moments {
@@ -78,9 +92,15 @@ impl Moments {
 
     #[inline]
     fn apply(&mut self, value: f64, weight: u32, sign: i64) {
+        self.apply_quantized(Quantized::of(value), weight, sign);
+    }
+
+    /// [`Self::apply`] with the value already quantized: a list's value
+    /// goes into two cells (the total and its time bucket), quantized once.
+    #[inline]
+    fn apply_quantized(&mut self, value: Quantized, weight: u32, sign: i64) {
         let w = i64::from(weight) * sign;
-        let q = i128::from(quantize(value));
-        let q_sq = i128::from(quantize(value * value));
+        let (q, q_sq) = (value.q, value.q_sq);
         let w128 = i128::from(w);
         self.sum += w128 * q;
         self.sum_sq += w128 * q_sq;
@@ -211,6 +231,40 @@ mod tests {
         assert_eq!(m.weight, 4);
         assert_eq!(m.count, 2);
     }
+
+    /// A list goes into its series' total and its time bucket with each
+    /// value quantized once: the cells must hold exactly what adding the
+    /// values to each one by one gives (`Moments::add`, the reference).
+    #[test]
+    fn folding_fills_total_and_bucket_as_adding_one_by_one_does() {
+        use crate::metrics::list::ListScore;
+        let cutoffs = 2;
+        let mut acc = Accumulators::new(cutoffs, 10_000);
+        let dims: Arc<[String]> = vec!["control".to_string()].into();
+        let mut expected = Cell::new(cutoffs);
+        let mut rng = crate::bench::Rng(9);
+        for i in 0..200 {
+            let mut score = ListScore::new(cutoffs);
+            for v in score.values.iter_mut() {
+                *v = (rng.below(5) > 0).then(|| (rng.below(1_000_001) as f64) / 1e6 / 3.0);
+            }
+            score.gauc = (rng.below(3) > 0).then(|| (rng.below(1001) as f64 / 1000.0, 1 + rng.below(20) as u32));
+            let sign = if i % 7 == 6 { -1 } else { 1 };
+            for (m, v) in expected.metrics.iter_mut().zip(&score.values) {
+                if let Some(v) = *v {
+                    if sign > 0 { m.add(v, 1) } else { m.retract(v, 1) }
+                }
+            }
+            if let (Some((auc, w)), Some(m)) = (score.gauc, expected.metrics.last_mut()) {
+                if sign > 0 { m.add(auc, w) } else { m.retract(auc, w) }
+            }
+            expected.lists += sign;
+            acc.apply(&dims, 5_000, &score, sign);
+        }
+        let series = &acc.series[&dims];
+        assert_eq!(series.total, expected);
+        assert_eq!(series.buckets.values().collect::<Vec<_>>(), vec![&expected]);
+    }
 }
 
 /// What to count a list under when it is left out of a mean.
@@ -265,6 +319,31 @@ impl Cell {
             if sign > 0 { m.add(auc, weight) } else { m.retract(auc, weight) }
         }
         self.lists += sign;
+    }
+
+    /// [`Self::apply`] to two cells at once, each value quantized once:
+    /// exactly what applying to each in turn gives.
+    fn apply_both(a: &mut Cell, b: &mut Cell, score: &ListScore, sign: i64) {
+        if a.metrics.len() != b.metrics.len() {
+            // Cells of different shapes (restored under other cutoffs): one by one.
+            a.apply(score, sign);
+            b.apply(score, sign);
+            return;
+        }
+        for ((ma, mb), v) in a.metrics.iter_mut().zip(b.metrics.iter_mut()).zip(&score.values) {
+            if let Some(v) = *v {
+                let q = Quantized::of(v);
+                ma.apply_quantized(q, 1, sign);
+                mb.apply_quantized(q, 1, sign);
+            }
+        }
+        if let (Some((auc, weight)), Some(ma), Some(mb)) = (score.gauc, a.metrics.last_mut(), b.metrics.last_mut()) {
+            let q = Quantized::of(auc);
+            ma.apply_quantized(q, weight, sign);
+            mb.apply_quantized(q, weight, sign);
+        }
+        a.lists += sign;
+        b.lists += sign;
     }
 
     /// The GAUC accumulator.
@@ -348,8 +427,8 @@ impl Accumulators {
         let cutoffs = self.cutoffs;
         let bucket = self.bucket_of(impression_ms);
         let series = self.series_mut(dims);
-        series.total.apply(score, sign);
-        series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
+        let cell = series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs));
+        Cell::apply_both(&mut series.total, cell, score, sign);
         for family in Family::ALL {
             let first = score.values.get(family as usize * cutoffs).copied().flatten();
             if first.is_none() && !score.values.is_empty() {

@@ -448,8 +448,11 @@ impl ListStore {
 
     /// Moves every run to a new, dense arena; the old one goes back to the
     /// allocator. Amortized: it runs only once half the arena is free.
+    /// The new arena has room to grow by half before it is reallocated (a
+    /// copy of every run again): pages not yet written are not resident.
     fn compact(&mut self) {
-        let mut words = Vec::with_capacity(self.words.len() - self.free_words);
+        let live = self.words.len() - self.free_words;
+        let mut words = Vec::with_capacity(live + live / 2);
         for start in self.index.iter_mut() {
             let s = *start as usize;
             let size = size_class(Counts::read(&self.words[s..]).words());
