@@ -343,7 +343,11 @@ impl Daemon {
     fn apply_rebalances(&mut self) -> Result<(), DaemonError> {
         // The flag is set after the event is queued: a rebalance queued
         // after this check is seen by the next one.
-        if !self.signals.rebalance_pending.swap(false, Ordering::Acquire) {
+        // Checked before every message: a plain load first, the swap (a
+        // locked instruction) only when a rebalance is pending.
+        if !self.signals.rebalance_pending.load(Ordering::Relaxed)
+            || !self.signals.rebalance_pending.swap(false, Ordering::Acquire)
+        {
             return Ok(());
         }
         let events = match self.signals.rebalances.lock() {

@@ -370,6 +370,9 @@ pub struct FreshnessReport {
     pub max_bucket_seconds: Option<f64>,
     /// (upper bound, cumulative count) of the daemon's histogram.
     pub buckets: Vec<(f64, f64)>,
+    /// The daemon's topic pauses (`kafka.max_topic_drift`): none expected
+    /// when both topics are produced live.
+    pub topic_pauses: u64,
 }
 
 /// What the bare consumer saw of a paced run.
@@ -404,6 +407,7 @@ impl fmt::Display for FreshnessReport {
             ms(self.p99_seconds),
             ms(self.max_bucket_seconds)
         )?;
+        write!(f, "; {} topic pauses", self.topic_pauses)?;
         let cumulative: Vec<String> = self.buckets.iter().map(|(le, n)| format!("≤{le}s: {n}")).collect();
         write!(f, "\ncumulative delay buckets: {}", cumulative.join(", "))
     }
@@ -585,6 +589,7 @@ pub async fn freshness(
         p99_seconds: quantile(&buckets, 0.99),
         max_bucket_seconds,
         buckets,
+        topic_pauses: sum(&summary.final_exposition, "rankpulse_topic_pauses_total") as u64,
     })
 }
 
