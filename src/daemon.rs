@@ -163,6 +163,20 @@ impl Shard {
         Ok(())
     }
 
+    /// The pauses and resumes due for this partition's topics (see
+    /// [`Alignment::check`]), onto `changes` as (topic, partition, pause).
+    fn align(
+        &mut self,
+        partition: i32,
+        drift_ms: i64,
+        now_ms: i64,
+        scratch: &mut Vec<LaneChange>,
+        changes: &mut Vec<(String, i32, bool)>,
+    ) {
+        self.alignment.check(self.pipeline.assembler.lanes(), drift_ms, now_ms, scratch);
+        changes.extend(scratch.drain(..).map(|c| (c.lane, partition, c.pause)));
+    }
+
     fn checkpoint(&self, partition: i32) -> ShardCheckpoint {
         ShardCheckpoint {
             partition,
@@ -260,15 +274,8 @@ impl Daemon {
             }
         }
         if self.max_topic_drift_ms > 0 {
-            shard.alignment.check(
-                shard.pipeline.assembler.lanes(),
-                self.max_topic_drift_ms,
-                now,
-                &mut self.alignment_scratch,
-            );
-            for c in self.alignment_scratch.drain(..) {
-                self.lane_changes.push((c.lane, partition, c.pause));
-            }
+            let drift = self.max_topic_drift_ms;
+            shard.align(partition, drift, now, &mut self.alignment_scratch, &mut self.lane_changes);
         }
     }
 
@@ -280,15 +287,8 @@ impl Daemon {
         }
         for (partition, shard) in &mut self.shards {
             if shard.alignment.any_paused() {
-                shard.alignment.check(
-                    shard.pipeline.assembler.lanes(),
-                    self.max_topic_drift_ms,
-                    now,
-                    &mut self.alignment_scratch,
-                );
-                for c in self.alignment_scratch.drain(..) {
-                    self.lane_changes.push((c.lane, *partition, c.pause));
-                }
+                let drift = self.max_topic_drift_ms;
+                shard.align(*partition, drift, now, &mut self.alignment_scratch, &mut self.lane_changes);
             }
         }
     }

@@ -30,28 +30,11 @@ async fn daemon_consumes_counts_commits_and_matches_replay() {
     let evs = events(200, base, 7);
     let producer: FutureProducer =
         ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
-    for (session, json) in &evs {
-        let topic = if json.contains(r#""type":"impression""#) { IMPRESSIONS } else { JUDGMENTS };
-        producer
-            .send(FutureRecord::to(topic).key(session).payload(json), Duration::from_secs(5))
-            .await
-            .expect("produce");
-    }
+    produce(&producer, &evs).await;
     producer.send(FutureRecord::to(JUDGMENTS).key("x").payload("{not json"), Duration::from_secs(5)).await.unwrap();
     let total = evs.len() as f64 + 1.0;
 
-    let mut config = Config::default();
-    config.kafka.brokers = bootstrap.clone();
-    config.kafka.group_id = format!("rankpulse-test-{}", std::process::id());
-    config.kafka.topics = vec![IMPRESSIONS.into(), JUDGMENTS.into()];
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    config.http.listen = addr.clone();
-
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(rankpulse::daemon::run_on(config.clone(), listener, async move {
-        let _ = stopped.await;
-    }));
+    let (config, addr, stop, daemon) = start(&bootstrap, "30s").await;
 
     // Wait (bounded) until every message shows in the counters.
     let deadline = Instant::now() + Duration::from_secs(60);
