@@ -30,13 +30,6 @@
 /// Longest a lane stays paused, processing time (ms).
 pub const MAX_PAUSE_MS: i64 = 2_000;
 
-/// What to do with a lane (a topic of the partition).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaneChange {
-    pub lane: String,
-    pub pause: bool,
-}
-
 /// A lane paused now.
 #[derive(Debug, Clone)]
 struct Paused {
@@ -67,9 +60,10 @@ impl Alignment {
     }
 
     /// Looks at the lanes (name, newest event time; `i64::MIN` for none yet)
-    /// at processing time `now_ms` and pushes the pauses and resumes due to
-    /// `changes`. Cheap when nothing changes: a few comparisons per lane.
-    pub fn check(&mut self, lanes: &[(String, i64)], drift_ms: i64, now_ms: i64, changes: &mut Vec<LaneChange>) {
+    /// at processing time `now_ms` and calls `change(lane, pause)` for each
+    /// pause (true) and resume (false) due. Cheap when nothing changes: a
+    /// few comparisons per lane.
+    pub fn check(&mut self, lanes: &[(String, i64)], drift_ms: i64, now_ms: i64, change: &mut impl FnMut(&str, bool)) {
         let Some(reference) = lanes.iter().map(|(_, t)| *t).filter(|&t| t != i64::MIN).min() else { return };
         if !self.exempt.is_empty() {
             self.exempt.retain(|(_, until)| reference < *until);
@@ -87,13 +81,13 @@ impl Alignment {
                         if timed_out && lead > drift_ms / 2 {
                             self.exempt.push((lane.clone(), *newest));
                         }
-                        changes.push(LaneChange { lane: lane.clone(), pause: false });
+                        change(lane, false);
                     }
                 }
                 None => {
                     if lead > drift_ms && !self.exempt.iter().any(|(l, _)| l == lane) {
                         self.paused.push(Paused { lane: lane.clone(), since_ms: now_ms });
-                        changes.push(LaneChange { lane: lane.clone(), pause: true });
+                        change(lane, true);
                     }
                 }
             }
@@ -121,8 +115,8 @@ mod tests {
 
     fn check(a: &mut Alignment, l: &[(String, i64)], now: i64) -> Vec<(String, bool)> {
         let mut changes = Vec::new();
-        a.check(l, DRIFT, now, &mut changes);
-        changes.into_iter().map(|c| (c.lane, c.pause)).collect()
+        a.check(l, DRIFT, now, &mut |lane, pause| changes.push((lane.to_string(), pause)));
+        changes
     }
 
     #[test]

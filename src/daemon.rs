@@ -20,7 +20,7 @@
 //! finalized at shutdown.
 
 use crate::accumulate::Accumulators;
-use crate::align::{Alignment, LaneChange};
+use crate::align::Alignment;
 use crate::assemble::{DimensionBudget, Source};
 use crate::config::Config;
 use crate::http::{self, Published};
@@ -165,16 +165,10 @@ impl Shard {
 
     /// The pauses and resumes due for this partition's topics (see
     /// [`Alignment::check`]), onto `changes` as (topic, partition, pause).
-    fn align(
-        &mut self,
-        partition: i32,
-        drift_ms: i64,
-        now_ms: i64,
-        scratch: &mut Vec<LaneChange>,
-        changes: &mut Vec<(String, i32, bool)>,
-    ) {
-        self.alignment.check(self.pipeline.assembler.lanes(), drift_ms, now_ms, scratch);
-        changes.extend(scratch.drain(..).map(|c| (c.lane, partition, c.pause)));
+    fn align(&mut self, partition: i32, drift_ms: i64, now_ms: i64, changes: &mut Vec<(String, i32, bool)>) {
+        self.alignment.check(self.pipeline.assembler.lanes(), drift_ms, now_ms, &mut |lane, pause| {
+            changes.push((lane.to_string(), partition, pause))
+        });
     }
 
     fn checkpoint(&self, partition: i32) -> ShardCheckpoint {
@@ -220,8 +214,6 @@ struct Daemon {
     /// handling messages, rebalances or a tick, for the loop to apply to
     /// the consumer (which the daemon's state does not hold).
     lane_changes: Vec<(String, i32, bool)>,
-    /// Scratch for [`Alignment::check`]'s output.
-    alignment_scratch: Vec<LaneChange>,
 }
 
 impl Daemon {
@@ -275,7 +267,7 @@ impl Daemon {
         }
         if self.max_topic_drift_ms > 0 {
             let drift = self.max_topic_drift_ms;
-            shard.align(partition, drift, now, &mut self.alignment_scratch, &mut self.lane_changes);
+            shard.align(partition, drift, now, &mut self.lane_changes);
         }
     }
 
@@ -288,7 +280,7 @@ impl Daemon {
         for (partition, shard) in &mut self.shards {
             if shard.alignment.any_paused() {
                 let drift = self.max_topic_drift_ms;
-                shard.align(*partition, drift, now, &mut self.alignment_scratch, &mut self.lane_changes);
+                shard.align(*partition, drift, now, &mut self.lane_changes);
             }
         }
     }
@@ -297,8 +289,8 @@ impl Daemon {
     /// drops what librdkafka prefetched of the topic-partition; a resume
     /// fetches again from the next message to consume, so nothing is lost.
     fn apply_lane_changes(&mut self, consumer: &Consumer) {
-        for (pause, tpl) in [(true, TopicPartitionList::new()), (false, TopicPartitionList::new())] {
-            let mut tpl = tpl;
+        for pause in [true, false] {
+            let mut tpl = TopicPartitionList::new();
             for (topic, partition, _) in self.lane_changes.iter().filter(|c| c.2 == pause) {
                 tpl.add_partition(topic, *partition);
             }
@@ -683,6 +675,7 @@ pub async fn run_with(
     let dead_letters = DeadLetters::create(&config).map_err(DaemonError::DeadLetters)?;
     let budget =
         Arc::new(Mutex::new(DimensionBudget::new(config.dimensions.labels.len(), config.dimensions.max_values)));
+    let max_topic_drift_ms = config.kafka.max_topic_drift.ms();
     let mut daemon = Daemon {
         config,
         shards: BTreeMap::new(),
@@ -700,11 +693,9 @@ pub async fn run_with(
         last_commit: None,
         committed: BTreeMap::new(),
         first_message_at: None,
-        max_topic_drift_ms: 0,
+        max_topic_drift_ms,
         lane_changes: Vec::new(),
-        alignment_scratch: Vec::new(),
     };
-    daemon.max_topic_drift_ms = daemon.config.kafka.max_topic_drift.ms();
     // Before subscribing: the restored counters are what /metrics shows first.
     daemon.restore_own()?;
     let config = &daemon.config;
