@@ -53,6 +53,14 @@ impl RunMeasure {
     pub fn total_rate(&self) -> f64 {
         self.rates.iter().sum()
     }
+
+    /// Events per second per core the instances used together: where the
+    /// instances share too few cores to each get one (this 2-core machine,
+    /// broker included), what tells a shared bottleneck (the group, the
+    /// broker, the partition split) from a lack of CPU.
+    pub fn per_core(&self) -> f64 {
+        self.total_rate() / self.cores.iter().sum::<f64>().max(1e-9)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -79,10 +87,18 @@ impl fmt::Display for ScaleReport {
             )?;
         }
         let added = self.two.total_rate() - self.one.total_rate();
-        write!(
+        writeln!(
             f,
             "the second instance adds {added:.0} events/s: {:.2} of one instance's throughput",
             added / self.one.total_rate().max(1e-9)
+        )?;
+        write!(
+            f,
+            "per core used: one instance {:.0} events/s, two instances {:.0} ({:.2} of one); \
+             a second instance on a core of its own would add about that share, the broker keeping up",
+            self.one.per_core(),
+            self.two.per_core(),
+            self.two.per_core() / self.one.per_core().max(1e-9)
         )
     }
 }
@@ -208,6 +224,8 @@ mod tests {
         assert_eq!(m.rates, [(450.0 - 200.0) / 3.0, (260.0 - 10.0) / 3.0]);
         assert_eq!(m.cores, [0.5, 0.25]);
         assert_eq!(m.machine_busy, 0.75);
+        // 166.7 events/s over 0.75 cores.
+        assert!((m.per_core() - (250.0 + 250.0) / 3.0 / 0.75).abs() < 1e-9);
     }
 
     #[test]
