@@ -123,6 +123,56 @@ pub fn pipeline_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
     messages.len() as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Partitions of the consumer-order measurement (as in `bench kafka`).
+pub const CONSUMER_ORDER_PARTITIONS: usize = 4;
+/// How far the judgments trail their impressions in the consumer-order
+/// measurement, in lists of the mix (one per millisecond of event time):
+/// `kafka.max_topic_drift`'s default, 30 s, as a consumer catching up
+/// reads them; live clicks trail by seconds to minutes too.
+pub const CONSUMER_ORDER_LAG_LISTS: usize = 30_000;
+
+/// The mix as a consumer of the two topics reads it rather than list by
+/// list: each message goes to a partition by its key (the session id, as
+/// producers key them); impressions and judgments are two streams read in
+/// turns of 256 impressions, the judgments `lag_lists` lists behind. A
+/// judgment then finds its list cold in the caches, as in the daemon,
+/// where in list order it comes right after its impression.
+pub fn consumer_order(messages: &[MixMessage], partitions: usize, lag_lists: usize) -> Vec<(usize, &MixMessage)> {
+    let partition = |m: &MixMessage| (xxhash_rust::xxh3::xxh3_64(m.key.as_bytes()) % partitions.max(1) as u64) as usize;
+    let impressions: Vec<&MixMessage> = messages.iter().filter(|m| !m.judgment).collect();
+    let judgments: Vec<&MixMessage> = messages.iter().filter(|m| m.judgment).collect();
+    let per_list = judgments.len() / impressions.len().max(1);
+    let mut order = Vec::with_capacity(messages.len());
+    let (mut i, mut j) = (0, 0);
+    while i < impressions.len() || j < judgments.len() {
+        let end = (i + 256).min(impressions.len());
+        order.extend(impressions[i..end].iter().map(|m| (partition(m), *m)));
+        i = end;
+        let through = if i == impressions.len() { judgments.len() } else { i.saturating_sub(lag_lists) * per_list };
+        order.extend(judgments[j..through.max(j)].iter().map(|m| (partition(m), *m)));
+        j = through.max(j);
+    }
+    order
+}
+
+/// The pipeline alone on one core, one shard per partition, on messages in
+/// [`consumer_order`]: events per second.
+pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessage)], partitions: usize) -> f64 {
+    let mut shards: Vec<Pipeline> = (0..partitions.max(1)).map(|_| Pipeline::new(config)).collect();
+    let started = Instant::now();
+    for (n, (p, m)) in order.iter().enumerate() {
+        let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
+        if let Some(shard) = shards.get_mut(*p) {
+            let _ = shard.ingest(topic, &m.payload, 0, None);
+        }
+        if n % 4096 == 4095 {
+            shards.iter_mut().for_each(|s| s.finalize_expired(None));
+        }
+    }
+    shards.iter_mut().for_each(Pipeline::finalize_all);
+    order.len() as f64 / started.elapsed().as_secs_f64()
+}
+
 /// Resident memory of this process in bytes (Linux), 0 elsewhere.
 pub fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
@@ -179,4 +229,44 @@ pub fn open_list_memory(config: &Config, lists: usize) -> OpenListMemory {
     assert_eq!(pipeline.open_lists(), open, "the timed ticks closed nothing");
     std::hint::black_box(&pipeline);
     OpenListMemory { before, after, per_list, tick_ms, walk_ms }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consumer_order_reads_every_message_once_judgments_the_lag_behind() {
+        let messages = mix(0, 1_000, 7, 0, 1.0);
+        let order = consumer_order(&messages, 4, 100);
+        assert_eq!(order.len(), messages.len());
+        // Each message once; each stream in its own order.
+        let position = |m: &MixMessage| messages.iter().position(|x| std::ptr::eq(x, m)).unwrap_or(usize::MAX);
+        let read: Vec<usize> = order.iter().map(|(_, m)| position(m)).collect();
+        let mut seen = read.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), messages.len());
+        for judgment in [false, true] {
+            let stream: Vec<usize> = read.iter().copied().filter(|&i| messages[i].judgment == judgment).collect();
+            assert!(stream.windows(2).all(|w| w[0] < w[1]), "judgment stream {judgment} keeps its order");
+        }
+        // A judgment of list k (message 4k + 1..=3) comes once the
+        // impressions of lists up to k + 100 are read (or all of them).
+        let mut impressions_read = 0;
+        for (_, m) in &order {
+            let i = position(m);
+            if m.judgment {
+                assert!(impressions_read >= (i / 4 + 100 + 1).min(1_000), "judgment {i} after {impressions_read}");
+            } else {
+                impressions_read += 1;
+            }
+        }
+        // Partitions by key: every message of a list in the same one.
+        for (p, m) in &order {
+            let first = order.iter().find(|(_, x)| x.key == m.key).map(|(q, _)| *q);
+            assert_eq!(first, Some(*p));
+        }
+        assert!((0..4).all(|p| order.iter().any(|(q, _)| *q == p)));
+    }
 }

@@ -38,7 +38,8 @@ enum Command {
 
 #[derive(Args)]
 struct BenchArgs {
-    /// pipeline: decode → assemble → score → accumulate on one core; memory: resident bytes per
+    /// pipeline: decode → assemble → score → accumulate on one core, in list order and in the
+    /// order a consumer of the two topics reads the mix; memory: resident bytes per
     /// open list; kafka: fill a broker, then a bare consumer and the daemon on the same data.
     /// freshness: the daemon reading live while the mix is produced at --rate. scale: one
     /// `rankpulse run` process, then two in one consumer group, on the same data.
@@ -214,11 +215,15 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
                 messages.len(),
                 args.lists
             );
+            let (partitions, lag) = (bench::CONSUMER_ORDER_PARTITIONS, bench::CONSUMER_ORDER_LAG_LISTS);
+            let order = bench::consumer_order(&messages, partitions, lag);
             for run in 1..=3 {
                 let decode = bench::decode_throughput(&config, &messages);
                 let rate = bench::pipeline_throughput(&config, &messages);
+                let in_order = bench::pipeline_throughput_in_order(&config, &order, partitions);
                 println!(
-                    "run {run}: decode only {decode:.0} events/s, full pipeline {rate:.0} events/s on one core ({:.2})",
+                    "run {run}: decode only {decode:.0} events/s, full pipeline {rate:.0} events/s on one core ({:.2}); \
+                     in a consumer's order ({partitions} partitions, judgments {lag} lists behind): {in_order:.0} events/s",
                     rate / decode
                 );
             }
