@@ -125,11 +125,14 @@ pub fn pipeline_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
 
 /// Partitions of the consumer-order measurement (as in `bench kafka`).
 pub const CONSUMER_ORDER_PARTITIONS: usize = 4;
+/// Event time between two lists of `bench pipeline`'s mix (ms).
+pub const PIPELINE_SPACING_MS: f64 = 4.0;
 /// How far the judgments trail their impressions in the consumer-order
-/// measurement, in lists of the mix (one per millisecond of event time):
-/// `kafka.max_topic_drift`'s default, 30 s, as a consumer catching up
-/// reads them; live clicks trail by seconds to minutes too.
-pub const CONSUMER_ORDER_LAG_LISTS: usize = 30_000;
+/// measurement, in event time (ms): up to `kafka.max_topic_drift`'s
+/// default, 30 s, as a consumer catching up reads them; live clicks trail
+/// by seconds to minutes too. Within the gap (30 s), so that every list
+/// still takes its judgments open rather than as late amendments.
+pub const CONSUMER_ORDER_LAG_MS: f64 = 25_000.0;
 
 /// The mix as a consumer of the two topics reads it rather than list by
 /// list: each message goes to a partition by its key (the session id, as
@@ -156,8 +159,10 @@ pub fn consumer_order(messages: &[MixMessage], partitions: usize, lag_lists: usi
 }
 
 /// The pipeline alone on one core, one shard per partition, on messages in
-/// [`consumer_order`]: events per second.
-pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessage)], partitions: usize) -> f64 {
+/// [`consumer_order`]: events per second, and the judgments that came
+/// after their list was final (0 unless the lag exceeds the gap, which
+/// would time the late-judgment path instead).
+pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessage)], partitions: usize) -> (f64, u64) {
     let mut shards: Vec<Pipeline> = (0..partitions.max(1)).map(|_| Pipeline::new(config)).collect();
     let started = Instant::now();
     for (n, (p, m)) in order.iter().enumerate() {
@@ -170,7 +175,8 @@ pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessag
         }
     }
     shards.iter_mut().for_each(Pipeline::finalize_all);
-    order.len() as f64 / started.elapsed().as_secs_f64()
+    let rate = order.len() as f64 / started.elapsed().as_secs_f64();
+    (rate, shards.iter().map(|s| s.counters.late_amended + s.counters.late_dropped).sum())
 }
 
 /// Resident memory of this process in bytes (Linux), 0 elsewhere.
@@ -268,5 +274,18 @@ mod tests {
             assert_eq!(first, Some(*p));
         }
         assert!((0..4).all(|p| order.iter().any(|(q, _)| *q == p)));
+    }
+
+    #[test]
+    fn in_the_benchs_consumer_order_every_judgment_finds_its_list_open() {
+        let messages = mix(0, 20_000, 42, 1_763_780_000_000, PIPELINE_SPACING_MS);
+        let order = consumer_order(&messages, 4, (CONSUMER_ORDER_LAG_MS / PIPELINE_SPACING_MS) as usize);
+        let (_, late) = pipeline_throughput_in_order(&Config::default(), &order, 4);
+        assert_eq!(late, 0);
+        // Judgments a minute behind (past the 30 s gap) are late: the
+        // count above is what tells.
+        let order = consumer_order(&messages, 4, (60_000.0 / PIPELINE_SPACING_MS) as usize);
+        let (_, late) = pipeline_throughput_in_order(&Config::default(), &order, 4);
+        assert!(late > 10_000, "{late} late judgments");
     }
 }

@@ -208,23 +208,28 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
     let config = Config::load(None)?;
     match args.what.as_str() {
         "pipeline" => {
-            let messages = bench::mix(0, args.lists, args.seed, 1_763_780_000_000, 4.0);
+            let messages = bench::mix(0, args.lists, args.seed, 1_763_780_000_000, bench::PIPELINE_SPACING_MS);
             let (imp, jdg) = bench::mean_sizes(&messages);
             eprintln!(
                 "mix: {} messages ({} lists; impressions {imp:.0} B, judgments {jdg:.0} B on average)",
                 messages.len(),
                 args.lists
             );
-            let (partitions, lag) = (bench::CONSUMER_ORDER_PARTITIONS, bench::CONSUMER_ORDER_LAG_LISTS);
+            let partitions = bench::CONSUMER_ORDER_PARTITIONS;
+            let lag = (bench::CONSUMER_ORDER_LAG_MS / bench::PIPELINE_SPACING_MS) as usize;
             let order = bench::consumer_order(&messages, partitions, lag);
             for run in 1..=3 {
                 let decode = bench::decode_throughput(&config, &messages);
                 let rate = bench::pipeline_throughput(&config, &messages);
-                let in_order = bench::pipeline_throughput_in_order(&config, &order, partitions);
+                let (in_order, late) = bench::pipeline_throughput_in_order(&config, &order, partitions);
+                if late > 0 {
+                    eprintln!("warning: {late} judgments came after their list was final in the consumer's order");
+                }
                 println!(
                     "run {run}: decode only {decode:.0} events/s, full pipeline {rate:.0} events/s on one core ({:.2}); \
-                     in a consumer's order ({partitions} partitions, judgments {lag} lists behind): {in_order:.0} events/s",
-                    rate / decode
+                     in a consumer's order ({partitions} partitions, judgments {:.0} s behind): {in_order:.0} events/s",
+                    rate / decode,
+                    bench::CONSUMER_ORDER_LAG_MS / 1000.0
                 );
             }
         }
