@@ -234,7 +234,8 @@ mod tests {
 
     /// A list goes into its series' total and its time bucket with each
     /// value quantized once: the cells must hold exactly what adding the
-    /// values to each one by one gives (`Moments::add`, the reference).
+    /// values to each one by one gives (`Cell::apply`: `Moments::add` and
+    /// `retract` value by value, the reference).
     #[test]
     fn folding_fills_total_and_bucket_as_adding_one_by_one_does() {
         use crate::metrics::list::ListScore;
@@ -250,15 +251,7 @@ mod tests {
             }
             score.gauc = (rng.below(3) > 0).then(|| (rng.below(1001) as f64 / 1000.0, 1 + rng.below(20) as u32));
             let sign = if i % 7 == 6 { -1 } else { 1 };
-            for (m, v) in expected.metrics.iter_mut().zip(&score.values) {
-                if let Some(v) = *v {
-                    if sign > 0 { m.add(v, 1) } else { m.retract(v, 1) }
-                }
-            }
-            if let (Some((auc, w)), Some(m)) = (score.gauc, expected.metrics.last_mut()) {
-                if sign > 0 { m.add(auc, w) } else { m.retract(auc, w) }
-            }
-            expected.lists += sign;
+            expected.apply(&score, sign);
             acc.apply(&dims, 5_000, &score, sign);
         }
         let series = &acc.series[&dims];

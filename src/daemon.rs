@@ -266,8 +266,7 @@ impl Daemon {
             }
         }
         if self.max_topic_drift_ms > 0 {
-            let drift = self.max_topic_drift_ms;
-            shard.align(partition, drift, now, &mut self.lane_changes);
+            shard.align(partition, self.max_topic_drift_ms, now, &mut self.lane_changes);
         }
     }
 
@@ -279,8 +278,7 @@ impl Daemon {
         }
         for (partition, shard) in &mut self.shards {
             if shard.alignment.any_paused() {
-                let drift = self.max_topic_drift_ms;
-                shard.align(*partition, drift, now, &mut self.lane_changes);
+                shard.align(*partition, self.max_topic_drift_ms, now, &mut self.lane_changes);
             }
         }
     }

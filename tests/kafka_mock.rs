@@ -10,20 +10,27 @@ use common::{counter_lines, events, http_get, sum_of};
 use rankpulse::config::Config;
 use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{DefaultProducerContext, FutureProducer, FutureRecord};
 use std::time::{Duration, Instant};
 
 const IMPRESSIONS: &str = "search-impressions";
 const JUDGMENTS: &str = "search-judgments";
 const PARTITIONS: i32 = 4;
 
+/// A one-broker mock cluster holding both topics with `partitions` each,
+/// and its bootstrap address. The cluster is !Send: it stays on the test's
+/// task.
+fn cluster(partitions: i32) -> (MockCluster<'static, DefaultProducerContext>, String) {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic(IMPRESSIONS, partitions, 1).unwrap();
+    cluster.create_topic(JUDGMENTS, partitions, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    (cluster, bootstrap)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn daemon_consumes_counts_commits_and_matches_replay() {
-    // The mock cluster is !Send: it stays on this task.
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    cluster.create_topic(IMPRESSIONS, PARTITIONS, 1).unwrap();
-    cluster.create_topic(JUDGMENTS, PARTITIONS, 1).unwrap();
-    let bootstrap = cluster.bootstrap_servers();
+    let (cluster, bootstrap) = cluster(PARTITIONS);
 
     // A bad message among the good ones: counted, never fatal.
     let base = 1_700_000_000_000;
@@ -150,10 +157,7 @@ fn replay_of(config: &Config, evs: &[(String, String)]) -> String {
 /// still be consumed exactly once, and the metrics equal a replay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_and_resumed_topics_lose_and_repeat_nothing() {
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    cluster.create_topic(IMPRESSIONS, PARTITIONS, 1).unwrap();
-    cluster.create_topic(JUDGMENTS, PARTITIONS, 1).unwrap();
-    let bootstrap = cluster.bootstrap_servers();
+    let (cluster, bootstrap) = cluster(PARTITIONS);
     let producer: FutureProducer =
         ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
     // 4,000 lists 10 ms apart: 40 s of event time in each partition (keys
@@ -182,10 +186,7 @@ async fn paused_and_resumed_topics_lose_and_repeat_nothing() {
 /// lists: nothing closed early, the metrics equal a replay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_topic_does_not_hold_a_paused_one_back() {
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    cluster.create_topic(IMPRESSIONS, 1, 1).unwrap();
-    cluster.create_topic(JUDGMENTS, 1, 1).unwrap();
-    let bootstrap = cluster.bootstrap_servers();
+    let (cluster, bootstrap) = cluster(1);
     let producer: FutureProducer =
         ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
     // 6,000 lists 10 ms apart: 60 s of event time, twice the drift.
