@@ -333,7 +333,18 @@ pub struct Assembler {
     /// expiry (idle partitions): it runs at most every
     /// [`processing_scan_interval`], not every tick.
     last_scan_ms: Option<i64>,
+    /// Watermark at which [`Assembler::ingest`] next finalizes the lists
+    /// whose gap has elapsed in event time. Event time closes a list as
+    /// soon as the watermark passes it, whoever calls and however fast the
+    /// input is read: a consumer catching up on a backlog (event time far
+    /// ahead of the clock) would otherwise hold every list it read between
+    /// two ticks open, and the outcome would depend on the tick.
+    next_sweep_ms: i64,
 }
+
+/// Event time between two finalizations from [`Assembler::ingest`]: the
+/// width of an expiry slot, so that each sweep finds new lists due.
+const SWEEP_EVERY_MS: i64 = store::EXPIRY_SLOT_MS;
 
 /// How often lists of an idle partition are checked against processing
 /// time: an eighth of the gap, at most 5 s. Event-time expiry needs no walk
@@ -375,6 +386,7 @@ impl Assembler {
             watermark_ms: i64::MIN,
             clock_paused: false,
             last_scan_ms: None,
+            next_sweep_ms: i64::MIN,
         }
     }
 
@@ -464,8 +476,24 @@ impl Assembler {
 
     /// Applies one event that came in on `lane` (its topic). Lists that it
     /// closes (same key, more than a gap later; or evicted to make room) go
-    /// to `sink` first.
+    /// to `sink` first; then, each time the watermark has moved on by
+    /// [`SWEEP_EVERY_MS`], the lists whose gap has elapsed in event time.
     pub fn ingest(
+        &mut self,
+        event: &Event,
+        lane: &str,
+        arrival_ms: i64,
+        source: Option<Source>,
+        sink: &mut impl FnMut(Closed),
+    ) -> Applied {
+        let applied = self.ingest_one(event, lane, arrival_ms, source, sink);
+        if self.watermark_ms > i64::MIN && self.watermark_ms >= self.next_sweep_ms {
+            self.finalize_expired(None, sink);
+        }
+        applied
+    }
+
+    fn ingest_one(
         &mut self,
         event: &Event,
         lane: &str,
@@ -656,6 +684,7 @@ impl Assembler {
         let gap = self.limits.gap_ms;
         let horizon = self.limits.late_horizon_ms;
         let watermark = self.watermark_ms;
+        self.next_sweep_ms = watermark.saturating_add(SWEEP_EVERY_MS);
         let interval = processing_scan_interval(gap);
         let scan_at = now_ms
             .filter(|_| !self.clock_paused)
@@ -903,6 +932,30 @@ mod tests {
         assert_eq!(finals.len(), 2);
         assert_eq!(finals[0].shown, [1]);
         assert_eq!(out.iter().filter(|c| **c == Closed::Orphan).count(), 1);
+    }
+
+    #[test]
+    fn lists_close_as_the_watermark_passes_them_without_a_tick() {
+        let mut asm = Assembler::new(10_000, vec![]);
+        let mut out = Vec::new();
+        asm.ingest_t(&ev(&imp("i1", "a", 0, &[("d", 1)])), 100, None, &mut |c| out.push(c));
+        asm.ingest_t(&ev(&imp("i2", "b", 5_000, &[("d", 1)])), 100, None, &mut |c| out.push(c));
+        assert!(out.is_empty());
+        // The watermark reaches 10 s: list a's gap has elapsed, and the
+        // event that moved it closes a, with no finalize_expired call.
+        asm.ingest_t(&ev(&imp("i3", "c", 10_000, &[("d", 1)])), 100, None, &mut |c| out.push(c));
+        assert_eq!(out.len(), 1, "list a closed by ingest");
+        assert_eq!(asm.open_lists(), 2);
+        // A backlog read fast (event time far ahead of the clock) keeps
+        // only about a gap of lists open, not everything read since a tick.
+        for i in 0..1_000i64 {
+            let session = format!("s{i}");
+            asm.ingest_t(&ev(&imp(&format!("j{i}"), &session, 11_000 + i * 100, &[("d", 1)])), 100, None, &mut |c| {
+                out.push(c)
+            });
+        }
+        assert_eq!(out.len(), 1 + 2 + 1_000 - asm.open_lists());
+        assert!((100..=111).contains(&asm.open_lists()), "{} open", asm.open_lists());
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! commit → stop HTTP.
 //!
 //! One task consumes and owns every pipeline shard (one per partition
-//! number, see `kafka`), so the hot path takes no lock. A tick (every
-//! [`TICK`]) closes lists whose gap elapsed, commits offsets that became
+//! number, see `kafka`), so the hot path takes no lock. Lists whose gap
+//! elapsed in event time close as the messages move the watermark on
+//! (`assemble`). A tick (every [`TICK`]) closes the rest whose gap elapsed
+//! and idle ones (processing time), commits offsets that became
 //! safe and publishes a fresh exposition for `/metrics`, which is thus at
 //! most one tick behind a list's finalization.
 //!

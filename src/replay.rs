@@ -12,15 +12,11 @@ use std::io::BufRead;
 /// The `topic` label value of events read by a replay.
 pub const REPLAY_TOPIC: &str = "replay";
 
-/// How often (in lines) lists past their gap are finalized, bounding memory.
-const SWEEP_EVERY_LINES: usize = 4096;
-
 /// Runs the pipeline over `input` and returns the final pipeline.
 pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<Pipeline> {
     let mut pipeline = Pipeline::new(config);
     let mut line = Vec::new();
     let mut input = input;
-    let mut lines = 0usize;
     loop {
         line.clear();
         if input.read_until(b'\n', &mut line)? == 0 {
@@ -31,12 +27,9 @@ pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<
             continue;
         }
         // Processing time is not used in a replay: it would make the result
-        // depend on how fast the file is read.
+        // depend on how fast the file is read. Lists past their gap in
+        // event time are finalized by the ingest itself, as in the daemon.
         let _ = pipeline.ingest(REPLAY_TOPIC, message, 0, None);
-        lines += 1;
-        if lines.is_multiple_of(SWEEP_EVERY_LINES) {
-            pipeline.finalize_expired(None);
-        }
     }
     pipeline.finalize_all();
     Ok(pipeline)

@@ -49,7 +49,7 @@ const MAX_SOURCES: usize = u8::MAX as usize;
 
 /// Width of an expiry slot, in event-time milliseconds: lists are filed
 /// by the slot of their newest event (see [`ListStore::due`]).
-const EXPIRY_SLOT_MS: i64 = 1_000;
+pub(super) const EXPIRY_SLOT_MS: i64 = 1_000;
 
 /// A list does not fit its compact form (more than [`MAX_ITEMS`] of
 /// something, or the arena's 2^32-word address space is full).
