@@ -446,20 +446,30 @@ impl ListStore {
         }
     }
 
-    /// Moves every run to a new, dense arena; the old one goes back to the
-    /// allocator. Amortized: it runs only once half the arena is free.
-    /// The new arena has room to grow by half before it is reallocated (a
-    /// copy of every run again): pages not yet written are not resident.
+    /// Slides every run down to the front of the arena, in arena order.
+    /// Amortized: it runs only once half the arena is free. The arena
+    /// keeps its allocation: compacting into a new, smaller one made the
+    /// lists that came next grow it again (a copy of every run, and fresh
+    /// pages for the kernel to zero) once per compaction. Only an arena
+    /// left more than four times larger than its lists is shrunk.
     fn compact(&mut self) {
-        let live = self.words.len() - self.free_words;
-        let mut words = Vec::with_capacity(live + live / 2);
-        for start in self.index.iter_mut() {
+        let ListStore { index, words, .. } = self;
+        let mut starts: Vec<&mut u32> = index.iter_mut().collect();
+        starts.sort_unstable_by_key(|s| **s);
+        let mut to = 0;
+        for start in starts {
             let s = *start as usize;
-            let size = size_class(Counts::read(&self.words[s..]).words());
-            *start = words.len() as u32;
-            words.extend_from_slice(&self.words[s..s + size]);
+            let size = size_class(Counts::read(&words[s..]).words());
+            // Runs are visited in arena order, so `to <= s`: the run moves
+            // down over free space or over itself.
+            words.copy_within(s..s + size, to);
+            *start = to as u32;
+            to += size;
         }
-        self.words = words;
+        words.truncate(to);
+        if words.capacity() > 4 * to {
+            words.shrink_to(2 * to);
+        }
         self.free.clear();
         self.free_words = 0;
     }
