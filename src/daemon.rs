@@ -30,6 +30,7 @@ use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, RebalanceEvent, So
 use crate::pipeline::{OpsCounters, Pipeline};
 use crate::publish::{DaemonHealth, Snapshot, render};
 use crate::state::{AccumulatorsState, Checkpoint, CountersState, ShardCheckpoint, StateError, StateStore};
+use futures_util::StreamExt;
 use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -725,6 +726,9 @@ pub async fn run_with(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     let mut last_message_at = None;
+    // One stream for the whole run: `recv()` builds one per message, which
+    // registers and unregisters a waker under a lock each time.
+    let mut messages = consumer.stream();
     loop {
         tokio::select! {
             biased;
@@ -766,7 +770,7 @@ pub async fn run_with(
                     daemon.publish();
                 }
             }
-            message = consumer.recv() => {
+            Some(message) = messages.next() => {
                 // Messages already fetched are drained without going back
                 // through select! (and the scheduler) for each one.
                 let mut next = Some(message);
@@ -798,7 +802,7 @@ pub async fn run_with(
                     }
                     drained += 1;
                     if drained < DRAIN_BATCH {
-                        next = ready_now(consumer.recv());
+                        next = ready_now(messages.next()).flatten();
                     }
                 }
                 last_message_at = Some(std::time::Instant::now());
@@ -807,6 +811,7 @@ pub async fn run_with(
     }
 
     // Ordered shutdown. 1. Stop fetching: the loop above no longer polls.
+    drop(messages);
     published.set_ready(false);
     daemon.apply_rebalances()?;
     // 2. Finalize every open list, or checkpoint it to continue after a
