@@ -63,6 +63,11 @@ struct BenchArgs {
     /// Seconds of production (freshness).
     #[arg(long, default_value_t = 20.0)]
     seconds: f64,
+    /// Rounds of ceiling then daemon on the same data (kafka): each round's
+    /// ratio pairs measurements seconds apart, and the median over rounds is
+    /// printed; a shared machine's noise moves single rounds by ±0.1.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
 }
 
 #[derive(Args)]
@@ -268,8 +273,14 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
         }
         _ => {
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-            let report =
-                runtime.block_on(bench::kafka::run(&config, &args.brokers, args.lists, args.seed, !args.no_fill))?;
+            let report = runtime.block_on(bench::kafka::run(
+                &config,
+                &args.brokers,
+                args.lists,
+                args.seed,
+                !args.no_fill,
+                args.rounds,
+            ))?;
             println!("{report}");
         }
     }

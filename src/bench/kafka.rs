@@ -46,6 +46,13 @@ pub struct KafkaReport {
     pub impression_bytes: f64,
     pub judgment_bytes: f64,
     pub fill_per_second: Option<f64>,
+    /// One entry per round: the ceiling, then the daemon, on the same data.
+    pub rounds: Vec<Round>,
+}
+
+/// The bare consumer, then the daemon, each in a consumer group of its own.
+#[derive(Debug, Clone, Copy)]
+pub struct Round {
     pub bare: Measured,
     pub daemon: Measured,
     /// The daemon's most open lists in a scrape, and its topic pauses
@@ -53,6 +60,13 @@ pub struct KafkaReport {
     /// impressions.
     pub daemon_open_lists_peak: u64,
     pub daemon_topic_pauses: u64,
+}
+
+impl Round {
+    /// Daemon / ceiling: (events/s, events/s per core).
+    pub fn ratios(&self, n: u64) -> (f64, f64) {
+        (self.daemon.rate(n) / self.bare.rate(n).max(1e-9), self.daemon.per_core(n) / self.bare.per_core(n).max(1e-9))
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -73,6 +87,16 @@ impl Measured {
     }
 }
 
+/// The median of `values` (the mean of the middle two for an even count).
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
 impl fmt::Display for KafkaReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.messages;
@@ -84,32 +108,59 @@ impl fmt::Display for KafkaReport {
         if let Some(r) = self.fill_per_second {
             writeln!(f, "fill: {r:.0} messages/s produced")?;
         }
-        for (name, m) in [("bare consumer (decode only)", &self.bare), ("daemon (full pipeline)", &self.daemon)] {
+        let many = self.rounds.len() > 1;
+        for (i, round) in self.rounds.iter().enumerate() {
+            if many {
+                writeln!(f, "round {}:", i + 1)?;
+            }
+            for (name, m) in [("bare consumer (decode only)", &round.bare), ("daemon (full pipeline)", &round.daemon)] {
+                writeln!(
+                    f,
+                    "{name}: {:.0} events/s over {:.2} s, {:.2} CPU-s ({:.2} cores): {:.0} events/s per core",
+                    m.rate(n),
+                    m.seconds,
+                    m.cpu_seconds,
+                    m.cpu_seconds / m.seconds.max(1e-9),
+                    m.per_core(n)
+                )?;
+            }
             writeln!(
                 f,
-                "{name}: {:.0} events/s over {:.2} s, {:.2} CPU-s ({:.2} cores): {:.0} events/s per core",
-                m.rate(n),
-                m.seconds,
-                m.cpu_seconds,
-                m.cpu_seconds / m.seconds.max(1e-9),
-                m.per_core(n)
+                "daemon: at most {} lists open in a scrape; {} topic pauses",
+                round.daemon_open_lists_peak, round.daemon_topic_pauses
             )?;
+            let (rate, per_core) = round.ratios(n);
+            write!(f, "daemon / ceiling: {rate:.2} (events/s), {per_core:.2} (events/s per core)")?;
+            if !round.daemon.cpu_measured_busy {
+                write!(
+                    f,
+                    "\nwarning: the daemon consumed everything within two scrapes: its CPU figures mean little; use more --lists"
+                )?;
+            }
+            if many || i + 1 < self.rounds.len() {
+                writeln!(f)?;
+            }
         }
-        writeln!(
-            f,
-            "daemon: at most {} lists open in a scrape; {} topic pauses",
-            self.daemon_open_lists_peak, self.daemon_topic_pauses
-        )?;
-        write!(
-            f,
-            "daemon / ceiling: {:.2} (events/s), {:.2} (events/s per core)",
-            self.daemon.rate(n) / self.bare.rate(n).max(1e-9),
-            self.daemon.per_core(n) / self.bare.per_core(n).max(1e-9)
-        )?;
-        if !self.daemon.cpu_measured_busy {
+        if many {
+            // Each round's ratio pairs a ceiling and a daemon measured
+            // seconds apart; the median of those pairs is what a shared,
+            // noisy machine can tell.
+            let mut per_core: Vec<f64> = self.rounds.iter().map(|r| r.ratios(n).1).collect();
+            let mut rate: Vec<f64> = self.rounds.iter().map(|r| r.ratios(n).0).collect();
+            let mut daemon: Vec<f64> = self.rounds.iter().map(|r| r.daemon.per_core(n)).collect();
+            let mut bare: Vec<f64> = self.rounds.iter().map(|r| r.bare.per_core(n)).collect();
+            let range =
+                |v: &[f64]| (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max));
+            let (lo, hi) = range(&per_core);
+            let (dlo, dhi) = range(&daemon);
             write!(
                 f,
-                "\nwarning: the daemon consumed everything within two scrapes: its CPU figures mean little; use more --lists"
+                "median of {} rounds: daemon {:.0} events/s per core ({dlo:.0}–{dhi:.0}), bare {:.0}; daemon / ceiling {:.2} (events/s), {:.2} (events/s per core; rounds {lo:.2}–{hi:.2})",
+                self.rounds.len(),
+                median(&mut daemon),
+                median(&mut bare),
+                median(&mut rate),
+                median(&mut per_core),
             )?;
         }
         Ok(())
@@ -191,9 +242,9 @@ fn bare_consumer(config: &Config, brokers: &str, name: &str, reset: &str) -> Res
     Ok(consumer)
 }
 
-fn bare(config: Config, brokers: &str, total: u64) -> Result<Measured, BenchError> {
+fn bare(config: Config, brokers: &str, total: u64, round: usize) -> Result<Measured, BenchError> {
     let limits = DecodeLimits::from_config(&config);
-    let consumer = bare_consumer(&config, brokers, "bare", "earliest")?;
+    let consumer = bare_consumer(&config, brokers, &format!("bare-{round}"), "earliest")?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut seen, mut decoded) = (0u64, 0u64);
     let mut first: Option<(Instant, f64)> = None;
@@ -217,10 +268,10 @@ fn bare(config: Config, brokers: &str, total: u64) -> Result<Measured, BenchErro
 }
 
 /// The daemon's measurement, its peak open lists and its topic pauses.
-async fn daemon(base: &Config, brokers: &str, total: u64) -> Result<(Measured, u64, u64), BenchError> {
+async fn daemon(base: &Config, brokers: &str, total: u64, round: usize) -> Result<(Measured, u64, u64), BenchError> {
     let mut config = base.clone();
     config.kafka.brokers = brokers.to_string();
-    config.kafka.group_id = format!("rankpulse-bench-daemon-{}", std::process::id());
+    config.kafka.group_id = format!("rankpulse-bench-daemon-{}-{round}", std::process::id());
     let (addr, stop, task) = start_daemon(config).await?;
     // Scraped every second, as Prometheus would; done when every message is
     // counted. Each scrape samples (time, CPU, messages counted).
@@ -335,24 +386,20 @@ pub async fn run(
     lists: usize,
     seed: u64,
     fill: bool,
+    rounds: usize,
 ) -> Result<KafkaReport, BenchError> {
     let (total, (impression_bytes, judgment_bytes), fill_per_second) = fill_topics(brokers, lists, seed, fill).await?;
-    let b = brokers.to_string();
-    let c = config.clone();
-    let bare = tokio::task::spawn_blocking(move || bare(c, &b, total))
-        .await
-        .map_err(|e| std::io::Error::other(e.to_string()))??;
-    let (daemon, daemon_open_lists_peak, daemon_topic_pauses) = daemon(config, brokers, total).await?;
-    Ok(KafkaReport {
-        messages: total,
-        impression_bytes,
-        judgment_bytes,
-        fill_per_second,
-        bare,
-        daemon,
-        daemon_open_lists_peak,
-        daemon_topic_pauses,
-    })
+    let mut measured = Vec::new();
+    for round in 0..rounds.max(1) {
+        let b = brokers.to_string();
+        let c = config.clone();
+        let bare = tokio::task::spawn_blocking(move || bare(c, &b, total, round))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))??;
+        let (daemon, daemon_open_lists_peak, daemon_topic_pauses) = daemon(config, brokers, total, round).await?;
+        measured.push(Round { bare, daemon, daemon_open_lists_peak, daemon_topic_pauses });
+    }
+    Ok(KafkaReport { messages: total, impression_bytes, judgment_bytes, fill_per_second, rounds: measured })
 }
 
 /// What a paced run measured: the delay from each message's Kafka
@@ -625,4 +672,50 @@ pub(crate) async fn scrape_path(addr: std::net::SocketAddr, path: &str) -> std::
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await?;
     Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(seconds: f64, cpu_seconds: f64) -> Measured {
+        Measured { seconds, cpu_seconds, cpu_measured_busy: true }
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&mut []).is_nan());
+    }
+
+    #[test]
+    fn rounds_pair_a_ceiling_with_a_daemon_and_report_the_median_ratio() {
+        // 1,000 messages; per core: bare 1000/1, 1000/2, 1000/1 events per
+        // CPU-second; daemon 1000/2, 1000/2, 1000/4: ratios 0.5, 1.0, 0.25.
+        let round = |bare_cpu: f64, daemon_cpu: f64| Round {
+            bare: measured(1.0, bare_cpu),
+            daemon: measured(2.0, daemon_cpu),
+            daemon_open_lists_peak: 0,
+            daemon_topic_pauses: 0,
+        };
+        let report = KafkaReport {
+            messages: 1_000,
+            impression_bytes: 800.0,
+            judgment_bytes: 180.0,
+            fill_per_second: None,
+            rounds: vec![round(1.0, 2.0), round(2.0, 2.0), round(1.0, 4.0)],
+        };
+        assert_eq!(report.rounds[0].ratios(1_000), (0.5, 0.5));
+        let text = report.to_string();
+        assert!(text.contains("round 3:"), "{text}");
+        assert!(
+            text.ends_with(
+                "median of 3 rounds: daemon 500 events/s per core (250–500), bare 1000; daemon / ceiling 0.50 (events/s), 0.50 (events/s per core; rounds 0.25–1.00)"
+            ),
+            "{text}"
+        );
+        let single = KafkaReport { rounds: vec![round(1.0, 2.0)], ..report };
+        assert!(single.to_string().ends_with("daemon / ceiling: 0.50 (events/s), 0.50 (events/s per core)"));
+    }
 }
