@@ -486,21 +486,6 @@ impl Assembler {
         source: Option<Source>,
         sink: &mut impl FnMut(Closed),
     ) -> Applied {
-        let applied = self.ingest_one(event, lane, arrival_ms, source, sink);
-        if self.watermark_ms > i64::MIN && self.watermark_ms >= self.next_sweep_ms {
-            self.finalize_expired(None, sink);
-        }
-        applied
-    }
-
-    fn ingest_one(
-        &mut self,
-        event: &Event,
-        lane: &str,
-        arrival_ms: i64,
-        source: Option<Source>,
-        sink: &mut impl FnMut(Closed),
-    ) -> Applied {
         self.resume_clock(arrival_ms);
         let (session, query, ts, event_id) = match event {
             Event::Impression(i) => (&i.session_id, &i.query_id, i.timestamp_ms, &i.event_id),
@@ -526,18 +511,25 @@ impl Assembler {
             self.scratch = Some(old);
             at = None;
         }
-        if let Event::Judgment(j) = event
-            && at.is_none()
-            && let Some(applied) = self.late_judgment(key, j, event_hash, arrival_ms, sink)
-        {
-            return applied;
+        let late = match event {
+            Event::Judgment(j) if at.is_none() => self.late_judgment(key, j, event_hash, arrival_ms, sink),
+            _ => None,
+        };
+        let applied = match late {
+            Some(applied) => applied,
+            None => {
+                if at.is_none() && self.open_lists.len() >= self.limits.max_open_lists {
+                    self.evict_oldest(sink);
+                }
+                let mut list = self.scratch.take().unwrap_or_default();
+                let applied = self.apply(key, &mut list, at, event, event_hash, ts, arrival_ms, source, sink);
+                self.scratch = Some(list);
+                applied
+            }
+        };
+        if self.watermark_ms > i64::MIN && self.watermark_ms >= self.next_sweep_ms {
+            self.finalize_expired(None, sink);
         }
-        if at.is_none() && self.open_lists.len() >= self.limits.max_open_lists {
-            self.evict_oldest(sink);
-        }
-        let mut list = self.scratch.take().unwrap_or_default();
-        let applied = self.apply(key, &mut list, at, event, event_hash, ts, arrival_ms, source, sink);
-        self.scratch = Some(list);
         applied
     }
 
