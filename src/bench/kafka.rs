@@ -137,7 +137,7 @@ impl fmt::Display for KafkaReport {
                     "\nwarning: the daemon consumed everything within two scrapes: its CPU figures mean little; use more --lists"
                 )?;
             }
-            if many || i + 1 < self.rounds.len() {
+            if many {
                 writeln!(f)?;
             }
         }
