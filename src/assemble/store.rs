@@ -185,6 +185,22 @@ pub struct ListStore {
     /// Entries in `expiry`: past twice the lists (gone lists' entries whose
     /// slot has not come, when event time stands still) it is rebuilt.
     expiry_entries: usize,
+    /// The expiry entries [`Self::due`] is looking at (reused).
+    due_lows: Vec<u32>,
+}
+
+/// Asks the CPU to start loading the cache line at `words[at]` (no effect
+/// past the end; a hint only, it never faults).
+#[inline]
+fn prefetch(words: &[u64], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(w) = words.get(at) {
+        // SAFETY: `_mm_prefetch` only hints the cache; the address is a
+        // valid element of `words`.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((w as *const u64).cast()) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (words, at);
 }
 
 /// The hash table's hash: from the low 32 bits of the key only (keys are
@@ -400,27 +416,42 @@ impl ListStore {
         let last_slot = slot_of(through_ms);
         let mut due = Vec::new();
         let mut refile: Vec<(i64, u32)> = Vec::new();
+        let mut lows = std::mem::take(&mut self.due_lows);
+        lows.clear();
         while let Some(entry) = self.expiry.first_entry() {
             if *entry.key() > last_slot {
                 break;
             }
-            let lows = entry.remove();
-            self.expiry_entries -= lows.len();
-            for low in lows {
-                for &start in self.index.iter_hash(hash_of_low(low)) {
-                    let s = start as usize;
-                    if self.words[s] as u32 != low {
-                        continue;
-                    }
-                    let last_event_ms = self.words[s + 2] as i64;
-                    if last_event_ms <= through_ms {
-                        due.push(key_at(&self.words, start));
-                    } else {
-                        refile.push((slot_of(last_event_ms), low));
-                    }
+            lows.extend(entry.remove());
+        }
+        self.expiry_entries -= lows.len();
+        // The lists' runs are cold (their last event was a gap ago): their
+        // first lines are requested all at once, so that the misses overlap
+        // instead of stalling one after another in the loop below (about
+        // two thirds of this function's time in a profile), and the list's
+        // next lines too, for the `take` that follows.
+        for &low in &lows {
+            for &start in self.index.iter_hash(hash_of_low(low)) {
+                for line in 0..4 {
+                    prefetch(&self.words, start as usize + 8 * line);
                 }
             }
         }
+        for &low in &lows {
+            for &start in self.index.iter_hash(hash_of_low(low)) {
+                let s = start as usize;
+                if self.words[s] as u32 != low {
+                    continue;
+                }
+                let last_event_ms = self.words[s + 2] as i64;
+                if last_event_ms <= through_ms {
+                    due.push(key_at(&self.words, start));
+                } else {
+                    refile.push((slot_of(last_event_ms), low));
+                }
+            }
+        }
+        self.due_lows = lows;
         // A list filed twice (its key's low bits shared, or its key reused
         // after the gap) is reported and refiled once.
         due.sort_unstable();
