@@ -391,7 +391,13 @@ impl ListStore {
     }
 
     fn file(&mut self, key_low: u32, last_event_ms: i64) {
-        self.expiry.entry(slot_of(last_event_ms)).or_default().push(key_low);
+        let slot = slot_of(last_event_ms);
+        // New lists nearly always belong to the newest slot: its entry is
+        // at the end of the map, reached without comparing keys.
+        match self.expiry.last_entry() {
+            Some(mut newest) if *newest.key() == slot => newest.get_mut().push(key_low),
+            _ => self.expiry.entry(slot).or_default().push(key_low),
+        }
         self.expiry_entries += 1;
         if self.expiry_entries > 2 * self.index.len() + 1024 {
             self.refile_all();
