@@ -420,7 +420,6 @@ impl ListStore {
     /// than by a walk of every list. The lists stay stored.
     pub fn due(&mut self, through_ms: i64) -> Vec<ListKey> {
         let last_slot = slot_of(through_ms);
-        let mut due = Vec::new();
         let mut refile: Vec<(i64, u32)> = Vec::new();
         let mut lows = std::mem::take(&mut self.due_lows);
         lows.clear();
@@ -431,6 +430,8 @@ impl ListStore {
             lows.extend(entry.remove());
         }
         self.expiry_entries -= lows.len();
+        // Nearly every entry is a due list: sized once rather than grown.
+        let mut due = Vec::with_capacity(lows.len());
         // The lists' runs are cold (their last event was a gap ago): their
         // first lines are requested all at once, so that the misses overlap
         // instead of stalling one after another in the loop below (about
