@@ -357,13 +357,13 @@ impl ListStore {
         }
         let needed = counts.words();
         let mut size = size_class(needed);
-        let start = match at {
-            Some(s) if holds(self.run_size(s), needed) => {
-                size = self.run_size(s);
+        let start = match at.map(|s| (s, self.run_size(s))) {
+            Some((s, old_size)) if holds(old_size, needed) => {
+                size = old_size;
                 s
             }
-            Some(old) => {
-                if size > self.run_size(old) && needed + GROWTH_SLACK <= SLACK_MAX_RUN {
+            Some((old, old_size)) => {
+                if size > old_size && needed + GROWTH_SLACK <= SLACK_MAX_RUN {
                     size = needed + GROWTH_SLACK;
                 }
                 let start = self.allocate(size)?;
