@@ -31,7 +31,7 @@ use crate::metrics::Grade;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
-use store::ListStore;
+use store::{JudgmentEdit, ListStore};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
 pub mod store;
@@ -549,6 +549,19 @@ impl Assembler {
         source: Option<Source>,
         sink: &mut impl FnMut(Closed),
     ) -> Applied {
+        if let (Some(start), Event::Judgment(j)) = (at, event) {
+            let edit = JudgmentEdit {
+                doc: doc_hash(&j.doc_id),
+                grade: j.grade,
+                event: event_hash,
+                ts_ms: ts,
+                arrival_ms,
+                source,
+            };
+            if let Some(applied) = self.open_lists.judge_at(start, &edit) {
+                return applied;
+            }
+        }
         // Nothing below stores or removes a list before it is stored back.
         if let Some(start) = at {
             self.open_lists.load_at(start, list);

@@ -27,7 +27,8 @@
 //! expiry slots (which let a tick find the lists due without walking them
 //! all) about 4 to 8.
 
-use super::{ListKey, OpenList, ShownDoc, Source};
+use super::{Applied, ListKey, OpenList, ShownDoc, Source};
+use crate::metrics::Grade;
 use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -37,6 +38,8 @@ const FLAG_SCORES: u64 = 1;
 const FLAG_IMPRESSION: u64 = 2;
 /// Sources take two words each (else one: a 16-bit id and a 48-bit offset).
 const FLAG_WIDE_SOURCES: u64 = 4;
+/// The flags, in word 6 from bit 56.
+const FLAG_BITS: u64 = FLAG_SCORES | FLAG_IMPRESSION | FLAG_WIDE_SOURCES;
 /// In word 6 of a free run, whose low 32 bits hold its size: scans walk the
 /// arena in order, run after run, rather than hopping through the index.
 const FREE_RUN: u64 = 1 << 63;
@@ -71,6 +74,20 @@ pub(super) const EXPIRY_SLOT_MS: i64 = 1_000;
 /// something, or the arena's 2^32-word address space is full).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TooLarge;
+
+/// A judgment for [`ListStore::judge_at`]: what the assembler would apply
+/// to the list's working form.
+#[derive(Debug, Clone, Copy)]
+pub struct JudgmentEdit {
+    /// The judged document's hash.
+    pub doc: u64,
+    pub grade: Grade,
+    /// The judgment's event id hash (a re-delivery is a duplicate).
+    pub event: u64,
+    pub ts_ms: i64,
+    pub arrival_ms: i64,
+    pub source: Option<Source>,
+}
 
 /// What every scan needs of a list, without decoding it.
 #[derive(Debug, Clone, Copy)]
@@ -152,6 +169,14 @@ fn size_class(needed: usize) -> usize {
 /// small and larger by at most [`SLACK_MASK`] words.
 fn holds(size: usize, needed: usize) -> bool {
     size == size_class(needed) || (needed <= SLACK_MAX_RUN && (needed..=needed + SLACK_MASK as usize).contains(&size))
+}
+
+/// The size (words) of the run a list of `needed` words moves to from a
+/// run of `old_size` words that does not hold it: its size class, with
+/// [`GROWTH_SLACK`] spare words when it grew and is small.
+fn grown_size(old_size: usize, needed: usize) -> usize {
+    let size = size_class(needed);
+    if size > old_size && needed + GROWTH_SLACK <= SLACK_MAX_RUN { needed + GROWTH_SLACK } else { size }
 }
 
 /// The size (words) of the run that starts `run`: its content's size class,
@@ -301,6 +326,123 @@ impl ListStore {
         decode(&self.words[start as usize..], into);
     }
 
+    /// Applies a judgment to the list at `start` (from [`Self::locate`])
+    /// where it rests, leaving the run exactly as [`Self::load_at`], the
+    /// assembler's edit of the working form and [`Self::store_at`] would
+    /// (see the test): three judgments come for every impression, and
+    /// decoding and re-encoding the whole list for each was a fifth of
+    /// the assembler's instructions. A list whose run has no room left is
+    /// copied to a larger one first. `None`: the list must widen its
+    /// sources or be refused; nothing was changed, and the caller takes
+    /// the general way.
+    pub fn judge_at(&mut self, start: u32, edit: &JudgmentEdit) -> Option<Applied> {
+        let s = start as usize;
+        let size = self.run_size(start);
+        let run = &self.words[s..s + size];
+        let counts = Counts::read(run);
+        let judged_at = HEADER_WORDS
+            + counts.shown * (1 + usize::from(counts.scores))
+            + if counts.explicit_positions { counts.shown.div_ceil(2) } else { 0 };
+        let grades_at = judged_at + counts.judged;
+        let events_at = grades_at + counts.judged.div_ceil(2);
+        let sources_at = events_at + counts.events;
+        if run[events_at..sources_at].contains(&edit.event) {
+            return Some(Applied::Duplicate);
+        }
+        let judged = run[judged_at..grades_at].iter().position(|&d| d == edit.doc);
+        // Some(None): a source this list has not had yet.
+        let source = edit.source.map(|src| {
+            (src, (0..counts.sources).find(|&i| source_at(run, sources_at, i, counts.wide_sources).id == src.id))
+        });
+        let mut new = counts;
+        new.events += 1;
+        new.judged += usize::from(judged.is_none());
+        new.sources += usize::from(matches!(source, Some((_, None))));
+        if !new.fits() {
+            return None;
+        }
+        let new_offset = source.map(|(src, i)| match i {
+            Some(i) => source_at(run, sources_at, i, counts.wide_sources).offset.min(src.offset),
+            None => src.offset,
+        });
+        if let (Some((src, _)), Some(offset)) = (source, new_offset)
+            && !counts.wide_sources
+            && (src.id >= 1 << 16 || !(0..1 << 48).contains(&offset))
+        {
+            return None;
+        }
+        let needed = new.words();
+        let moved = !holds(size, needed);
+        let (s, size) = if moved { self.relocate(start, size, needed)? } else { (s, size) };
+        let slack = if needed <= SLACK_MAX_RUN { size - needed } else { 0 };
+        let run = &mut self.words[s..s + size];
+        let new_grades_at = judged_at + new.judged;
+        let new_events_at = new_grades_at + new.judged.div_ceil(2);
+        let new_sources_at = new_events_at + new.events;
+        // Back to front: each section moves right (or stays) into room the
+        // sections after it have already left.
+        let sw = counts.source_words();
+        run.copy_within(sources_at..sources_at + counts.sources * sw, new_sources_at);
+        if let (Some((src, i)), Some(offset)) = (source, new_offset) {
+            let at = new_sources_at + i.unwrap_or(counts.sources) * sw;
+            if counts.wide_sources {
+                run[at] = u64::from(src.id);
+                run[at + 1] = offset as u64;
+            } else {
+                run[at] = u64::from(src.id) << 48 | offset as u64;
+            }
+        }
+        run.copy_within(events_at..sources_at, new_events_at);
+        run[new_events_at + counts.events] = edit.event;
+        let i = match judged {
+            Some(i) => i,
+            None => {
+                run.copy_within(grades_at..events_at, new_grades_at);
+                run[judged_at + counts.judged] = edit.doc;
+                // A new grade word starts empty (as encoded: no second half).
+                if counts.judged.is_multiple_of(2) {
+                    run[new_grades_at + counts.judged / 2] = 0;
+                }
+                counts.judged
+            }
+        };
+        let word = &mut run[new_grades_at + i / 2];
+        let shift = 32 * (i % 2);
+        let old = if judged.is_some() { (*word >> shift) as u32 as i32 } else { edit.grade };
+        let grade = old.max(edit.grade);
+        *word = (*word & !(0xffff_ffff << shift)) | u64::from(grade as u32) << shift;
+        run[2] = (run[2] as i64).max(edit.ts_ms) as u64;
+        run[3] = (run[3] as i64).max(edit.arrival_ms) as u64;
+        run[6] = new.shown as u64
+            | (new.judged as u64) << 16
+            | (new.events as u64) << 32
+            | (new.sources as u64) << 48
+            | run[6] & (FLAG_BITS << 56)
+            | (slack as u64 & SLACK_MASK) << SLACK_SHIFT;
+        if moved {
+            self.maybe_compact();
+        }
+        Some(Applied::Applied)
+    }
+
+    /// Copies the run at `start` (`size` words) to a new run sized for
+    /// `needed` words as [`Self::store_at`] sizes a list that grew, and
+    /// points the index at it: the new start and size. `None`: the arena
+    /// is full; nothing changed.
+    fn relocate(&mut self, start: u32, size: usize, needed: usize) -> Option<(usize, usize)> {
+        let new_size = grown_size(size, needed);
+        let to = self.allocate(new_size).ok()?;
+        let from = start as usize;
+        let used = Counts::read(&self.words[from..]).words();
+        self.words.copy_within(from..from + used, to as usize);
+        let key = key_at(&self.words, start);
+        if let Some(slot) = self.index.find_mut(hash_of(key), |&s| s == start) {
+            *slot = to;
+        }
+        self.release(start);
+        Some((to as usize, new_size))
+    }
+
     /// Decodes the list of `key` into `into` (its buffers are reused).
     pub fn load(&self, key: ListKey, into: &mut OpenList) -> bool {
         match self.find(key) {
@@ -363,9 +505,7 @@ impl ListStore {
                 s
             }
             Some((old, old_size)) => {
-                if size > old_size && needed + GROWTH_SLACK <= SLACK_MAX_RUN {
-                    size = needed + GROWTH_SLACK;
-                }
+                size = grown_size(old_size, needed);
                 let start = self.allocate(size)?;
                 if let Some(slot) = self.index.find_mut(hash_of(key), |&s| s == old) {
                     *slot = start;
@@ -865,6 +1005,138 @@ mod tests {
         let mut keys = store.keys();
         keys.sort_unstable();
         assert_eq!(keys, vec![7, 8]);
+    }
+
+    /// The general way of applying a judgment, as the assembler does it
+    /// when [`ListStore::judge_at`] declines: load, edit, store back.
+    fn judge_by_decoding(store: &mut ListStore, key: ListKey, e: &JudgmentEdit) -> Applied {
+        let mut l = OpenList::default();
+        let at = store.locate(key);
+        store.load_at(at.unwrap(), &mut l);
+        if l.event_ids.contains(&e.event) {
+            return Applied::Duplicate;
+        }
+        if let Some(src) = e.source {
+            match l.offsets.iter_mut().find(|o| o.id == src.id) {
+                Some(o) => o.offset = o.offset.min(src.offset),
+                None => l.offsets.push(src),
+            }
+        }
+        l.event_ids.push(e.event);
+        l.last_event_ms = l.last_event_ms.max(e.ts_ms);
+        l.last_arrival_ms = l.last_arrival_ms.max(e.arrival_ms);
+        match l.judged.iter_mut().find(|(d, _)| *d == e.doc) {
+            Some((_, g)) => *g = (*g).max(e.grade),
+            None => l.judged.push((e.doc, e.grade)),
+        }
+        store.store_at(key, at, &mut l).unwrap();
+        Applied::Applied
+    }
+
+    /// Judgments applied in place leave every run word for word as the
+    /// general way does, over every layout (scores or not, positions
+    /// stored or not, one- and two-word sources), existing and new judged
+    /// documents, sources and event ids, and runs with and without spare
+    /// words; and the in-place way declines only what needs a move or
+    /// wider sources. Lists are removed and stored again on the way, so
+    /// that runs move and the arena is compacted.
+    #[test]
+    fn judgments_in_place_match_decoding_and_storing_back() {
+        let mut rng = crate::bench::Rng(2024);
+        let (mut in_place, mut general) = (ListStore::default(), ListStore::default());
+        let mut keys = Vec::new();
+        for seed in 0..2_000u64 {
+            let mut l = match seed % 5 {
+                0 => list(seed, 10, |i| i as u32 + 1, true, 0),
+                1 => list(seed, 7, |i| (7 - i) as u32 * 3, true, 2),
+                2 => list(seed, 0, |_| 0, false, 1),
+                3 => list(seed, 3, |i| i as u32 + 11, false, 1),
+                _ => list(seed, 60, |i| i as u32 * 2 + 1, true, 9),
+            };
+            let key = u128::from(seed) << 64 | u128::from(seed * 77 + 1);
+            in_place.store(key, &mut l.clone()).unwrap();
+            general.store(key, &mut l).unwrap();
+            keys.push((key, l));
+        }
+        let (mut applied_in_place, mut moved, mut declined, mut compacted) = (0, 0, 0, 0);
+        for step in 0..60_000u64 {
+            let (key, l) = keys[rng.below(keys.len() as u64) as usize].clone();
+            let (key, l) = (&key, &l);
+            let mut now = OpenList::default();
+            assert!(general.load(*key, &mut now));
+            let pick = |rng: &mut crate::bench::Rng, known: &[u64]| match known {
+                [] => rng.next(),
+                _ if rng.below(2) == 0 => known[rng.below(known.len() as u64) as usize],
+                _ => rng.next(),
+            };
+            let docs: Vec<u64> = now.judged.iter().map(|(d, _)| *d).collect();
+            let doc = pick(&mut rng, &docs);
+            let event = pick(&mut rng, &now.event_ids[..now.event_ids.len().min(3)]);
+            let source = match rng.below(4) {
+                0 => None,
+                1 => l.offsets.first().map(|s| Source { id: s.id, offset: s.offset - 1 + rng.below(3) as i64 }),
+                2 => Some(Source { id: 9 + rng.below(3) as u32, offset: rng.below(1 << 40) as i64 }),
+                // Would need two words where the list has one-word sources.
+                _ => Some(Source { id: 70_000, offset: 3 }),
+            };
+            let e = JudgmentEdit {
+                doc,
+                grade: rng.below(5) as i32 - 1,
+                event,
+                ts_ms: rng.next() as i64 >> 1,
+                arrival_ms: rng.below(1 << 40) as i64,
+                source,
+            };
+            if step == 30_000 {
+                // Two lists in three go: the arena is compacted under the rest.
+                let arena = in_place.words.len();
+                let mut kept = Vec::new();
+                for (i, (key, l)) in keys.drain(..).enumerate() {
+                    if i % 3 == 0 {
+                        kept.push((key, l));
+                    } else {
+                        assert!(in_place.remove(key) && general.remove(key));
+                    }
+                }
+                keys = kept;
+                compacted += usize::from(in_place.words.len() < arena);
+                continue;
+            }
+            if step % 10 == 0 {
+                // Back to its first form: no spare words, the next judgment moves it.
+                for store in [&mut in_place, &mut general] {
+                    assert!(store.remove(*key));
+                    store.store(*key, &mut l.clone()).unwrap();
+                }
+            }
+            let arena = in_place.words.len();
+            let start = in_place.locate(*key).unwrap();
+            let want = judge_by_decoding(&mut general, *key, &e);
+            let got = match in_place.judge_at(start, &e) {
+                Some(got) => {
+                    applied_in_place += 1;
+                    if in_place.locate(*key) != Some(start) {
+                        moved += 1;
+                    }
+                    got
+                }
+                None => {
+                    declined += 1;
+                    judge_by_decoding(&mut in_place, *key, &e)
+                }
+            };
+            assert_eq!(got, want, "step {step}");
+            compacted += usize::from(in_place.words.len() < arena);
+            let (a, b) = (in_place.locate(*key).unwrap() as usize, general.locate(*key).unwrap() as usize);
+            let size = in_place.run_size(a as u32);
+            assert_eq!(size, general.run_size(b as u32), "step {step}");
+            let needed = Counts::read(&in_place.words[a..]).words();
+            assert_eq!(in_place.words[a..a + needed], general.words[b..b + needed], "step {step}");
+        }
+        assert!(
+            applied_in_place > 10_000 && moved > 500 && declined > 500 && compacted > 0,
+            "{applied_in_place} in place ({moved} moved), {declined} declined, {compacted} compactions"
+        );
     }
 
     #[test]
