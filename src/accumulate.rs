@@ -15,7 +15,9 @@
 //! (≤ 1.1e-16 per value) is far below anything a dashboard shows.
 //!
 //! [`Accumulators`] holds one [`Cell`] of Moments per (dimension values ×
-//! time bucket), plus totals since start; `window` reads windows out of it.
+//! time bucket); the totals since start are the buckets' sum, kept up as
+//! buckets are pruned (exact, being integers). `window` reads windows out
+//! of it.
 
 use crate::metrics::list::{Family, ListScore};
 use serde::{Deserialize, Serialize};
@@ -103,14 +105,12 @@ impl Moments {
         self.apply_quantized(Quantized::of(value), weight, sign);
     }
 
-    /// [`Self::apply`] with the value already quantized: a list's value
-    /// goes into two cells (the total and its time bucket), quantized once.
+    /// [`Self::apply`] with the value already quantized.
     #[inline]
     fn apply_quantized(&mut self, value: Quantized, weight: u32, sign: i64) {
         if weight == 1 && (sign == 1 || sign == -1) {
             // A plain mean's value (all but GAUC): additions, not the
-            // 128-bit multiplications below (each list's 24 values go into
-            // two cells).
+            // 128-bit multiplications below (24 values per list).
             let (q, q_sq) = if sign == 1 { (value.q, value.q_sq) } else { (-value.q, -value.q_sq) };
             self.sum += q;
             self.sum_sq += q_sq;
@@ -279,31 +279,90 @@ mod tests {
         assert_eq!(m.count, 2);
     }
 
-    /// A list goes into its series' total and its time bucket with each
-    /// value quantized once: the cells must hold exactly what adding the
-    /// values to each one by one gives (`Cell::apply`: `Moments::add` and
-    /// `retract` value by value, the reference).
+    /// A list goes into its time bucket only; the totals, derived from the
+    /// buckets, must still be what folding every list into a total cell
+    /// gives: first values only (late amendments change the buckets, not
+    /// the totals), through pruning, merging shards and a checkpoint's
+    /// round trip. The reference applies every list to cells directly.
     #[test]
-    fn folding_fills_total_and_bucket_as_adding_one_by_one_does() {
+    fn totals_keep_first_values_through_amendments_pruning_merging_and_restoring() {
         use crate::metrics::list::ListScore;
+        use crate::state::AccumulatorsState;
         let cutoffs = 2;
-        let mut acc = Accumulators::new(cutoffs, 10_000);
+        let bucket_ms = 10_000;
         let dims: Arc<[String]> = vec!["control".to_string()].into();
-        let mut expected = Cell::new(cutoffs);
         let mut rng = crate::bench::Rng(9);
-        for i in 0..200 {
-            let mut score = ListScore::new(cutoffs);
-            for v in score.values.iter_mut() {
+        let score = |rng: &mut crate::bench::Rng| {
+            let mut s = ListScore::new(cutoffs);
+            for v in s.values.iter_mut() {
                 *v = (rng.below(5) > 0).then(|| (rng.below(1_000_001) as f64) / 1e6 / 3.0);
             }
-            score.gauc = (rng.below(3) > 0).then(|| (rng.below(1001) as f64 / 1000.0, 1 + rng.below(20) as u32));
-            let sign = if i % 7 == 6 { -1 } else { 1 };
-            expected.apply(&score, sign);
-            acc.apply(&dims, 5_000, &score, sign);
+            s.gauc = (rng.below(3) > 0).then(|| (rng.below(1001) as f64 / 1000.0, 1 + rng.below(20) as u32));
+            s
+        };
+        // Two shards, merged at the end; one goes through a checkpoint midway.
+        let mut shards = [Accumulators::new(cutoffs, bucket_ms), Accumulators::new(cutoffs, bucket_ms)];
+        let mut total = Cell::new(cutoffs);
+        let mut buckets: BTreeMap<i64, Cell> = BTreeMap::new();
+        let (mut now, keep) = (0i64, 50_000);
+        let mut amended_after_pruning = 0;
+        let mut restored = false;
+        let mut folded: Vec<(usize, i64, ListScore)> = Vec::new();
+        for step in 0..3_000 {
+            let shard = rng.below(2) as usize;
+            match rng.below(10) {
+                0..=6 => {
+                    let t = now - rng.below(40_000) as i64;
+                    let s = score(&mut rng);
+                    shards[shard].fold(&dims, t, &s);
+                    total.apply(&s, 1);
+                    buckets.entry(t.div_euclid(bucket_ms)).or_insert_with(|| Cell::new(cutoffs)).apply(&s, 1);
+                    folded.push((shard, t, s));
+                }
+                7 | 8 if !folded.is_empty() => {
+                    // A late judgment: the list's old values out, new ones in.
+                    let i = rng.below(folded.len() as u64) as usize;
+                    let (shard, t, old) = folded[i].clone();
+                    if t.div_euclid(bucket_ms) < shards[shard].bucket_of(now - keep) - 1 {
+                        amended_after_pruning += 1;
+                    }
+                    let new = score(&mut rng);
+                    shards[shard].amend_window(&dims, t, &old, -1);
+                    shards[shard].amend_window(&dims, t, &new, 1);
+                    let cell = buckets.entry(t.div_euclid(bucket_ms)).or_insert_with(|| Cell::new(cutoffs));
+                    cell.apply(&old, -1);
+                    cell.apply(&new, 1);
+                    folded[i].2 = new;
+                }
+                _ => {
+                    now += rng.below(20_000) as i64;
+                    for acc in shards.iter_mut() {
+                        acc.prune(now, keep);
+                    }
+                    buckets = buckets.split_off(&(shards[0].bucket_of(now - keep) - 1));
+                }
+            }
+            // Midway, with amendments in live buckets (what the
+            // checkpoint does not keep apart from the totals).
+            if !restored && step >= 1_500 && shards[0].series.get(&dims).is_some_and(|s| !s.amended.is_empty()) {
+                restored = true;
+                let state = AccumulatorsState::from_accumulators(&shards[0]);
+                let restored = state.into_accumulators().unwrap();
+                assert_eq!(restored, shards[0]);
+                shards[0] = restored;
+            }
         }
-        let series = &acc.series[&dims];
-        assert_eq!(series.total, expected);
-        assert_eq!(series.buckets.values().collect::<Vec<_>>(), vec![&expected]);
+        let mut merged = Accumulators::new(cutoffs, bucket_ms);
+        for acc in &shards {
+            merged.merge(acc);
+        }
+        let series = &merged.series[&dims];
+        assert_eq!(series.total(), total);
+        assert_eq!(series.lists(), total.lists);
+        // A late judgment for a pruned bucket brings it back with the
+        // amendment alone, in the reference as well.
+        assert_eq!(series.buckets, buckets);
+        assert!(amended_after_pruning > 10 && restored, "{amended_after_pruning} {restored}");
     }
 }
 
@@ -349,6 +408,17 @@ impl Cell {
         self.lists += other.lists;
     }
 
+    /// Takes out what [`Self::merge`] put in (exact).
+    pub fn unmerge(&mut self, other: &Cell) {
+        if self.metrics.len() < other.metrics.len() {
+            self.metrics.resize(other.metrics.len(), Moments::default());
+        }
+        for (a, b) in self.metrics.iter_mut().zip(&other.metrics) {
+            a.unmerge(b);
+        }
+        self.lists -= other.lists;
+    }
+
     fn apply(&mut self, score: &ListScore, sign: i64) {
         for (m, v) in self.metrics.iter_mut().zip(&score.values) {
             if let Some(v) = *v {
@@ -359,31 +429,6 @@ impl Cell {
             if sign > 0 { m.add(auc, weight) } else { m.retract(auc, weight) }
         }
         self.lists += sign;
-    }
-
-    /// [`Self::apply`] to two cells at once, each value quantized once:
-    /// exactly what applying to each in turn gives.
-    fn apply_both(a: &mut Cell, b: &mut Cell, score: &ListScore, sign: i64) {
-        if a.metrics.len() != b.metrics.len() {
-            // Cells of different shapes (restored under other cutoffs): one by one.
-            a.apply(score, sign);
-            b.apply(score, sign);
-            return;
-        }
-        for ((ma, mb), v) in a.metrics.iter_mut().zip(b.metrics.iter_mut()).zip(&score.values) {
-            if let Some(v) = *v {
-                let q = Quantized::of(v);
-                ma.apply_quantized(q, 1, sign);
-                mb.apply_quantized(q, 1, sign);
-            }
-        }
-        if let (Some((auc, weight)), Some(ma), Some(mb)) = (score.gauc, a.metrics.last_mut(), b.metrics.last_mut()) {
-            let q = Quantized::of(auc);
-            ma.apply_quantized(q, weight, sign);
-            mb.apply_quantized(q, weight, sign);
-        }
-        a.lists += sign;
-        b.lists += sign;
     }
 
     /// The GAUC accumulator.
@@ -400,17 +445,67 @@ impl Cell {
 static EMPTY: Moments = Moments { sum: 0, sum_sq: 0, weight: 0, weight_sq: 0, count: 0 };
 
 /// Everything known about the lists of one combination of dimension values.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+///
+/// A list goes into one cell, its time bucket; the since-start totals are
+/// the buckets' sum ([`Series::total`]), kept up as buckets are pruned.
+/// Folding each list into a total cell as well was half of accumulating.
+#[derive(Debug, Clone, Eq, Default)]
 pub struct Series {
-    /// Since start: the `_sum` / `_count` counters.
-    pub total: Cell,
+    /// The buckets pruned away, less their late amendments.
+    retired: Cell,
     /// By time bucket (index = impression time / bucket width): the windows.
     pub buckets: BTreeMap<i64, Cell>,
+    /// The late amendments inside each bucket (old values taken out, new
+    /// ones put in), which the totals leave out: they are Prometheus
+    /// counters, which must never decrease, so they keep each list's values
+    /// at its first finalization.
+    amended: BTreeMap<i64, Cell>,
     /// Lists left out of a mean, by (metric, reason).
     pub excluded: BTreeMap<(&'static str, Exclusion), i64>,
     /// Lists with nothing relevant judged, by metric kind ("graded", "binary"),
     /// counted under either `no_relevant` policy.
     pub no_relevant: BTreeMap<&'static str, i64>,
+}
+
+impl Series {
+    /// A series restored with these totals and buckets: the totals beyond
+    /// the buckets (pruned ones, less amendments) become `retired`.
+    pub fn restored(total: Cell, buckets: BTreeMap<i64, Cell>) -> Series {
+        let mut retired = total;
+        for cell in buckets.values() {
+            retired.unmerge(cell);
+        }
+        Series { retired, buckets, ..Series::default() }
+    }
+
+    /// Since start: the `_sum` / `_count` counters.
+    pub fn total(&self) -> Cell {
+        let mut total = self.retired.clone();
+        for cell in self.buckets.values() {
+            total.merge(cell);
+        }
+        for cell in self.amended.values() {
+            total.unmerge(cell);
+        }
+        total
+    }
+
+    /// Lists folded in since start (`total().lists`).
+    pub fn lists(&self) -> i64 {
+        self.retired.lists + self.buckets.values().map(|c| c.lists).sum::<i64>()
+            - self.amended.values().map(|c| c.lists).sum::<i64>()
+    }
+}
+
+/// Equal when what they expose is: the same totals (however split between
+/// retired and live buckets), buckets and counts.
+impl PartialEq for Series {
+    fn eq(&self, other: &Series) -> bool {
+        self.total() == other.total()
+            && self.buckets == other.buckets
+            && self.excluded == other.excluded
+            && self.no_relevant == other.no_relevant
+    }
 }
 
 /// The accumulators of one shard: dimension values × time bucket.
@@ -450,25 +545,20 @@ impl Accumulators {
         let bucket = self.bucket_of(impression_ms);
         let series = self.series_mut(dims);
         series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
+        series.amended.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
     }
 
     /// The series of `dims`, created on first use (cloning the key is a
     /// reference count increment).
     fn series_mut(&mut self, dims: &Arc<[String]>) -> &mut Series {
-        let cutoffs = self.cutoffs;
-        let series = self.series.entry(dims.clone()).or_default();
-        if series.total.metrics.is_empty() {
-            series.total = Cell::new(cutoffs);
-        }
-        series
+        self.series.entry(dims.clone()).or_default()
     }
 
     fn apply(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore, sign: i64) {
         let cutoffs = self.cutoffs;
         let bucket = self.bucket_of(impression_ms);
         let series = self.series_mut(dims);
-        let cell = series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs));
-        Cell::apply_both(&mut series.total, cell, score, sign);
+        series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
         for family in Family::ALL {
             let first = score.values.get(family as usize * cutoffs).copied().flatten();
             if first.is_none() && !score.values.is_empty() {
@@ -490,9 +580,12 @@ impl Accumulators {
     pub fn merge(&mut self, other: &Accumulators) {
         for (dims, theirs) in &other.series {
             let ours = self.series.entry(dims.clone()).or_default();
-            ours.total.merge(&theirs.total);
+            ours.retired.merge(&theirs.retired);
             for (b, cell) in &theirs.buckets {
                 ours.buckets.entry(*b).or_default().merge(cell);
+            }
+            for (b, cell) in &theirs.amended {
+                ours.amended.entry(*b).or_default().merge(cell);
             }
             for (k, v) in &theirs.excluded {
                 *ours.excluded.entry(*k).or_default() += v;
@@ -507,7 +600,14 @@ impl Accumulators {
     pub fn prune(&mut self, now_ms: i64, keep_ms: i64) {
         let oldest = self.bucket_of(now_ms.saturating_sub(keep_ms)) - 1;
         for s in self.series.values_mut() {
-            s.buckets = s.buckets.split_off(&oldest);
+            let live = s.buckets.split_off(&oldest);
+            for cell in std::mem::replace(&mut s.buckets, live).values() {
+                s.retired.merge(cell);
+            }
+            let live = s.amended.split_off(&oldest);
+            for cell in std::mem::replace(&mut s.amended, live).values() {
+                s.retired.unmerge(cell);
+            }
         }
     }
 }

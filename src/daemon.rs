@@ -627,7 +627,7 @@ impl Daemon {
     }
 
     fn lists_finalized(&self) -> i64 {
-        self.shards.values().flat_map(|s| s.pipeline.accumulators.series.values()).map(|s| s.total.lists).sum()
+        self.shards.values().flat_map(|s| s.pipeline.accumulators.series.values()).map(|s| s.lists()).sum()
     }
 
     fn open_lists(&self) -> usize {

@@ -256,18 +256,19 @@ pub fn render(s: &Snapshot) -> String {
             );
         }
         // Counters since start.
+        let total = series.total();
         for family in Family::ALL {
             for (i, k) in k_text.iter().enumerate() {
-                let m = series.total.family(family, cutoffs.len(), i);
+                let m = total.family(family, cutoffs.len(), i);
                 total_counters(&mut f, family.name(), &with(&[(LABEL_K, k)], &dl), m);
             }
         }
-        total_counters(&mut f, GAUC, &with(&[], &dl), series.total.gauc());
+        total_counters(&mut f, GAUC, &with(&[], &dl), total.gauc());
         f.counter(
             &format!("{PREFIX}lists_finalized_total"),
             "Lists finalized and scored since start",
             &with(&[], &dl),
-            series.total.lists as f64,
+            total.lists as f64,
         );
         for ((metric, reason), n) in &series.excluded {
             f.counter(

@@ -152,7 +152,7 @@ impl AccumulatorsState {
                 .iter()
                 .map(|(dims, s)| SeriesState {
                     dims: dims.to_vec(),
-                    total: s.total.clone(),
+                    total: s.total(),
                     buckets: s.buckets.iter().map(|(b, c)| (*b, c.clone())).collect(),
                     excluded: s
                         .excluded
@@ -168,7 +168,7 @@ impl AccumulatorsState {
     pub fn into_accumulators(self) -> Result<Accumulators, String> {
         let mut a = Accumulators::new(self.cutoffs, self.bucket_ms);
         for s in self.series {
-            let mut series = Series { total: s.total, buckets: s.buckets.into_iter().collect(), ..Series::default() };
+            let mut series = Series::restored(s.total, s.buckets.into_iter().collect());
             for (m, e, n) in s.excluded {
                 let metric = static_name(&m, metric_names()).ok_or_else(|| format!("unknown metric {m:?}"))?;
                 let exclusion = [Exclusion::NoRelevant, Exclusion::SingleClass]
