@@ -56,38 +56,45 @@ pub fn auc_by_score(
     scratch: &mut Vec<(f64, bool)>,
 ) -> Option<ListAuc> {
     debug_assert_eq!(shown.len(), scores.len());
+    // Rankers show results by descending score: read backwards, that is
+    // the ascending order the count needs, without a copy or a sort
+    // (sorting it was insertion sort's worst case, half of this function's
+    // instructions). Elements the sort could order differently are equal
+    // scores, which only count as a group.
+    if scores.windows(2).all(|w| w[0].total_cmp(&w[1]).is_ge()) {
+        return count_ascending(scores.iter().zip(shown).rev().map(|(&s, &g)| (s, is_relevant(g, threshold))));
+    }
     scratch.clear();
     scratch.extend(scores.iter().zip(shown).map(|(&s, &g)| (s, is_relevant(g, threshold))));
-    // Rankers show results by descending score: sorting that order
-    // ascending was insertion sort's worst case, half of this function's
-    // instructions. Reversed, it is the order the sort gives (elements
-    // it could swap are equal scores, which only count as a group).
-    if scratch.windows(2).all(|w| w[0].0.total_cmp(&w[1].0).is_ge()) {
-        scratch.reverse();
-    } else {
-        scratch.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-    }
+    scratch.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+    count_ascending(scratch.iter().copied())
+}
+
+/// Mann–Whitney over (score, positive) in ascending score order.
+fn count_ascending(sorted: impl Iterator<Item = (f64, bool)>) -> Option<ListAuc> {
     let (mut positives, mut negatives) = (0u32, 0u32);
     // Twice the number of correctly ordered pairs, so ties stay integral.
     let mut twice_correct = 0u64;
-    let mut i = 0;
-    while i < scratch.len() {
-        let score = scratch[i].0;
-        let (mut group_pos, mut group_neg) = (0u32, 0u32);
-        while i < scratch.len() && scratch[i].0 == score {
-            if scratch[i].1 {
-                group_pos += 1;
-            } else {
-                group_neg += 1;
-            }
-            i += 1;
+    let (mut group, mut group_pos, mut group_neg) = (None, 0u32, 0u32);
+    // Every positive in a group beats every negative below it and ties
+    // with the negatives beside it.
+    let mut close = |group_pos: u32, group_neg: u32, positives: &mut u32, negatives: &mut u32| {
+        twice_correct += 2 * u64::from(group_pos) * u64::from(*negatives) + u64::from(group_pos) * u64::from(group_neg);
+        *positives += group_pos;
+        *negatives += group_neg;
+    };
+    for (score, positive) in sorted {
+        if group != Some(score) {
+            close(group_pos, group_neg, &mut positives, &mut negatives);
+            (group, group_pos, group_neg) = (Some(score), 0, 0);
         }
-        // Every positive in this group beats every negative below it and
-        // ties with the negatives beside it.
-        twice_correct += 2 * u64::from(group_pos) * u64::from(negatives) + u64::from(group_pos) * u64::from(group_neg);
-        positives += group_pos;
-        negatives += group_neg;
+        if positive {
+            group_pos += 1;
+        } else {
+            group_neg += 1;
+        }
     }
+    close(group_pos, group_neg, &mut positives, &mut negatives);
     finish(twice_correct as f64 / 2.0, positives, negatives)
 }
 
