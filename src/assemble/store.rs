@@ -119,7 +119,7 @@ impl Counts {
             sources: list.offsets.len(),
             scores: list.shown.iter().any(|s| !s.score.is_nan()),
             explicit_positions: !contiguous,
-            wide_sources: list.offsets.iter().any(|s| s.id >= 1 << 16 || !(0..1 << 48).contains(&s.offset)),
+            wide_sources: list.offsets.iter().any(|&s| needs_wide(s)),
         }
     }
 
@@ -141,18 +141,62 @@ impl Counts {
     }
 
     fn words(&self) -> usize {
-        HEADER_WORDS
-            + self.shown * (1 + usize::from(self.scores))
-            + if self.explicit_positions { self.shown.div_ceil(2) } else { 0 }
-            + self.judged
-            + self.judged.div_ceil(2)
-            + self.events
-            + self.source_words() * self.sources
+        self.sections().sources + self.source_words() * self.sources
     }
 
     fn source_words(&self) -> usize {
         if self.wide_sources { 2 } else { 1 }
     }
+
+    /// Where the sections after the shown results start (words).
+    fn sections(&self) -> Sections {
+        let judged = HEADER_WORDS
+            + self.shown * (1 + usize::from(self.scores))
+            + if self.explicit_positions { self.shown.div_ceil(2) } else { 0 };
+        let grades = judged + self.judged;
+        let events = grades + self.judged.div_ceil(2);
+        Sections { judged, grades, events, sources: events + self.events }
+    }
+
+    /// Header word 6 for these counts, `flags` and `slack` spare words.
+    fn header_word(&self, flags: u64, slack: usize) -> u64 {
+        self.shown as u64
+            | (self.judged as u64) << 16
+            | (self.events as u64) << 32
+            | (self.sources as u64) << 48
+            | flags << 56
+            | (slack as u64 & SLACK_MASK) << SLACK_SHIFT
+    }
+}
+
+/// Start of each section of a run (see the module's table).
+#[derive(Debug, Clone, Copy)]
+struct Sections {
+    judged: usize,
+    grades: usize,
+    events: usize,
+    sources: usize,
+}
+
+/// A source that does not fit one word (16-bit id, 48-bit offset).
+fn needs_wide(s: Source) -> bool {
+    s.id >= 1 << 16 || !(0..1 << 48).contains(&s.offset)
+}
+
+/// Writes `source` at `run[at..]`, in one word or (`wide`) two.
+fn put_source(run: &mut [u64], at: usize, source: Source, wide: bool) {
+    if wide {
+        run[at] = u64::from(source.id);
+        run[at + 1] = source.offset as u64;
+    } else {
+        run[at] = u64::from(source.id) << 48 | source.offset as u64;
+    }
+}
+
+/// The spare words a run of `size` words holding `needed` records (only
+/// small runs have any; larger ones are their size class).
+fn slack_of(size: usize, needed: usize) -> usize {
+    if needed <= SLACK_MAX_RUN { size - needed } else { 0 }
 }
 
 /// The run size (words) that holds `needed` words. Small runs fit exactly
@@ -305,7 +349,7 @@ impl ListStore {
         self.live_runs().flat_map(move |s| {
             let run = &self.words[s as usize..];
             let counts = Counts::read(run);
-            let at = counts.words() - counts.source_words() * counts.sources;
+            let at = counts.sections().sources;
             (0..counts.sources).map(move |i| source_at(run, at, i, counts.wide_sources))
         })
     }
@@ -340,12 +384,8 @@ impl ListStore {
         let size = self.run_size(start);
         let run = &self.words[s..s + size];
         let counts = Counts::read(run);
-        let judged_at = HEADER_WORDS
-            + counts.shown * (1 + usize::from(counts.scores))
-            + if counts.explicit_positions { counts.shown.div_ceil(2) } else { 0 };
-        let grades_at = judged_at + counts.judged;
-        let events_at = grades_at + counts.judged.div_ceil(2);
-        let sources_at = events_at + counts.events;
+        let Sections { judged: judged_at, grades: grades_at, events: events_at, sources: sources_at } =
+            counts.sections();
         if run[events_at..sources_at].contains(&edit.event) {
             return Some(Applied::Duplicate);
         }
@@ -367,30 +407,27 @@ impl ListStore {
         });
         if let (Some((src, _)), Some(offset)) = (source, new_offset)
             && !counts.wide_sources
-            && (src.id >= 1 << 16 || !(0..1 << 48).contains(&offset))
+            && needs_wide(Source { id: src.id, offset })
         {
             return None;
         }
         let needed = new.words();
         let moved = !holds(size, needed);
         let (s, size) = if moved { self.relocate(start, size, needed)? } else { (s, size) };
-        let slack = if needed <= SLACK_MAX_RUN { size - needed } else { 0 };
+        let slack = slack_of(size, needed);
         let run = &mut self.words[s..s + size];
-        let new_grades_at = judged_at + new.judged;
-        let new_events_at = new_grades_at + new.judged.div_ceil(2);
-        let new_sources_at = new_events_at + new.events;
+        let Sections { grades: new_grades_at, events: new_events_at, sources: new_sources_at, .. } = new.sections();
         // Back to front: each section moves right (or stays) into room the
         // sections after it have already left.
         let sw = counts.source_words();
         run.copy_within(sources_at..sources_at + counts.sources * sw, new_sources_at);
         if let (Some((src, i)), Some(offset)) = (source, new_offset) {
-            let at = new_sources_at + i.unwrap_or(counts.sources) * sw;
-            if counts.wide_sources {
-                run[at] = u64::from(src.id);
-                run[at + 1] = offset as u64;
-            } else {
-                run[at] = u64::from(src.id) << 48 | offset as u64;
-            }
+            put_source(
+                run,
+                new_sources_at + i.unwrap_or(counts.sources) * sw,
+                Source { id: src.id, offset },
+                counts.wide_sources,
+            );
         }
         run.copy_within(events_at..sources_at, new_events_at);
         run[new_events_at + counts.events] = edit.event;
@@ -413,12 +450,7 @@ impl ListStore {
         *word = (*word & !(0xffff_ffff << shift)) | u64::from(grade as u32) << shift;
         run[2] = (run[2] as i64).max(edit.ts_ms) as u64;
         run[3] = (run[3] as i64).max(edit.arrival_ms) as u64;
-        run[6] = new.shown as u64
-            | (new.judged as u64) << 16
-            | (new.events as u64) << 32
-            | (new.sources as u64) << 48
-            | run[6] & (FLAG_BITS << 56)
-            | (slack as u64 & SLACK_MASK) << SLACK_SHIFT;
+        run[6] = new.header_word((run[6] >> 56) & FLAG_BITS, slack);
         if moved {
             self.maybe_compact();
         }
@@ -520,7 +552,7 @@ impl ListStore {
                 start
             }
         };
-        let slack = if needed <= SLACK_MAX_RUN { size - needed } else { 0 };
+        let slack = slack_of(size, needed);
         encode(key, list, counts, slack, &mut self.words[start as usize..start as usize + size]);
         if at.is_none() {
             // After the encoding: filing may walk every run.
@@ -707,12 +739,7 @@ fn encode(key: ListKey, list: &OpenList, counts: Counts, slack: usize, run: &mut
     let flags = if counts.scores { FLAG_SCORES } else { 0 }
         | if list.impression.is_some() { FLAG_IMPRESSION } else { 0 }
         | if counts.wide_sources { FLAG_WIDE_SOURCES } else { 0 };
-    run[6] = counts.shown as u64
-        | (counts.judged as u64) << 16
-        | (counts.events as u64) << 32
-        | (counts.sources as u64) << 48
-        | flags << 56
-        | (slack as u64 & SLACK_MASK) << SLACK_SHIFT;
+    run[6] = counts.header_word(flags, slack);
     let mut at = HEADER_WORDS;
     for s in &list.shown {
         run[at] = s.doc;
@@ -742,15 +769,9 @@ fn encode(key: ListKey, list: &OpenList, counts: Counts, slack: usize, run: &mut
         run[at] = *id;
         at += 1;
     }
-    for source in &list.offsets {
-        if counts.wide_sources {
-            run[at] = u64::from(source.id);
-            run[at + 1] = source.offset as u64;
-            at += 2;
-        } else {
-            run[at] = u64::from(source.id) << 48 | source.offset as u64;
-            at += 1;
-        }
+    for &source in &list.offsets {
+        put_source(run, at, source, counts.wide_sources);
+        at += counts.source_words();
     }
 }
 
