@@ -72,30 +72,41 @@ pub fn auc_by_score(
 
 /// Mann–Whitney over (score, positive) in ascending score order.
 fn count_ascending(sorted: impl Iterator<Item = (f64, bool)>) -> Option<ListAuc> {
-    let (mut positives, mut negatives) = (0u32, 0u32);
-    // Twice the number of correctly ordered pairs, so ties stay integral.
-    let mut twice_correct = 0u64;
-    let (mut group, mut group_pos, mut group_neg) = (None, 0u32, 0u32);
-    // Every positive in a group beats every negative below it and ties
-    // with the negatives beside it.
-    let mut close = |group_pos: u32, group_neg: u32, positives: &mut u32, negatives: &mut u32| {
-        twice_correct += 2 * u64::from(group_pos) * u64::from(*negatives) + u64::from(group_pos) * u64::from(group_neg);
-        *positives += group_pos;
-        *negatives += group_neg;
-    };
+    let mut below = Tally::default();
+    let (mut group, mut in_group) = (None, Tally::default());
     for (score, positive) in sorted {
         if group != Some(score) {
-            close(group_pos, group_neg, &mut positives, &mut negatives);
-            (group, group_pos, group_neg) = (Some(score), 0, 0);
+            below.add_group(&in_group);
+            (group, in_group) = (Some(score), Tally::default());
         }
         if positive {
-            group_pos += 1;
+            in_group.positives += 1;
         } else {
-            group_neg += 1;
+            in_group.negatives += 1;
         }
     }
-    close(group_pos, group_neg, &mut positives, &mut negatives);
-    finish(twice_correct as f64 / 2.0, positives, negatives)
+    below.add_group(&in_group);
+    finish(below.twice_correct as f64 / 2.0, below.positives, below.negatives)
+}
+
+/// Positives and negatives counted so far, and twice the correctly
+/// ordered pairs among them (so that ties stay integral).
+#[derive(Default)]
+struct Tally {
+    positives: u32,
+    negatives: u32,
+    twice_correct: u64,
+}
+
+impl Tally {
+    /// A group of equal scores above everything counted: each of its
+    /// positives beats every negative below and ties with those beside it.
+    fn add_group(&mut self, group: &Tally) {
+        self.twice_correct += 2 * u64::from(group.positives) * u64::from(self.negatives)
+            + u64::from(group.positives) * u64::from(group.negatives);
+        self.positives += group.positives;
+        self.negatives += group.negatives;
+    }
 }
 
 fn finish(correct_pairs: f64, positives: u32, negatives: u32) -> Option<ListAuc> {
