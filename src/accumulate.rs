@@ -60,7 +60,7 @@ impl Quantized {
     #[inline]
     fn of(value: f64) -> Quantized {
         // Most per-list values are exactly 0 or 1 (P@1, MRR, recall,
-        // misses): 2 of the 4 roundings per value and cell pair skipped.
+        // misses): their two roundings are skipped.
         if value == 0.0 {
             return Quantized { q: 0, q_sq: 0 };
         }
