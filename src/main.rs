@@ -68,6 +68,12 @@ struct BenchArgs {
     /// printed; a shared machine's noise moves single rounds by ±0.1.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Holds each `rankpulse run` instance (scale) to this many cores, in a
+    /// CPU cgroup of its own, as a container's CPU limit would (needs root):
+    /// on a machine with fewer cores than the instances and the broker need,
+    /// what tells scale-out from the instances sharing the same cores.
+    #[arg(long)]
+    cpu_limit: Option<f64>,
 }
 
 #[derive(Args)]
@@ -268,7 +274,18 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
         }
         "scale" => {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            let report = runtime.block_on(bench::scale::run(&args.brokers, args.lists, args.seed, !args.no_fill))?;
+            if let Some(cores) = args.cpu_limit
+                && !(cores.is_finite() && cores >= 0.01)
+            {
+                anyhow::bail!("--cpu-limit: {cores} is not a number of cores of at least 0.01");
+            }
+            let report = runtime.block_on(bench::scale::run(
+                &args.brokers,
+                args.lists,
+                args.seed,
+                !args.no_fill,
+                args.cpu_limit,
+            ))?;
             println!("{report}");
         }
         _ => {

@@ -39,6 +39,8 @@ pub enum BenchError {
     Timeout { what: &'static str, secs: u64, done: u64, total: u64 },
     #[error("{0}")]
     Window(String),
+    #[error("--cpu-limit: {0}")]
+    CpuLimit(String),
 }
 
 /// What one run measured.

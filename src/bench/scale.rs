@@ -7,6 +7,13 @@
 //! rate is taken over the window in which every instance of the run is
 //! consuming (after the group handed each its partitions, before the
 //! backlog runs out), so group joins and rebalances are left out.
+//!
+//! With `--cpu-limit`, each instance runs in a CPU cgroup of its own with
+//! that quota, as a container's CPU limit would hold it (Kubernetes'
+//! `resources.limits.cpu`). On a machine with fewer cores than the
+//! instances and the broker need, that is what tells scale-out (each
+//! instance bringing its own budget) from the instances fighting for the
+//! same cores.
 
 use crate::bench::kafka::{BenchError, consumed, cpu_seconds_of, fill_topics, scrape_path};
 use std::fmt;
@@ -66,6 +73,8 @@ impl RunMeasure {
 #[derive(Debug, Clone)]
 pub struct ScaleReport {
     pub messages: u64,
+    /// Each instance's CPU quota (cores), when one was set.
+    pub cpu_limit: Option<f64>,
     pub one: RunMeasure,
     pub two: RunMeasure,
 }
@@ -73,6 +82,9 @@ pub struct ScaleReport {
 impl fmt::Display for ScaleReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "mix: {} messages on the topics", self.messages)?;
+        if let Some(cores) = self.cpu_limit {
+            writeln!(f, "each instance in a CPU cgroup limited to {cores} cores")?;
+        }
         for m in [&self.one, &self.two] {
             let each: Vec<String> =
                 m.rates.iter().zip(&m.cores).map(|(r, c)| format!("{r:.0} events/s on {c:.2} cores")).collect();
@@ -107,12 +119,80 @@ impl fmt::Display for ScaleReport {
 struct Instance {
     child: Child,
     http: std::net::SocketAddr,
+    /// Dropped after the child is gone: a cgroup with tasks cannot be removed.
+    limit: Option<CpuCgroup>,
 }
 
 impl Drop for Instance {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(limit) = self.limit.take() {
+            limit.remove();
+        }
+    }
+}
+
+/// The scheduler's quota period: CPU time is granted per 100 ms.
+const CFS_PERIOD_US: u64 = 100_000;
+
+/// A CPU cgroup with a quota of `cores` (Linux, cgroup v1 or v2; creating
+/// one needs root).
+#[derive(Debug)]
+struct CpuCgroup {
+    dir: std::path::PathBuf,
+}
+
+impl CpuCgroup {
+    fn create(name: &str, cores: f64) -> Result<CpuCgroup, BenchError> {
+        let quota_us = (cores * CFS_PERIOD_US as f64).round() as u64;
+        let fail = |what: String, e: std::io::Error| BenchError::CpuLimit(format!("{what}: {e}"));
+        let write = |path: std::path::PathBuf, value: String| {
+            std::fs::write(&path, &value).map_err(|e| fail(format!("writing {value:?} to {}", path.display()), e))
+        };
+        let v1 = std::path::Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
+        let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers");
+        let dir = if v1.exists() {
+            std::path::Path::new("/sys/fs/cgroup/cpu").join(name)
+        } else if v2.exists() {
+            std::path::Path::new("/sys/fs/cgroup").join(name)
+        } else {
+            return Err(BenchError::CpuLimit("no cgroup CPU controller under /sys/fs/cgroup".into()));
+        };
+        std::fs::create_dir(&dir).map_err(|e| fail(format!("creating {}", dir.display()), e))?;
+        let group = CpuCgroup { dir };
+        let set = if v1.exists() {
+            write(group.dir.join("cpu.cfs_period_us"), CFS_PERIOD_US.to_string())
+                .and_then(|()| write(group.dir.join("cpu.cfs_quota_us"), quota_us.to_string()))
+        } else {
+            // The root's children get the cpu controller only once it is
+            // enabled for them.
+            let enabled = std::fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control").unwrap_or_default();
+            let enable = if enabled.split_whitespace().any(|c| c == "cpu") {
+                Ok(())
+            } else {
+                write("/sys/fs/cgroup/cgroup.subtree_control".into(), "+cpu".into())
+            };
+            enable.and_then(|()| write(group.dir.join("cpu.max"), format!("{quota_us} {CFS_PERIOD_US}")))
+        };
+        match set {
+            Ok(()) => Ok(group),
+            Err(e) => {
+                group.remove();
+                Err(e)
+            }
+        }
+    }
+
+    /// Moves process `pid`, all its threads, into the group.
+    fn admit(&self, pid: u32) -> Result<(), BenchError> {
+        let procs = self.dir.join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string())
+            .map_err(|e| BenchError::CpuLimit(format!("adding {pid} to {}: {e}", procs.display())))
+    }
+
+    fn remove(self) {
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
@@ -120,7 +200,11 @@ fn free_addr() -> Result<std::net::SocketAddr, BenchError> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
-fn start(brokers: &str, group: &str) -> Result<Instance, BenchError> {
+/// Starts one instance, held to `cpu_limit` cores when given. It is moved
+/// into its cgroup right after the spawn, before it has joined the group:
+/// the window measured starts only once every instance consumes.
+fn start(brokers: &str, group: &str, cpu_limit: Option<(f64, String)>) -> Result<Instance, BenchError> {
+    let limit = cpu_limit.map(|(cores, name)| CpuCgroup::create(&name, cores)).transpose()?;
     let http = free_addr()?;
     let child = Command::new(std::env::current_exe()?)
         .arg("run")
@@ -129,16 +213,30 @@ fn start(brokers: &str, group: &str) -> Result<Instance, BenchError> {
         .env("RANKPULSE__HTTP__LISTEN", http.to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()?;
-    Ok(Instance { child, http })
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(l) = limit {
+                l.remove();
+            }
+            return Err(e.into());
+        }
+    };
+    let admitted = limit.as_ref().map(|l| l.admit(child.id())).transpose();
+    let instance = Instance { child, http, limit };
+    admitted?;
+    Ok(instance)
 }
 
 /// Runs `n` instances in a fresh group until they consumed `total`
 /// messages together, and measures them over the window in which all of
 /// them consume.
-async fn measure(brokers: &str, n: usize, total: u64) -> Result<RunMeasure, BenchError> {
+async fn measure(brokers: &str, n: usize, total: u64, cpu_limit: Option<f64>) -> Result<RunMeasure, BenchError> {
     let group = format!("rankpulse-bench-scale{n}-{}", std::process::id());
-    let instances: Vec<Instance> = (0..n).map(|_| start(brokers, &group)).collect::<Result<_, _>>()?;
+    let instances: Vec<Instance> = (0..n)
+        .map(|i| start(brokers, &group, cpu_limit.map(|cores| (cores, format!("{group}-{i}")))))
+        .collect::<Result<_, _>>()?;
     let deadline = Instant::now() + Duration::from_secs(900);
     let mut samples: Vec<Sample> = Vec::new();
     loop {
@@ -188,12 +286,19 @@ fn window(samples: &[Sample], n: usize, total: u64) -> Result<RunMeasure, BenchE
     })
 }
 
-/// Fills (unless `fill` is false), then measures one instance, then two.
-pub async fn run(brokers: &str, lists: usize, seed: u64, fill: bool) -> Result<ScaleReport, BenchError> {
+/// Fills (unless `fill` is false), then measures one instance, then two,
+/// each held to `cpu_limit` cores when given.
+pub async fn run(
+    brokers: &str,
+    lists: usize,
+    seed: u64,
+    fill: bool,
+    cpu_limit: Option<f64>,
+) -> Result<ScaleReport, BenchError> {
     let (total, _, _) = fill_topics(brokers, lists, seed, fill).await?;
-    let one = measure(brokers, 1, total).await?;
-    let two = measure(brokers, 2, total).await?;
-    Ok(ScaleReport { messages: total, one, two })
+    let one = measure(brokers, 1, total, cpu_limit).await?;
+    let two = measure(brokers, 2, total, cpu_limit).await?;
+    Ok(ScaleReport { messages: total, cpu_limit, one, two })
 }
 
 #[cfg(test)]
