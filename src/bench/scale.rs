@@ -340,4 +340,31 @@ mod tests {
         let never = samples(&[[0, 0], [500, 0], [1_000, 0]]);
         assert!(matches!(window(&never, 2, 1_000), Err(BenchError::Window(_))));
     }
+
+    #[test]
+    fn an_instance_in_a_cpu_cgroup_gets_no_more_than_its_quota() {
+        // Needs root and a cgroup CPU controller; on a machine without
+        // them there is nothing to measure.
+        let group = match CpuCgroup::create(&format!("rankpulse-test-{}", std::process::id()), 0.2) {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("not measured: {e}");
+                return;
+            }
+        };
+        // A busy loop would take a whole core without the quota.
+        let mut child = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+        let admitted = group.admit(child.id());
+        let (cpu0, t0) = (cpu_seconds_of(child.id()), Instant::now());
+        std::thread::sleep(Duration::from_millis(1500));
+        let cores = (cpu_seconds_of(child.id()) - cpu0) / t0.elapsed().as_secs_f64();
+        let _ = child.kill();
+        let _ = child.wait();
+        let dir = group.dir.clone();
+        group.remove();
+        admitted.unwrap();
+        assert!(!dir.exists(), "the cgroup is removed once its process is gone");
+        // 0.2 cores, plus at most one 100 ms period granted at the start.
+        assert!(cores > 0.05 && cores < 0.3, "{cores:.2} cores used under a 0.2-core quota");
+    }
 }
