@@ -111,7 +111,16 @@ impl fmt::Display for ScaleReport {
             self.one.per_core(),
             self.two.per_core(),
             self.two.per_core() / self.one.per_core().max(1e-9)
-        )
+        )?;
+        if self.cpu_limit.is_none() && self.two.machine_busy >= MACHINE_BOUND {
+            write!(
+                f,
+                "\nnote: the machine was {:.0}% busy with two instances, so this measured its cores; \
+                 --cpu-limit gives each instance a budget of its own, as separate hosts or containers would",
+                self.two.machine_busy * 100.0
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -132,6 +141,11 @@ impl Drop for Instance {
         }
     }
 }
+
+/// The machine's busy share past which an unlimited run measured the
+/// machine (the broker and the instances competing for its cores) rather
+/// than the instances.
+const MACHINE_BOUND: f64 = 0.75;
 
 /// The scheduler's quota period: CPU time is granted per 100 ms.
 const CFS_PERIOD_US: u64 = 100_000;
@@ -339,6 +353,26 @@ mod tests {
         assert!(matches!(window(&s, 2, 1_000), Err(BenchError::Window(_))));
         let never = samples(&[[0, 0], [500, 0], [1_000, 0]]);
         assert!(matches!(window(&never, 2, 1_000), Err(BenchError::Window(_))));
+    }
+
+    #[test]
+    fn a_run_that_kept_the_machine_busy_says_it_measured_the_machine() {
+        let run = |instances: usize, busy: f64| RunMeasure {
+            instances,
+            window_seconds: 10.0,
+            rates: vec![100.0; instances],
+            cores: vec![1.0; instances],
+            machine_busy: busy,
+        };
+        let report = |limit: Option<f64>, busy: f64| {
+            ScaleReport { messages: 1_000, cpu_limit: limit, one: run(1, 0.5), two: run(2, busy) }.to_string()
+        };
+        assert!(report(None, 0.9).contains("note: the machine was 90% busy with two instances"));
+        assert!(!report(None, 0.6).contains("note:"), "the machine had room");
+        let limited = report(Some(0.5), 0.9);
+        assert!(!limited.contains("note:"), "each instance had its budget");
+        assert!(limited.contains("limited to 0.5 cores"));
+        assert!(limited.contains("adds 100 events/s: 1.00 of one instance's throughput"));
     }
 
     #[test]
