@@ -128,17 +128,15 @@ impl fmt::Display for ScaleReport {
 struct Instance {
     child: Child,
     http: std::net::SocketAddr,
-    /// Dropped after the child is gone: a cgroup with tasks cannot be removed.
-    limit: Option<CpuCgroup>,
+    /// Held for its drop, after the child is gone (fields drop after `drop`
+    /// below): a cgroup with tasks cannot be removed.
+    _limit: Option<CpuCgroup>,
 }
 
 impl Drop for Instance {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if let Some(limit) = self.limit.take() {
-            limit.remove();
-        }
     }
 }
 
@@ -151,7 +149,7 @@ const MACHINE_BOUND: f64 = 0.75;
 const CFS_PERIOD_US: u64 = 100_000;
 
 /// A CPU cgroup with a quota of `cores` (Linux, cgroup v1 or v2; creating
-/// one needs root).
+/// one needs root), removed when dropped.
 #[derive(Debug)]
 struct CpuCgroup {
     dir: std::path::PathBuf,
@@ -164,18 +162,18 @@ impl CpuCgroup {
         let write = |path: std::path::PathBuf, value: String| {
             std::fs::write(&path, &value).map_err(|e| fail(format!("writing {value:?} to {}", path.display()), e))
         };
-        let v1 = std::path::Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
-        let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers");
-        let dir = if v1.exists() {
+        let v1 = std::path::Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists();
+        let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let dir = if v1 {
             std::path::Path::new("/sys/fs/cgroup/cpu").join(name)
-        } else if v2.exists() {
+        } else if v2 {
             std::path::Path::new("/sys/fs/cgroup").join(name)
         } else {
             return Err(BenchError::CpuLimit("no cgroup CPU controller under /sys/fs/cgroup".into()));
         };
         std::fs::create_dir(&dir).map_err(|e| fail(format!("creating {}", dir.display()), e))?;
         let group = CpuCgroup { dir };
-        let set = if v1.exists() {
+        let set = if v1 {
             write(group.dir.join("cpu.cfs_period_us"), CFS_PERIOD_US.to_string())
                 .and_then(|()| write(group.dir.join("cpu.cfs_quota_us"), quota_us.to_string()))
         } else {
@@ -189,13 +187,7 @@ impl CpuCgroup {
             };
             enable.and_then(|()| write(group.dir.join("cpu.max"), format!("{quota_us} {CFS_PERIOD_US}")))
         };
-        match set {
-            Ok(()) => Ok(group),
-            Err(e) => {
-                group.remove();
-                Err(e)
-            }
-        }
+        set.map(|()| group)
     }
 
     /// Moves process `pid`, all its threads, into the group.
@@ -204,8 +196,10 @@ impl CpuCgroup {
         std::fs::write(&procs, pid.to_string())
             .map_err(|e| BenchError::CpuLimit(format!("adding {pid} to {}: {e}", procs.display())))
     }
+}
 
-    fn remove(self) {
+impl Drop for CpuCgroup {
+    fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
@@ -227,18 +221,9 @@ fn start(brokers: &str, group: &str, cpu_limit: Option<(f64, String)>) -> Result
         .env("RANKPULSE__HTTP__LISTEN", http.to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn();
-    let child = match child {
-        Ok(c) => c,
-        Err(e) => {
-            if let Some(l) = limit {
-                l.remove();
-            }
-            return Err(e.into());
-        }
-    };
+        .spawn()?;
     let admitted = limit.as_ref().map(|l| l.admit(child.id())).transpose();
-    let instance = Instance { child, http, limit };
+    let instance = Instance { child, http, _limit: limit };
     admitted?;
     Ok(instance)
 }
@@ -395,7 +380,7 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         let dir = group.dir.clone();
-        group.remove();
+        drop(group);
         admitted.unwrap();
         assert!(!dir.exists(), "the cgroup is removed once its process is gone");
         // 0.2 cores, plus at most one 100 ms period granted at the start.
