@@ -217,6 +217,9 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
     use rankpulse::bench;
     // Defaults and RANKPULSE__* overrides, as `rankpulse run` without --config.
     let config = Config::load(None)?;
+    if args.cpu_limit.is_some() && args.what != "scale" {
+        anyhow::bail!("--cpu-limit applies to `bench scale` only (its instances are processes of their own)");
+    }
     match args.what.as_str() {
         "pipeline" => {
             let messages = bench::mix(0, args.lists, args.seed, 1_763_780_000_000, bench::PIPELINE_SPACING_MS);
