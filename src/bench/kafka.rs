@@ -11,8 +11,10 @@
 //!
 //! Throughput is counted from the first to the last message (group joins
 //! excluded); CPU is the process's user + system time over the same span,
-//! sampled from /proc, so "per core" is events per CPU-second. The daemon's
-//! CPU leaves out the bench's driver thread, which scrapes `/metrics` as
+//! read from /proc, so "per core" is events per CPU-second. The daemon's
+//! CPU is sampled every 20 ms and read at its first and last message; its
+//! shutdown, which finalizes the lists still open at the end, is added. It
+//! leaves out the bench's driver thread, which scrapes `/metrics` as
 //! Prometheus would from another process; serving the scrape is counted.
 
 use crate::bench::{MixMessage, mean_sizes, mix};
@@ -76,10 +78,13 @@ impl Round {
 #[derive(Debug, Clone, Copy)]
 pub struct Measured {
     pub seconds: f64,
+    /// CPU time spent on the messages, `shutdown_cpu_seconds` included.
     pub cpu_seconds: f64,
-    /// Whether the CPU figure comes from at least two scrapes taken while
-    /// consuming; otherwise idle time dilutes it and it means little.
-    pub cpu_measured_busy: bool,
+    /// Of `cpu_seconds`, the daemon's shutdown: finalizing the lists still
+    /// open after the last message (0 for the bare consumer).
+    pub shutdown_cpu_seconds: f64,
+    /// Whether the CPU samples cover the first and the last message.
+    pub cpu_measured: bool,
 }
 
 impl Measured {
@@ -130,15 +135,20 @@ impl fmt::Display for KafkaReport {
             }
             writeln!(
                 f,
+                "daemon: of its CPU, {:.2} CPU-s at shutdown finalizing the lists still open after the last message",
+                round.daemon.shutdown_cpu_seconds
+            )?;
+            writeln!(
+                f,
                 "daemon: at most {} lists open in a scrape; {} topic pauses",
                 round.daemon_open_lists_peak, round.daemon_topic_pauses
             )?;
             let (rate, per_core) = round.ratios(n);
             write!(f, "daemon / ceiling: {rate:.2} (events/s), {per_core:.2} (events/s per core)")?;
-            if !round.daemon.cpu_measured_busy {
+            if !round.daemon.cpu_measured {
                 write!(
                     f,
-                    "\nwarning: the daemon consumed everything within two scrapes: its CPU figures mean little; use more --lists"
+                    "\nwarning: the CPU samples do not cover the daemon's first and last message: its CPU figures mean nothing"
                 )?;
             }
             if many {
@@ -278,29 +288,65 @@ fn bare(config: Config, brokers: &str, total: u64, round: usize) -> Result<Measu
     }
     let (t0, c0) = first.unwrap_or((Instant::now(), cpu_seconds()));
     std::hint::black_box(decoded);
-    Ok(Measured { seconds: t0.elapsed().as_secs_f64(), cpu_seconds: cpu_seconds() - c0, cpu_measured_busy: true })
+    Ok(Measured {
+        seconds: t0.elapsed().as_secs_f64(),
+        cpu_seconds: cpu_seconds() - c0,
+        shutdown_cpu_seconds: 0.0,
+        cpu_measured: true,
+    })
+}
+
+/// How often the bench samples the daemon's CPU time: often enough that
+/// the CPU at its first and last message is read to within a few ms of
+/// work, on the bench's own thread (left out of the daemon's CPU).
+const CPU_SAMPLE: Duration = Duration::from_millis(20);
+/// Scrape period, as a Prometheus scrape interval.
+const SCRAPE_EVERY: Duration = Duration::from_secs(1);
+
+/// The CPU time at `at`, linearly between the (time, CPU) samples around
+/// it; `None` outside the samples.
+fn cpu_at(samples: &[(Instant, f64)], at: Instant) -> Option<f64> {
+    let after = samples.iter().position(|s| s.0 >= at)?;
+    let (t1, c1) = samples[after];
+    if after == 0 {
+        return (t1 == at).then_some(c1);
+    }
+    let (t0, c0) = samples[after - 1];
+    let span = t1.duration_since(t0).as_secs_f64();
+    let part = if span > 0.0 { at.duration_since(t0).as_secs_f64() / span } else { 1.0 };
+    Some(c0 + (c1 - c0) * part)
 }
 
 /// The daemon's measurement, its peak open lists and its topic pauses.
+///
+/// Its CPU is what the process (the bench's driver thread aside) used from
+/// its first message to its last, plus its shutdown: stopping finalizes,
+/// scores and accumulates the lists still open at the end, work that
+/// running on would have done within the span. Group joins and the idle
+/// tail before the stop are left out, as the bare consumer's are.
 async fn daemon(base: &Config, brokers: &str, total: u64, round: usize) -> Result<(Measured, u64, u64), BenchError> {
     let mut config = base.clone();
     config.kafka.brokers = brokers.to_string();
     config.kafka.group_id = format!("rankpulse-bench-daemon-{}-{round}", std::process::id());
     let (addr, stop, task) = start_daemon(config).await?;
     // Scraped every second, as Prometheus would; done when every message is
-    // counted. Each scrape samples (time, CPU, messages counted). This
-    // future is awaited, not spawned: it runs on the thread that
-    // `cpu_seconds_but_this_thread` leaves out.
+    // counted. This future is awaited, not spawned: it runs on the thread
+    // that `cpu_seconds_but_this_thread` leaves out.
     let deadline = Instant::now() + Duration::from_secs(600);
-    let mut samples: Vec<(Instant, f64, u64)> = Vec::new();
+    let mut samples: Vec<(Instant, f64)> = Vec::new();
     let (mut open_peak, mut pauses) = (0u64, 0u64);
+    let mut next_scrape = Instant::now() + SCRAPE_EVERY;
     loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(CPU_SAMPLE).await;
+        samples.push((Instant::now(), cpu_seconds_but_this_thread()));
+        if Instant::now() < next_scrape {
+            continue;
+        }
+        next_scrape += SCRAPE_EVERY;
         let body = scrape(addr).await.unwrap_or_default();
         let consumed = consumed(&body);
         open_peak = open_peak.max(sum(&body, "rankpulse_open_lists") as u64);
         pauses = pauses.max(sum(&body, "rankpulse_topic_pauses_total") as u64);
-        samples.push((Instant::now(), cpu_seconds_but_this_thread(), consumed));
         if consumed >= total {
             break;
         }
@@ -309,23 +355,29 @@ async fn daemon(base: &Config, brokers: &str, total: u64, round: usize) -> Resul
             return Err(BenchError::Timeout { what: "the daemon", secs: 600, done: consumed, total });
         }
     }
+    let stopping_cpu = cpu_seconds_but_this_thread();
     let _ = stop.send(());
     let summary = task.await.map_err(|e| std::io::Error::other(e.to_string()))??;
-    let seconds = match (summary.first_message_at, summary.last_message_at) {
-        (Some(a), Some(b)) => b.duration_since(a).as_secs_f64(),
-        _ => 0.0,
+    let shutdown_cpu = cpu_seconds_but_this_thread() - stopping_cpu;
+    let (Some(first), Some(last)) = (summary.first_message_at, summary.last_message_at) else {
+        return Ok((
+            Measured { seconds: 0.0, cpu_seconds: 0.0, shutdown_cpu_seconds: 0.0, cpu_measured: false },
+            open_peak,
+            pauses,
+        ));
     };
-    // Cores in use while consuming: between the first scrape that saw
-    // progress and the last one before the end (group join and the idle
-    // tail excluded); with fewer than two such scrapes, from the first to
-    // the final one.
-    let busy: Vec<&(Instant, f64, u64)> = samples.iter().filter(|s| s.2 > 0 && s.2 < total).collect();
-    let (a, b, cpu_measured_busy) = match (busy.first(), busy.last()) {
-        (Some(a), Some(b)) if b.0 > a.0 => (**a, **b, true),
-        _ => (**busy.first().unwrap_or(&&samples[0]), *samples.last().unwrap_or(&samples[0]), false),
+    let span = (cpu_at(&samples, first), cpu_at(&samples, last));
+    let (consuming_cpu, cpu_measured) = match span {
+        (Some(a), Some(b)) => (b - a, true),
+        _ => (0.0, false),
     };
-    let cores = (b.1 - a.1) / b.0.duration_since(a.0).as_secs_f64().max(1e-9);
-    Ok((Measured { seconds, cpu_seconds: cores * seconds, cpu_measured_busy }, open_peak, pauses))
+    let measured = Measured {
+        seconds: last.duration_since(first).as_secs_f64(),
+        cpu_seconds: consuming_cpu + shutdown_cpu,
+        shutdown_cpu_seconds: shutdown_cpu,
+        cpu_measured,
+    };
+    Ok((measured, open_peak, pauses))
 }
 
 async fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
@@ -706,7 +758,21 @@ mod tests {
     use super::*;
 
     fn measured(seconds: f64, cpu_seconds: f64) -> Measured {
-        Measured { seconds, cpu_seconds, cpu_measured_busy: true }
+        Measured { seconds, cpu_seconds, shutdown_cpu_seconds: 0.0, cpu_measured: true }
+    }
+
+    #[test]
+    fn cpu_at_an_instant_is_read_between_the_samples_around_it() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let samples = [(at(0), 1.0), (at(20), 1.02), (at(40), 1.06)];
+        assert_eq!(cpu_at(&samples, at(0)), Some(1.0));
+        let mid = cpu_at(&samples, at(30)).unwrap();
+        assert!((mid - 1.04).abs() < 1e-9, "{mid}");
+        assert_eq!(cpu_at(&samples, at(40)), Some(1.06));
+        // Outside the samples nothing is known.
+        assert_eq!(cpu_at(&samples, at(41)), None);
+        assert_eq!(cpu_at(&samples[1..], at(10)), None);
     }
 
     #[test]
