@@ -81,7 +81,8 @@ pub struct Measured {
     /// CPU time spent on the messages, `shutdown_cpu_seconds` included.
     pub cpu_seconds: f64,
     /// Of `cpu_seconds`, the daemon's shutdown: finalizing the lists still
-    /// open after the last message (0 for the bare consumer).
+    /// open after the last message, the final commit and leaving the group
+    /// (0 for the bare consumer).
     pub shutdown_cpu_seconds: f64,
     /// Whether the CPU samples cover the first and the last message.
     pub cpu_measured: bool,
@@ -135,7 +136,7 @@ impl fmt::Display for KafkaReport {
             }
             writeln!(
                 f,
-                "daemon: of its CPU, {:.2} CPU-s at shutdown finalizing the lists still open after the last message",
+                "daemon: of its CPU, {:.2} CPU-s at shutdown (finalizing the lists still open after the last message, the final commit, leaving the group)",
                 round.daemon.shutdown_cpu_seconds
             )?;
             writeln!(
