@@ -343,8 +343,9 @@ async fn daemon(base: &Config, brokers: &str, total: u64, round: usize) -> Resul
     let mut next_scrape = Instant::now() + SCRAPE_EVERY;
     loop {
         tokio::time::sleep(CPU_SAMPLE).await;
-        samples.push((Instant::now(), cpu_seconds_but_this_thread()));
-        if Instant::now() < next_scrape {
+        let now = Instant::now();
+        samples.push((now, cpu_seconds_but_this_thread()));
+        if now < next_scrape {
             continue;
         }
         next_scrape += SCRAPE_EVERY;
