@@ -68,10 +68,11 @@ struct BenchArgs {
     /// printed; a shared machine's noise moves single rounds by ±0.1.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
-    /// Holds each `rankpulse run` instance (scale) to this many cores, in a
+    /// Holds each `rankpulse run` instance (scale), or the daemon
+    /// (freshness, then a `rankpulse run` process), to this many cores, in a
     /// CPU cgroup of its own, as a container's CPU limit would (needs root):
-    /// on a machine with fewer cores than the instances and the broker need,
-    /// what tells scale-out from the instances sharing the same cores.
+    /// on a machine with fewer cores than the instances, the producer and
+    /// the broker need, what keeps them off each other's cores.
     #[arg(long)]
     cpu_limit: Option<f64>,
 }
@@ -217,8 +218,15 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
     use rankpulse::bench;
     // Defaults and RANKPULSE__* overrides, as `rankpulse run` without --config.
     let config = Config::load(None)?;
-    if args.cpu_limit.is_some() && args.what != "scale" {
-        anyhow::bail!("--cpu-limit applies to `bench scale` only (its instances are processes of their own)");
+    if args.cpu_limit.is_some() && !matches!(args.what.as_str(), "scale" | "freshness") {
+        anyhow::bail!(
+            "--cpu-limit applies to `bench scale` and `bench freshness` (their daemons are processes of their own)"
+        );
+    }
+    if let Some(cores) = args.cpu_limit
+        && !(cores.is_finite() && cores >= 0.01)
+    {
+        anyhow::bail!("--cpu-limit: {cores} is not a number of cores of at least 0.01");
     }
     match args.what.as_str() {
         "pipeline" => {
@@ -271,17 +279,18 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
                 }
                 other => (None, other.to_string()),
             };
-            let report =
-                runtime.block_on(bench::kafka::freshness(&config, &brokers, args.rate, args.seconds, args.seed))?;
+            let report = runtime.block_on(bench::kafka::freshness(
+                &config,
+                &brokers,
+                args.rate,
+                args.seconds,
+                args.seed,
+                args.cpu_limit,
+            ))?;
             println!("{report}");
         }
         "scale" => {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            if let Some(cores) = args.cpu_limit
-                && !(cores.is_finite() && cores >= 0.01)
-            {
-                anyhow::bail!("--cpu-limit: {cores} is not a number of cores of at least 0.01");
-            }
             let report = runtime.block_on(bench::scale::run(
                 &args.brokers,
                 args.lists,

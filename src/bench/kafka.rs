@@ -505,6 +505,9 @@ pub struct FreshnessReport {
     /// The daemon's topic pauses (`kafka.max_topic_drift`): none expected
     /// when both topics are produced live.
     pub topic_pauses: u64,
+    /// Held to a CPU quota: (cores it used from the start of production to
+    /// its last message, its quota), how close to its maximum it ran.
+    pub cores_used: Option<(f64, f64)>,
 }
 
 /// What the bare consumer saw of a paced run.
@@ -540,6 +543,12 @@ impl fmt::Display for FreshnessReport {
             ms(self.max_bucket_seconds)
         )?;
         write!(f, "; {} topic pauses", self.topic_pauses)?;
+        if let Some((used, quota)) = self.cores_used {
+            write!(
+                f,
+                "\ndaemon: a `rankpulse run` process held to {quota} cores (CPU cgroup); it used {used:.2} of them"
+            )?;
+        }
         let cumulative: Vec<String> = self.buckets.iter().map(|(le, n)| format!("≤{le}s: {n}")).collect();
         write!(f, "\ncumulative delay buckets: {}", cumulative.join(", "))
     }
@@ -647,25 +656,86 @@ fn bare_freshness(
     })
 }
 
+/// The daemon of a freshness run.
+enum FreshDaemon {
+    /// In this process, on the bench's runtime.
+    InProcess { addr: std::net::SocketAddr, stop: tokio::sync::oneshot::Sender<()>, task: DaemonTask },
+    /// A `rankpulse run` child held to a CPU quota: the producer and the
+    /// broker (outside its cgroup) cannot take its cores, as they would on
+    /// a machine of its own.
+    Limited { instance: crate::bench::scale::Instance, cores: f64 },
+}
+
+impl FreshDaemon {
+    fn addr(&self) -> std::net::SocketAddr {
+        match self {
+            FreshDaemon::InProcess { addr, .. } => *addr,
+            FreshDaemon::Limited { instance, .. } => instance.http,
+        }
+    }
+
+    /// CPU seconds the daemon has used (a child only: in this process the
+    /// producer's share cannot be told apart).
+    fn cpu_seconds(&self) -> Option<f64> {
+        match self {
+            FreshDaemon::InProcess { .. } => None,
+            FreshDaemon::Limited { instance, .. } => Some(cpu_seconds_of(instance.child.id())),
+        }
+    }
+
+    /// Stops it; its last exposition: in this process, the one published
+    /// after the ordered shutdown; of a child, `last_scrape` (taken once it
+    /// had consumed every message: the counters and the delay histogram are
+    /// published together).
+    async fn finish(self, last_scrape: String) -> Result<String, BenchError> {
+        match self {
+            FreshDaemon::InProcess { stop, task, .. } => {
+                let _ = stop.send(());
+                let summary = task.await.map_err(|e| std::io::Error::other(e.to_string()))??;
+                Ok(summary.final_exposition)
+            }
+            FreshDaemon::Limited { instance, .. } => {
+                drop(instance);
+                Ok(last_scrape)
+            }
+        }
+    }
+}
+
 /// Produces the mix at `rate` messages/s for `seconds` while a bare
 /// consumer, then the daemon (each reading from the end of the topics)
-/// consume it, and reads the daemon's ingest-delay histogram.
+/// consume it, and reads the daemon's ingest-delay histogram. With
+/// `cpu_limit`, the daemon is a `rankpulse run` process held to that many
+/// cores in a CPU cgroup (see [`crate::bench::scale`]).
 pub async fn freshness(
     base: &Config,
     brokers: &str,
     rate: f64,
     seconds: f64,
     seed: u64,
+    cpu_limit: Option<f64>,
 ) -> Result<FreshnessReport, BenchError> {
     let (b, c) = (brokers.to_string(), base.clone());
     let bare = tokio::task::spawn_blocking(move || bare_freshness(c, &b, rate, seconds, seed))
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))??;
-    let mut config = base.clone();
-    config.kafka.brokers = brokers.to_string();
-    config.kafka.group_id = format!("rankpulse-bench-fresh-{}", std::process::id());
-    config.kafka.properties.insert("auto.offset.reset".into(), "latest".into());
-    let (addr, stop, task) = start_daemon(config).await?;
+    let group = format!("rankpulse-bench-fresh-{}", std::process::id());
+    let daemon = match cpu_limit {
+        None => {
+            let mut config = base.clone();
+            config.kafka.brokers = brokers.to_string();
+            config.kafka.group_id = group;
+            config.kafka.properties.insert("auto.offset.reset".into(), "latest".into());
+            let (addr, stop, task) = start_daemon(config).await?;
+            FreshDaemon::InProcess { addr, stop, task }
+        }
+        Some(cores) => {
+            let env = [("RANKPULSE__KAFKA__PROPERTIES__AUTO_OFFSET_RESET", "latest")];
+            let instance = crate::bench::scale::start(brokers, &group, Some((cores, group.clone())), &env)?;
+            FreshDaemon::Limited { instance, cores }
+        }
+    };
+    let addr = daemon.addr();
     // Assigned (ready) before producing, so nothing is read as a backlog.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -675,7 +745,7 @@ pub async fn freshness(
             break;
         }
         if Instant::now() > deadline {
-            let _ = stop.send(());
+            let _ = daemon.finish(String::new()).await;
             return Err(BenchError::Timeout { what: "the daemon's group join", secs: 120, done: 0, total: 0 });
         }
     }
@@ -683,29 +753,35 @@ pub async fn freshness(
     let messages = paced_mix(rate, seconds, seed);
     let total = messages.len() as u64;
     let b = brokers.to_string();
+    let (cpu_before, started) = (daemon.cpu_seconds(), Instant::now());
     let produced = tokio::task::spawn_blocking(move || paced(&b, &messages, rate))
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))??;
     let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
+    let last_scrape = loop {
         let body = scrape(addr).await.unwrap_or_default();
         let consumed = consumed(&body);
         if consumed >= total {
-            break;
+            break body;
         }
         if Instant::now() > deadline {
-            let _ = stop.send(());
+            let _ = daemon.finish(String::new()).await;
             return Err(BenchError::Timeout { what: "the paced run", secs: 120, done: consumed, total });
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let _ = stop.send(());
-    let summary = task.await.map_err(|e| std::io::Error::other(e.to_string()))??;
+    };
+    let cores_used = match (cpu_before, daemon.cpu_seconds(), &daemon) {
+        (Some(before), Some(after), FreshDaemon::Limited { cores, .. }) => {
+            Some(((after - before) / started.elapsed().as_secs_f64(), *cores))
+        }
+        _ => None,
+    };
+    let exposition = daemon.finish(last_scrape).await?;
     // Messages from before the run (Tansu's "latest" offset can lag the
     // log end by a few thousand) are older than the whole run: left out.
     let run_seconds = seconds + 120.0;
     let buckets: Vec<(f64, f64)> =
-        delay_buckets(&summary.final_exposition).into_iter().filter(|(le, _)| *le <= run_seconds).collect();
+        delay_buckets(&exposition).into_iter().filter(|(le, _)| *le <= run_seconds).collect();
     let max_bucket_seconds = buckets
         .windows(2)
         .rev()
@@ -721,7 +797,8 @@ pub async fn freshness(
         p99_seconds: quantile(&buckets, 0.99),
         max_bucket_seconds,
         buckets,
-        topic_pauses: sum(&summary.final_exposition, "rankpulse_topic_pauses_total") as u64,
+        topic_pauses: sum(&exposition, "rankpulse_topic_pauses_total") as u64,
+        cores_used,
     })
 }
 

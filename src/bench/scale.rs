@@ -125,9 +125,9 @@ impl fmt::Display for ScaleReport {
 }
 
 /// A `rankpulse run` child process with its /metrics address.
-struct Instance {
-    child: Child,
-    http: std::net::SocketAddr,
+pub(crate) struct Instance {
+    pub(crate) child: Child,
+    pub(crate) http: std::net::SocketAddr,
     /// Held for its drop, after the child is gone (fields drop after `drop`
     /// below): a cgroup with tasks cannot be removed.
     _limit: Option<CpuCgroup>,
@@ -208,14 +208,21 @@ fn free_addr() -> Result<std::net::SocketAddr, BenchError> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
-/// Starts one instance, held to `cpu_limit` cores when given. It is moved
-/// into its cgroup right after the spawn, before it has joined the group:
-/// the window measured starts only once every instance consumes.
-fn start(brokers: &str, group: &str, cpu_limit: Option<(f64, String)>) -> Result<Instance, BenchError> {
+/// Starts one instance, held to `cpu_limit` cores (in a cgroup of that
+/// name) when given, with `env` on top of this process's environment. It
+/// is moved into its cgroup right after the spawn, before it has joined
+/// the group: the window measured starts only once every instance consumes.
+pub(crate) fn start(
+    brokers: &str,
+    group: &str,
+    cpu_limit: Option<(f64, String)>,
+    env: &[(&str, &str)],
+) -> Result<Instance, BenchError> {
     let limit = cpu_limit.map(|(cores, name)| CpuCgroup::create(&name, cores)).transpose()?;
     let http = free_addr()?;
     let child = Command::new(std::env::current_exe()?)
         .arg("run")
+        .envs(env.iter().copied())
         .env("RANKPULSE__KAFKA__BROKERS", brokers)
         .env("RANKPULSE__KAFKA__GROUP_ID", group)
         .env("RANKPULSE__HTTP__LISTEN", http.to_string())
@@ -234,7 +241,7 @@ fn start(brokers: &str, group: &str, cpu_limit: Option<(f64, String)>) -> Result
 async fn measure(brokers: &str, n: usize, total: u64, cpu_limit: Option<f64>) -> Result<RunMeasure, BenchError> {
     let group = format!("rankpulse-bench-scale{n}-{}", std::process::id());
     let instances: Vec<Instance> = (0..n)
-        .map(|i| start(brokers, &group, cpu_limit.map(|cores| (cores, format!("{group}-{i}")))))
+        .map(|i| start(brokers, &group, cpu_limit.map(|cores| (cores, format!("{group}-{i}"))), &[]))
         .collect::<Result<_, _>>()?;
     let deadline = Instant::now() + Duration::from_secs(900);
     let mut samples: Vec<Sample> = Vec::new();
