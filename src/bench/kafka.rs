@@ -43,6 +43,8 @@ pub enum BenchError {
     Window(String),
     #[error("--cpu-limit: {0}")]
     CpuLimit(String),
+    #[error("the daemon's process exited ({0}); `rankpulse run` with the same RANKPULSE__* environment shows why")]
+    Exited(String),
 }
 
 /// What one run measured.
@@ -683,6 +685,19 @@ impl FreshDaemon {
         }
     }
 
+    /// A child that is gone (a bad setting, a port taken): fail now rather
+    /// than wait out the deadline.
+    fn exited(&mut self) -> Option<String> {
+        match self {
+            FreshDaemon::InProcess { .. } => None,
+            FreshDaemon::Limited { instance, .. } => match instance.child.try_wait() {
+                Ok(Some(status)) => Some(status.to_string()),
+                Ok(None) => None,
+                Err(e) => Some(e.to_string()),
+            },
+        }
+    }
+
     /// Stops it; its last exposition: in this process, the one published
     /// after the ordered shutdown; of a child, `last_scrape` (taken once it
     /// had consumed every message: the counters and the delay histogram are
@@ -720,7 +735,7 @@ pub async fn freshness(
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))??;
     let group = format!("rankpulse-bench-fresh-{}", std::process::id());
-    let daemon = match cpu_limit {
+    let mut daemon = match cpu_limit {
         None => {
             let mut config = base.clone();
             config.kafka.brokers = brokers.to_string();
@@ -744,6 +759,9 @@ pub async fn freshness(
         if ready {
             break;
         }
+        if let Some(status) = daemon.exited() {
+            return Err(BenchError::Exited(status));
+        }
         if Instant::now() > deadline {
             let _ = daemon.finish(String::new()).await;
             return Err(BenchError::Timeout { what: "the daemon's group join", secs: 120, done: 0, total: 0 });
@@ -763,6 +781,9 @@ pub async fn freshness(
         let consumed = consumed(&body);
         if consumed >= total {
             break body;
+        }
+        if let Some(status) = daemon.exited() {
+            return Err(BenchError::Exited(status));
         }
         if Instant::now() > deadline {
             let _ = daemon.finish(String::new()).await;
