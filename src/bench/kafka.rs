@@ -86,7 +86,8 @@ pub struct Measured {
     /// open after the last message, the final commit and leaving the group
     /// (0 for the bare consumer).
     pub shutdown_cpu_seconds: f64,
-    /// Whether the CPU samples cover the first and the last message.
+    /// Whether the CPU samples cover the first and the last message, and
+    /// show CPU used between them.
     pub cpu_measured: bool,
 }
 
@@ -151,7 +152,7 @@ impl fmt::Display for KafkaReport {
             if !round.daemon.cpu_measured {
                 write!(
                     f,
-                    "\nwarning: the CPU samples do not cover the daemon's first and last message: its CPU figures mean nothing"
+                    "\nwarning: the daemon's CPU was not measured (the samples do not cover its first and last message, or show no CPU between them): its CPU figures mean nothing"
                 )?;
             }
             if many {
@@ -162,10 +163,18 @@ impl fmt::Display for KafkaReport {
             // Each round's ratio pairs a ceiling and a daemon measured
             // seconds apart; the median of those pairs is what a shared,
             // noisy machine can tell.
-            let mut per_core: Vec<f64> = self.rounds.iter().map(|r| r.ratios(n).1).collect();
-            let mut rate: Vec<f64> = self.rounds.iter().map(|r| r.ratios(n).0).collect();
-            let mut daemon: Vec<f64> = self.rounds.iter().map(|r| r.daemon.per_core(n)).collect();
-            let mut bare: Vec<f64> = self.rounds.iter().map(|r| r.bare.per_core(n)).collect();
+            // A round whose daemon CPU was not measured has no per-core
+            // figures: it is left out of every median, not counted as
+            // whatever its arithmetic gave.
+            let measured: Vec<&Round> = self.rounds.iter().filter(|r| r.daemon.cpu_measured).collect();
+            let mut per_core: Vec<f64> = measured.iter().map(|r| r.ratios(n).1).collect();
+            let mut rate: Vec<f64> = measured.iter().map(|r| r.ratios(n).0).collect();
+            let mut daemon: Vec<f64> = measured.iter().map(|r| r.daemon.per_core(n)).collect();
+            let mut bare: Vec<f64> = measured.iter().map(|r| r.bare.per_core(n)).collect();
+            let left_out = self.rounds.len() - measured.len();
+            if left_out > 0 {
+                writeln!(f, "{left_out} round(s) left out of the medians: the daemon's CPU was not measured")?;
+            }
             let range =
                 |v: &[f64]| (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max));
             let (lo, hi) = range(&per_core);
@@ -173,7 +182,7 @@ impl fmt::Display for KafkaReport {
             write!(
                 f,
                 "median of {} rounds: daemon {:.0} events/s per core ({dlo:.0}–{dhi:.0}), bare {:.0}; daemon / ceiling {:.2} (events/s), {:.2} (events/s per core; rounds {lo:.2}–{hi:.2})",
-                self.rounds.len(),
+                measured.len(),
                 median(&mut daemon),
                 median(&mut bare),
                 median(&mut rate),
@@ -199,19 +208,30 @@ fn cpu_seconds_but_this_thread() -> f64 {
     cpu_seconds() - cpu_seconds_at("/proc/thread-self/stat")
 }
 
+/// [`cpu_seconds_but_this_thread`], `None` when either read of /proc
+/// failed: a sample taken as 0 for one of them would be off by the whole
+/// run's CPU, and the CPU interpolated at the first or last message with it.
+fn try_cpu_seconds_but_this_thread() -> Option<f64> {
+    Some(read_cpu_seconds("/proc/self/stat")? - read_cpu_seconds("/proc/thread-self/stat")?)
+}
+
 /// User + system CPU time of process `pid`, seconds (Linux).
 pub fn cpu_seconds_of(pid: u32) -> f64 {
     cpu_seconds_at(&format!("/proc/{pid}/stat"))
 }
 
 fn cpu_seconds_at(path: &str) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(path) else { return 0.0 };
+    read_cpu_seconds(path).unwrap_or(0.0)
+}
+
+fn read_cpu_seconds(path: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(path).ok()?;
     // Fields after the command name (which may contain spaces): utime is the
     // 14th field overall, stime the 15th; clock ticks are 100 per second.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
+    let rest = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    Some((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 const IMPRESSIONS: &str = "search-impressions";
@@ -310,6 +330,33 @@ const CPU_SAMPLE: Duration = Duration::from_millis(20);
 /// Scrape period, as a Prometheus scrape interval.
 const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 
+/// Two clock ticks: the process's and the thread's CPU are read at two
+/// instants, each rounded down to a 10 ms tick.
+const TICK_SLACK_SECONDS: f64 = 0.02;
+
+/// Appends a (time, CPU) sample unless it is lower than the last one kept
+/// (beyond the ticks' rounding): CPU time never goes back, so such a
+/// reading, or the one before it, is wrong, and the later samples tell
+/// which. The earlier one is dropped when the new one is higher than the
+/// one before it, else the new one is.
+fn keep_sample(samples: &mut Vec<(Instant, f64)>, at: Instant, cpu: f64) {
+    while let Some(&(_, last)) = samples.last() {
+        if cpu >= last - TICK_SLACK_SECONDS {
+            break;
+        }
+        // `last` is above the new reading: wrong if the reading before it
+        // agrees with the new one (or there is none: the later samples
+        // tell), else the new one is.
+        match samples.len().checked_sub(2).map(|i| samples[i].1) {
+            Some(before) if cpu < before - TICK_SLACK_SECONDS => return,
+            _ => {
+                samples.pop();
+            }
+        }
+    }
+    samples.push((at, cpu));
+}
+
 /// The CPU time at `at`, linearly between the (time, CPU) samples around
 /// it; `None` outside the samples.
 fn cpu_at(samples: &[(Instant, f64)], at: Instant) -> Option<f64> {
@@ -346,7 +393,9 @@ async fn daemon(base: &Config, brokers: &str, total: u64, round: usize) -> Resul
     loop {
         tokio::time::sleep(CPU_SAMPLE).await;
         let now = Instant::now();
-        samples.push((now, cpu_seconds_but_this_thread()));
+        if let Some(cpu) = try_cpu_seconds_but_this_thread() {
+            keep_sample(&mut samples, now, cpu);
+        }
         if now < next_scrape {
             continue;
         }
@@ -376,7 +425,9 @@ async fn daemon(base: &Config, brokers: &str, total: u64, round: usize) -> Resul
     };
     let span = (cpu_at(&samples, first), cpu_at(&samples, last));
     let (consuming_cpu, cpu_measured) = match span {
-        (Some(a), Some(b)) => (b - a, true),
+        // Consuming millions of messages takes CPU: nothing or less is a
+        // measurement gone wrong, not a fast daemon.
+        (Some(a), Some(b)) if b > a => (b - a, true),
         _ => (0.0, false),
     };
     let measured = Measured {
@@ -866,6 +917,27 @@ mod tests {
     }
 
     #[test]
+    fn a_cpu_sample_that_goes_back_is_dropped_and_so_is_one_that_jumped() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let kept = |readings: &[f64]| {
+            let mut samples = Vec::new();
+            for (i, &c) in readings.iter().enumerate() {
+                keep_sample(&mut samples, at(20 * i as u64), c);
+            }
+            samples.iter().map(|s| s.1).collect::<Vec<f64>>()
+        };
+        assert_eq!(kept(&[1.0, 1.02, 1.05]), [1.0, 1.02, 1.05]);
+        // Within the ticks' rounding: kept.
+        assert_eq!(kept(&[1.0, 1.02, 1.01]), [1.0, 1.02, 1.01]);
+        // A reading off by the whole run (one of the two reads of /proc
+        // taken as 0): high, then the next one agrees with the one before.
+        assert_eq!(kept(&[1.0, 1.02, 6.0, 1.06, 1.08]), [1.0, 1.02, 1.06, 1.08]);
+        // Low: below the last two kept.
+        assert_eq!(kept(&[1.0, 1.02, -4.0, 1.06]), [1.0, 1.02, 1.06]);
+    }
+
+    #[test]
     fn cpu_at_an_instant_is_read_between_the_samples_around_it() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
@@ -909,6 +981,21 @@ mod tests {
         assert!(
             text.ends_with(
                 "median of 3 rounds: daemon 500 events/s per core (250–500), bare 1000; daemon / ceiling 0.50 (events/s), 0.50 (events/s per core; rounds 0.25–1.00)"
+            ),
+            "{text}"
+        );
+        // A fourth round whose daemon CPU was not measured (its arithmetic
+        // would say 1000/0.01 per core): left out, not the new maximum.
+        let mut unmeasured = round(1.0, 0.01);
+        unmeasured.daemon.cpu_measured = false;
+        let mut rounds = report.rounds.clone();
+        rounds.push(unmeasured);
+        let text = KafkaReport { rounds, ..report.clone() }.to_string();
+        assert!(text.contains("warning: the daemon's CPU was not measured"), "{text}");
+        assert!(
+            text.ends_with(
+                "1 round(s) left out of the medians: the daemon's CPU was not measured\n\
+                 median of 3 rounds: daemon 500 events/s per core (250–500), bare 1000; daemon / ceiling 0.50 (events/s), 0.50 (events/s per core; rounds 0.25–1.00)"
             ),
             "{text}"
         );
