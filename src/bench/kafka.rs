@@ -86,8 +86,8 @@ pub struct Measured {
     /// open after the last message, the final commit and leaving the group
     /// (0 for the bare consumer).
     pub shutdown_cpu_seconds: f64,
-    /// Whether the CPU samples cover the first and the last message, and
-    /// show CPU used between them.
+    /// Whether the CPU samples cover the first and the last message and
+    /// show CPU used between them, and the shutdown's CPU was read.
     pub cpu_measured: bool,
 }
 
@@ -203,15 +203,9 @@ pub fn cpu_seconds() -> f64 {
 /// stands in for Prometheus, and the /proc sampling) runs on that thread.
 /// Its first scrape alone cost 0.15 CPU-s in a profile: reading the body
 /// grew a buffer into a heap the bare consumer had just freed, and glibc
-/// consolidated it.
-fn cpu_seconds_but_this_thread() -> f64 {
-    cpu_seconds() - cpu_seconds_at("/proc/thread-self/stat")
-}
-
-/// [`cpu_seconds_but_this_thread`], `None` when either read of /proc
-/// failed: a sample taken as 0 for one of them would be off by the whole
-/// run's CPU, and the CPU interpolated at the first or last message with it.
-fn try_cpu_seconds_but_this_thread() -> Option<f64> {
+/// consolidated it. `None` when either read of /proc failed: a reading
+/// taken as 0 for one of them would be off by the whole run's CPU.
+fn cpu_seconds_but_this_thread() -> Option<f64> {
     Some(read_cpu_seconds("/proc/self/stat")? - read_cpu_seconds("/proc/thread-self/stat")?)
 }
 
@@ -393,7 +387,7 @@ async fn daemon(base: &Config, brokers: &str, total: u64, round: usize) -> Resul
     loop {
         tokio::time::sleep(CPU_SAMPLE).await;
         let now = Instant::now();
-        if let Some(cpu) = try_cpu_seconds_but_this_thread() {
+        if let Some(cpu) = cpu_seconds_but_this_thread() {
             keep_sample(&mut samples, now, cpu);
         }
         if now < next_scrape {
@@ -415,7 +409,7 @@ async fn daemon(base: &Config, brokers: &str, total: u64, round: usize) -> Resul
     let stopping_cpu = cpu_seconds_but_this_thread();
     let _ = stop.send(());
     let summary = task.await.map_err(|e| std::io::Error::other(e.to_string()))??;
-    let shutdown_cpu = cpu_seconds_but_this_thread() - stopping_cpu;
+    let shutdown_cpu = stopping_cpu.zip(cpu_seconds_but_this_thread()).map(|(before, after)| after - before);
     let (Some(first), Some(last)) = (summary.first_message_at, summary.last_message_at) else {
         return Ok((
             Measured { seconds: 0.0, cpu_seconds: 0.0, shutdown_cpu_seconds: 0.0, cpu_measured: false },
@@ -424,11 +418,11 @@ async fn daemon(base: &Config, brokers: &str, total: u64, round: usize) -> Resul
         ));
     };
     let span = (cpu_at(&samples, first), cpu_at(&samples, last));
-    let (consuming_cpu, cpu_measured) = match span {
+    let (consuming_cpu, shutdown_cpu, cpu_measured) = match (span, shutdown_cpu) {
         // Consuming millions of messages takes CPU: nothing or less is a
         // measurement gone wrong, not a fast daemon.
-        (Some(a), Some(b)) if b > a => (b - a, true),
-        _ => (0.0, false),
+        ((Some(a), Some(b)), Some(shutdown)) if b > a => (b - a, shutdown, true),
+        _ => (0.0, 0.0, false),
     };
     let measured = Measured {
         seconds: last.duration_since(first).as_secs_f64(),
