@@ -168,22 +168,22 @@ fn fold(
 ) {
     match closed {
         Closed::Final(list) => {
-            scorer.score(&list.shown, list.scores.as_deref(), &list.judged, score);
-            accumulators.fold(&list.dims, list.impression_ms, score);
+            scorer.score(list.shown, list.scores, list.judged, score);
+            accumulators.fold(list.dims, list.impression_ms, score);
         }
         Closed::Evicted(list) => {
             counters.evicted += 1;
-            scorer.score(&list.shown, list.scores.as_deref(), &list.judged, score);
-            accumulators.fold(&list.dims, list.impression_ms, score);
+            scorer.score(list.shown, list.scores, list.judged, score);
+            accumulators.fold(list.dims, list.impression_ms, score);
         }
         Closed::Amended { old, new } => {
             // The old values are recomputed from the same list: the engine is
             // deterministic, so the retraction is exact.
             counters.late_amended += 1;
-            scorer.score(&old.shown, old.scores.as_deref(), &old.judged, score);
-            accumulators.amend_window(&old.dims, old.impression_ms, score, -1);
-            scorer.score(&new.shown, new.scores.as_deref(), &new.judged, score);
-            accumulators.amend_window(&new.dims, new.impression_ms, score, 1);
+            scorer.score(old.shown, old.scores, old.judged, score);
+            accumulators.amend_window(old.dims, old.impression_ms, score, -1);
+            scorer.score(new.shown, new.scores, new.judged, score);
+            accumulators.amend_window(new.dims, new.impression_ms, score, 1);
         }
         Closed::Orphan => counters.orphans += 1,
         Closed::LateDropped => counters.late_dropped += 1,
