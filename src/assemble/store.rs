@@ -354,6 +354,19 @@ impl ListStore {
         })
     }
 
+    /// Asks the CPU to start loading the run of `key`'s list, if there is
+    /// one, so that the miss overlaps other work of the event before
+    /// [`Self::locate`] needs it: the runs of a million lists are far out
+    /// of cache, and in a profile the store's lookups were mostly stalls.
+    #[inline]
+    pub fn prefetch(&self, key: ListKey) {
+        for &start in self.index.iter_hash(hash_of(key)) {
+            for line in 0..4 {
+                prefetch(&self.words, start as usize + 8 * line);
+            }
+        }
+    }
+
     /// Where the list of `key` is, for [`Self::load_at`] and
     /// [`Self::store_at`]: valid until the next store or removal.
     pub fn locate(&self, key: ListKey) -> Option<u32> {
