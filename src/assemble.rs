@@ -505,6 +505,18 @@ impl Assembler {
         self.watermark_ms
     }
 
+    /// Asks the CPU for the memory [`Self::ingest`] will read for `event`'s
+    /// list, ahead of it: a consumer that prefetches the lists of a batch
+    /// of decoded events before applying them overlaps their cache misses
+    /// instead of stalling on each in turn.
+    pub fn prefetch(&self, event: &Event) {
+        let (session, query) = match event {
+            Event::Impression(i) => (&i.session_id, &i.query_id),
+            Event::Judgment(j) => (&j.session_id, &j.query_id),
+        };
+        self.open_lists.prefetch(list_key(session, query.as_deref()));
+    }
+
     /// Applies one event that came in on `lane` (its topic). Lists that it
     /// closes (same key, more than a gap later; or evicted to make room) go
     /// to `sink` first; then, each time the watermark has moved on by

@@ -164,10 +164,24 @@ pub fn consumer_order(messages: &[MixMessage], partitions: usize, lag_lists: usi
 pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessage)], partitions: usize) -> (f64, u64) {
     let mut shards: Vec<Pipeline> = (0..partitions.max(1)).map(|_| Pipeline::new(config)).collect();
     let started = Instant::now();
-    for (p, m) in order {
-        let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
-        if let Some(shard) = shards.get_mut(*p) {
-            let _ = shard.ingest(topic, &m.payload, 0, None);
+    // As the daemon reads: a batch decoded and its lists prefetched, then applied.
+    let mut decoded = Vec::with_capacity(crate::pipeline::PREFETCH_BATCH);
+    for batch in order.chunks(crate::pipeline::PREFETCH_BATCH) {
+        decoded.clear();
+        for (p, m) in batch {
+            decoded.push(shards.get(*p).map(|shard| {
+                let event = shard.decode(&m.payload);
+                if let Ok(e) = &event {
+                    shard.prefetch(e);
+                }
+                event
+            }));
+        }
+        for ((p, m), event) in batch.iter().zip(&decoded) {
+            let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
+            if let (Some(shard), Some(event)) = (shards.get_mut(*p), event) {
+                let _ = shard.ingest_decoded(topic, event, 0, None);
+            }
         }
     }
     shards.iter_mut().for_each(Pipeline::finalize_all);

@@ -25,14 +25,15 @@ use crate::accumulate::Accumulators;
 use crate::align::Alignment;
 use crate::assemble::{DimensionBudget, Source};
 use crate::config::Config;
+use crate::event::{Event, RejectReason};
 use crate::http::{self, Published};
 use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, RebalanceEvent, Sources};
-use crate::pipeline::{OpsCounters, Pipeline};
+use crate::pipeline::{OpsCounters, PREFETCH_BATCH, Pipeline};
 use crate::publish::{DaemonHealth, Snapshot, render};
 use crate::state::{AccumulatorsState, Checkpoint, CountersState, ShardCheckpoint, StateError, StateStore};
 use futures_util::StreamExt;
 use rdkafka::consumer::{CommitMode, Consumer as _};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeMap, BTreeSet};
@@ -220,8 +221,9 @@ struct Daemon {
 }
 
 impl Daemon {
-    /// One consumed message, at wall-clock time `now` (ms).
-    fn handle(&mut self, m: &impl Message, now: i64) {
+    /// One consumed message, at wall-clock time `now` (ms), already
+    /// decoded by [`Pipeline::decode`] (`None`: no payload, a tombstone).
+    fn handle(&mut self, m: &impl Message, decoded: Option<&Result<Event<'_>, RejectReason>>, now: i64) {
         let (topic, partition, offset, key, payload) = (m.topic(), m.partition(), m.offset(), m.key(), m.payload());
         let kafka_timestamp_ms = m.timestamp().to_millis();
         self.messages += 1;
@@ -257,7 +259,10 @@ impl Daemon {
         let source = (!checkpointing).then_some(Source { id, offset });
         // A message without payload (tombstone) is an empty, invalid event.
         let payload = payload.unwrap_or(b"");
-        let result = shard.pipeline.ingest(topic, payload, now, source);
+        let result = match decoded {
+            Some(decoded) => shard.pipeline.ingest_decoded(topic, decoded, now, source),
+            None => shard.pipeline.ingest(topic, payload, now, source),
+        };
         let watermark = shard.pipeline.assembler.watermark_ms();
         if let (Err(reason), Some(dl)) = (result, self.dead_letters.as_mut()) {
             dl.send(key, payload, reason.as_str(), topic, partition, offset);
@@ -271,6 +276,29 @@ impl Daemon {
         if self.max_topic_drift_ms > 0 {
             shard.align(partition, self.max_topic_drift_ms, now, &mut self.lane_changes);
         }
+    }
+
+    /// Decodes a batch of messages (`None`: no payload, or not a message)
+    /// and asks the CPU for the memory their lists live in, which the
+    /// messages, applied next, will read: a million lists are far out of
+    /// cache, and one miss after another was most of the list store's time.
+    fn decode_batch<'m>(&self, batch: &'m [KafkaResult<impl Message>]) -> Vec<Option<Result<Event<'m>, RejectReason>>> {
+        let decoded: Vec<_> = batch
+            .iter()
+            .map(|message| {
+                let m = message.as_ref().ok()?;
+                let shard = self.shards.get(&m.partition())?;
+                Some(shard.pipeline.decode(m.payload()?))
+            })
+            .collect();
+        for (message, decoded) in batch.iter().zip(&decoded) {
+            if let (Ok(m), Some(Ok(event))) = (message, decoded)
+                && let Some(shard) = self.shards.get(&m.partition())
+            {
+                shard.pipeline.prefetch(event);
+            }
+        }
+        decoded
     }
 
     /// Pauses ended by time (the slower topic stalled) are only noticed on
@@ -729,6 +757,8 @@ pub async fn run_with(
     // One stream for the whole run: `recv()` builds one per message, which
     // registers and unregisters a waker under a lock each time.
     let mut messages = consumer.stream();
+    // The messages of one batch (see below), reused.
+    let mut batch = Vec::with_capacity(PREFETCH_BATCH);
     loop {
         tokio::select! {
             biased;
@@ -772,38 +802,52 @@ pub async fn run_with(
             }
             Some(message) = messages.next() => {
                 // Messages already fetched are drained without going back
-                // through select! (and the scheduler) for each one.
+                // through select! (and the scheduler) for each one, a
+                // batch at a time: each batch is decoded, its lists'
+                // memory is requested all at once (so that their cache
+                // misses overlap), then its messages are applied in order.
                 let mut next = Some(message);
                 let mut drained = 0;
-                let mut now = wall_ms();
-                while let Some(message) = next.take() {
-                    // The clock is read once per 64 messages of a batch
-                    // (a batch is handled in a few milliseconds).
-                    if drained % 64 == 63 {
-                        now = wall_ms();
-                    }
-                    // A rebalance reported inside recv() is acted on before
-                    // the first message it concerns.
+                while next.is_some() {
+                    // A rebalance reported inside the stream's poll is acted
+                    // on before the first message it concerns: a batch ends
+                    // before the message whose poll reported one, and it is
+                    // applied before the next batch. Rebalance callbacks
+                    // only run inside a poll, so none comes while a batch is
+                    // handled.
                     daemon.apply_rebalances()?;
-                    match message {
-                        Ok(m) => {
-                            if daemon.first_message_at.is_none() {
-                                daemon.first_message_at = Some(std::time::Instant::now());
-                            }
-                            daemon.handle(&m, now);
+                    while let Some(message) = next.take() {
+                        batch.push(message);
+                        drained += 1;
+                        if batch.len() == PREFETCH_BATCH || drained == DRAIN_BATCH {
+                            break;
                         }
-                        Err(KafkaError::PartitionEOF(p)) => daemon.partition_eof(p),
-                        Err(e) => eprintln!("rankpulse: kafka: {e}"),
-                    }
-                    // Before the next message: a topic paused now should
-                    // not deliver what was prefetched of it.
-                    if !daemon.lane_changes.is_empty() {
-                        daemon.apply_lane_changes(&consumer);
-                    }
-                    drained += 1;
-                    if drained < DRAIN_BATCH {
                         next = ready_now(messages.next()).flatten();
+                        if next.is_some() && daemon.signals.rebalance_pending.load(Ordering::Relaxed) {
+                            break;
+                        }
                     }
+                    // The clock is read once per batch (handled in well
+                    // under a millisecond).
+                    let now = wall_ms();
+                    if daemon.first_message_at.is_none() && batch.iter().any(Result::is_ok) {
+                        daemon.first_message_at = Some(std::time::Instant::now());
+                    }
+                    let decoded = daemon.decode_batch(&batch);
+                    for (message, decoded) in batch.iter().zip(&decoded) {
+                        match message {
+                            Ok(m) => daemon.handle(m, decoded.as_ref(), now),
+                            Err(KafkaError::PartitionEOF(p)) => daemon.partition_eof(*p),
+                            Err(e) => eprintln!("rankpulse: kafka: {e}"),
+                        }
+                        // Before the next message: a topic paused now
+                        // should not deliver what was prefetched of it.
+                        if !daemon.lane_changes.is_empty() {
+                            daemon.apply_lane_changes(&consumer);
+                        }
+                    }
+                    drop(decoded);
+                    batch.clear();
                 }
                 last_message_at = Some(std::time::Instant::now());
             }
@@ -811,6 +855,7 @@ pub async fn run_with(
     }
 
     // Ordered shutdown. 1. Stop fetching: the loop above no longer polls.
+    drop(batch);
     drop(messages);
     published.set_ready(false);
     daemon.apply_rebalances()?;

@@ -13,6 +13,12 @@ use crate::metrics::list::{ListScore, ListScorer};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+/// Messages a consumer decodes, and whose lists it prefetches, before it
+/// applies any of them (see [`Pipeline::decode`]): enough cache misses in
+/// flight to keep the memory system busy, few enough that the lists asked
+/// for first are still in cache when their event comes.
+pub const PREFETCH_BATCH: usize = 32;
+
 /// Counters of what went through the pipeline (the operation metrics).
 /// Shards' counters add up with [`OpsCounters::merge`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -107,15 +113,41 @@ impl Pipeline {
         arrival_ms: i64,
         source: Option<Source>,
     ) -> Result<(), RejectReason> {
-        let event = match decode(payload, &self.limits) {
-            Ok(e) => e,
-            Err(reason) => {
-                *self.counters.rejected.entry(reason).or_default() += 1;
-                return Err(reason);
+        let decoded = self.decode(payload);
+        self.ingest_decoded(topic, &decoded, arrival_ms, source)
+    }
+
+    /// The decoding half of [`Self::ingest`]: a consumer decodes a batch
+    /// of messages first, [prefetches](Self::prefetch) their lists, then
+    /// applies them with [`Self::ingest_decoded`].
+    pub fn decode<'a>(&self, payload: &'a [u8]) -> Result<Event<'a>, RejectReason> {
+        decode(payload, &self.limits)
+    }
+
+    /// The applying half of [`Self::ingest`]: a rejected message is
+    /// counted and changes nothing else.
+    pub fn ingest_decoded(
+        &mut self,
+        topic: &str,
+        decoded: &Result<Event<'_>, RejectReason>,
+        arrival_ms: i64,
+        source: Option<Source>,
+    ) -> Result<(), RejectReason> {
+        match decoded {
+            Ok(event) => {
+                self.apply(topic, event, arrival_ms, source);
+                Ok(())
             }
-        };
-        self.apply(topic, &event, arrival_ms, source);
-        Ok(())
+            Err(reason) => {
+                *self.counters.rejected.entry(*reason).or_default() += 1;
+                Err(*reason)
+            }
+        }
+    }
+
+    /// See [`Assembler::prefetch`].
+    pub fn prefetch(&self, event: &Event) {
+        self.assembler.prefetch(event);
     }
 
     /// Applies an already decoded event.
