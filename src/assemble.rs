@@ -535,7 +535,6 @@ impl Assembler {
             Event::Judgment(j) => (&j.session_id, &j.query_id, j.timestamp_ms, &j.event_id),
         };
         let key = list_key(session, query.as_deref());
-        self.open_lists.prefetch(key);
         let event_hash = xxh3_64(event_id.as_bytes());
         match self.lanes.iter_mut().find(|(name, _)| name == lane) {
             Some((_, newest)) => *newest = (*newest).max(ts),

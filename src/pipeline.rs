@@ -114,6 +114,10 @@ impl Pipeline {
         source: Option<Source>,
     ) -> Result<(), RejectReason> {
         let decoded = self.decode(payload);
+        // Even one event ahead, the list's miss overlaps the counting below.
+        if let Ok(event) = &decoded {
+            self.prefetch(event);
+        }
         self.ingest_decoded(topic, &decoded, arrival_ms, source)
     }
 
