@@ -169,13 +169,7 @@ pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessag
     for batch in order.chunks(crate::pipeline::PREFETCH_BATCH) {
         decoded.clear();
         for (p, m) in batch {
-            decoded.push(shards.get(*p).map(|shard| {
-                let event = shard.decode(&m.payload);
-                if let Ok(e) = &event {
-                    shard.prefetch(e);
-                }
-                event
-            }));
+            decoded.push(shards.get(*p).map(|shard| shard.prepare(&m.payload)));
         }
         for ((p, m), event) in batch.iter().zip(&decoded) {
             let topic = if m.judgment { "search-judgments" } else { "search-impressions" };

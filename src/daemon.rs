@@ -221,8 +221,8 @@ struct Daemon {
 }
 
 impl Daemon {
-    /// One consumed message, at wall-clock time `now` (ms), already
-    /// decoded by [`Pipeline::decode`] (`None`: no payload, a tombstone).
+    /// One consumed message, at wall-clock time `now` (ms), decoded ahead
+    /// by [`Self::prepare_batch`] (`None`: decoded here).
     fn handle(&mut self, m: &impl Message, decoded: Option<&Result<Event<'_>, RejectReason>>, now: i64) {
         let (topic, partition, offset, key, payload) = (m.topic(), m.partition(), m.offset(), m.key(), m.payload());
         let kafka_timestamp_ms = m.timestamp().to_millis();
@@ -278,27 +278,22 @@ impl Daemon {
         }
     }
 
-    /// Decodes a batch of messages (`None`: no payload, or not a message)
-    /// and asks the CPU for the memory their lists live in, which the
-    /// messages, applied next, will read: a million lists are far out of
-    /// cache, and one miss after another was most of the list store's time.
-    fn decode_batch<'m>(&self, batch: &'m [KafkaResult<impl Message>]) -> Vec<Option<Result<Event<'m>, RejectReason>>> {
-        let decoded: Vec<_> = batch
+    /// Decodes a batch of messages and prefetches their lists
+    /// ([`Pipeline::prepare`]) before any of them is applied. `None`: not a
+    /// message, no payload, or a partition without a shard yet; such a
+    /// message is decoded when it is handled.
+    fn prepare_batch<'m>(
+        &self,
+        batch: &'m [KafkaResult<impl Message>],
+    ) -> Vec<Option<Result<Event<'m>, RejectReason>>> {
+        batch
             .iter()
             .map(|message| {
                 let m = message.as_ref().ok()?;
                 let shard = self.shards.get(&m.partition())?;
-                Some(shard.pipeline.decode(m.payload()?))
+                Some(shard.pipeline.prepare(m.payload()?))
             })
-            .collect();
-        for (message, decoded) in batch.iter().zip(&decoded) {
-            if let (Ok(m), Some(Ok(event))) = (message, decoded)
-                && let Some(shard) = self.shards.get(&m.partition())
-            {
-                shard.pipeline.prefetch(event);
-            }
-        }
-        decoded
+            .collect()
     }
 
     /// Pauses ended by time (the slower topic stalled) are only noticed on
@@ -833,7 +828,7 @@ pub async fn run_with(
                     if daemon.first_message_at.is_none() && batch.iter().any(Result::is_ok) {
                         daemon.first_message_at = Some(std::time::Instant::now());
                     }
-                    let decoded = daemon.decode_batch(&batch);
+                    let decoded = daemon.prepare_batch(&batch);
                     for (message, decoded) in batch.iter().zip(&decoded) {
                         match message {
                             Ok(m) => daemon.handle(m, decoded.as_ref(), now),

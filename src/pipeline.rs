@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 /// Messages a consumer decodes, and whose lists it prefetches, before it
-/// applies any of them (see [`Pipeline::decode`]): enough cache misses in
+/// applies any of them (see [`Pipeline::prepare`]): enough cache misses in
 /// flight to keep the memory system busy, few enough that the lists asked
 /// for first are still in cache when their event comes.
 pub const PREFETCH_BATCH: usize = 32;
@@ -113,19 +113,22 @@ impl Pipeline {
         arrival_ms: i64,
         source: Option<Source>,
     ) -> Result<(), RejectReason> {
-        let decoded = self.decode(payload);
-        // Even one event ahead, the list's miss overlaps the counting below.
-        if let Ok(event) = &decoded {
-            self.prefetch(event);
-        }
+        // Even one event ahead, the list's miss overlaps the counting in apply.
+        let decoded = self.prepare(payload);
         self.ingest_decoded(topic, &decoded, arrival_ms, source)
     }
 
-    /// The decoding half of [`Self::ingest`]: a consumer decodes a batch
-    /// of messages first, [prefetches](Self::prefetch) their lists, then
-    /// applies them with [`Self::ingest_decoded`].
-    pub fn decode<'a>(&self, payload: &'a [u8]) -> Result<Event<'a>, RejectReason> {
-        decode(payload, &self.limits)
+    /// The first half of [`Self::ingest`]: decodes a message and asks the
+    /// CPU for the memory its list lives in (see
+    /// [`Assembler::prefetch`](crate::assemble::Assembler::prefetch)). A
+    /// consumer prepares a batch of messages first, then applies them with
+    /// [`Self::ingest_decoded`], so that their lists' cache misses overlap.
+    pub fn prepare<'a>(&self, payload: &'a [u8]) -> Result<Event<'a>, RejectReason> {
+        let decoded = decode(payload, &self.limits);
+        if let Ok(event) = &decoded {
+            self.assembler.prefetch(event);
+        }
+        decoded
     }
 
     /// The applying half of [`Self::ingest`]: a rejected message is
@@ -147,11 +150,6 @@ impl Pipeline {
                 Err(*reason)
             }
         }
-    }
-
-    /// See [`Assembler::prefetch`].
-    pub fn prefetch(&self, event: &Event) {
-        self.assembler.prefetch(event);
     }
 
     /// Applies an already decoded event.
