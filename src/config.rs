@@ -29,12 +29,8 @@ pub const RESERVED_LABELS: &[&str] =
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot read config file {path}: {cause}")]
+    Read { path: PathBuf, cause: std::io::Error },
     #[error("config file {path}: {message}")]
     Syntax { path: PathBuf, message: String },
     #[error("config key {key}: {message}")]
@@ -342,7 +338,7 @@ impl Config {
         let mut table = match path {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
-                    .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+                    .map_err(|cause| ConfigError::Read { path: path.to_path_buf(), cause })?;
                 text.parse::<toml::Table>()
                     .map_err(|e| ConfigError::Syntax { path: path.to_path_buf(), message: e.to_string() })?
             }

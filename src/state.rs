@@ -39,12 +39,8 @@ pub const EXTENSION: &str = "ckpt";
 
 #[derive(Debug, Error)]
 pub enum StateError {
-    #[error("state.dir {dir}: {source}")]
-    Io {
-        dir: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("state.dir {dir}: {cause}")]
+    Io { dir: PathBuf, cause: std::io::Error },
     #[error("checkpoint {path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
     #[error(
@@ -242,7 +238,7 @@ impl StateStore {
     /// Opens (creating) `state.dir` and takes this instance's lock.
     pub fn open(config: &Config) -> Result<StateStore, StateError> {
         let dir = PathBuf::from(&config.state.dir);
-        let io = |source| StateError::Io { dir: dir.clone(), source };
+        let io = |cause| StateError::Io { dir: dir.clone(), cause };
         std::fs::create_dir_all(&dir).map_err(io)?;
         let instance =
             if config.state.instance.is_empty() { default_instance() } else { config.state.instance.clone() };
@@ -306,7 +302,7 @@ impl StateStore {
     /// of the directory.
     pub fn write(&self, checkpoint: &Checkpoint) -> Result<usize, StateError> {
         let payload = postcard::to_stdvec(checkpoint).map_err(|e| StateError::Encode(e.to_string()))?;
-        let io = |source| StateError::Io { dir: self.dir.clone(), source };
+        let io = |cause| StateError::Io { dir: self.dir.clone(), cause };
         let tmp = self.dir.join(format!(".{}.{EXTENSION}.tmp", self.instance));
         let mut file = File::create(&tmp).map_err(io)?;
         let mut header = Vec::with_capacity(HEADER_LEN);
@@ -325,7 +321,7 @@ impl StateStore {
 
 /// Reads and verifies one checkpoint file.
 pub fn read(path: &Path) -> Result<Checkpoint, StateError> {
-    let bytes = std::fs::read(path).map_err(|source| StateError::Io { dir: path.to_path_buf(), source })?;
+    let bytes = std::fs::read(path).map_err(|cause| StateError::Io { dir: path.to_path_buf(), cause })?;
     let corrupt = |reason: &str| StateError::Corrupt { path: path.to_path_buf(), reason: reason.to_string() };
     if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
         return Err(corrupt("not a rankpulse checkpoint (or another format version)"));

@@ -31,11 +31,11 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum BenchError {
-    #[error("kafka: {0}")]
+    #[error(transparent)]
     Kafka(#[from] KafkaError),
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
-    #[error("the daemon failed: {0}")]
+    #[error(transparent)]
     Daemon(#[from] crate::daemon::DaemonError),
     #[error("{what} did not finish in {secs} s ({done} of {total} messages)")]
     Timeout { what: &'static str, secs: u64, done: u64, total: u64 },

@@ -85,7 +85,15 @@ pub enum EvalError {
     #[error("--max-grade must be between 1 and 30, got {0}")]
     MaxGrade(Grade),
     #[error("cannot write the report: {0}")]
-    Output(#[from] std::io::Error),
+    Output(std::io::Error),
+}
+
+// By hand rather than `#[from]`: the message already names the I/O error,
+// and a `source()` would make a chain printer say it twice.
+impl From<std::io::Error> for EvalError {
+    fn from(e: std::io::Error) -> Self {
+        EvalError::Output(e)
+    }
 }
 
 impl EvalError {

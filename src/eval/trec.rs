@@ -20,12 +20,8 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum TrecError {
-    #[error("cannot read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot read {path}: {cause}")]
+    Io { path: PathBuf, cause: std::io::Error },
     #[error("{path}:{line}: {message}")]
     Line { path: PathBuf, line: u32, message: String },
 }
@@ -55,7 +51,7 @@ impl Deref for Input {
 
 /// Opens a file, or standard input for `-`.
 pub fn read_input(path: &Path) -> Result<Input, TrecError> {
-    let io_err = |source| TrecError::Io { path: path.to_path_buf(), source };
+    let io_err = |cause| TrecError::Io { path: path.to_path_buf(), cause };
     if path.as_os_str() == "-" {
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut buf).map_err(io_err)?;
