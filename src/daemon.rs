@@ -72,22 +72,16 @@ const DEAD_LETTER_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Error)]
 pub enum DaemonError {
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot create the Kafka consumer: {0}")]
-    Consumer(#[source] KafkaError),
-    #[error("cannot create the dead-letter producer: {0}")]
-    DeadLetters(#[source] KafkaError),
-    #[error("cannot subscribe to {topics:?}: {source}")]
-    Subscribe {
-        topics: Vec<String>,
-        #[source]
-        source: KafkaError,
-    },
+    // Each message names its cause once and carries no `source()`: `main`
+    // prints the whole chain, which would say the cause twice.
+    #[error("cannot listen on {addr}: {cause}")]
+    Listen { addr: String, cause: std::io::Error },
+    #[error("cannot create the Kafka consumer: {}", kafka::error_text(.0))]
+    Consumer(KafkaError),
+    #[error("cannot create the dead-letter producer: {}", kafka::error_text(.0))]
+    DeadLetters(KafkaError),
+    #[error("cannot subscribe to {topics:?}: {}", kafka::error_text(.cause))]
+    Subscribe { topics: Vec<String>, cause: KafkaError },
     #[error(transparent)]
     State(#[from] StateError),
     #[error("checkpoint {path}: {reason}")]
@@ -666,7 +660,7 @@ impl Daemon {
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<RunSummary, DaemonError> {
     let listener = tokio::net::TcpListener::bind(&config.http.listen)
         .await
-        .map_err(|source| DaemonError::Listen { addr: config.http.listen.clone(), source })?;
+        .map_err(|cause| DaemonError::Listen { addr: config.http.listen.clone(), cause })?;
     run_on(config, listener, shutdown).await
 }
 
@@ -726,7 +720,8 @@ pub async fn run_with(
     let topics: Vec<&str> = config.kafka.topics.iter().map(String::as_str).collect();
     consumer
         .subscribe(&topics)
-        .map_err(|source| DaemonError::Subscribe { topics: config.kafka.topics.clone(), source })?;
+        .map_err(|cause| DaemonError::Subscribe { topics: config.kafka.topics.clone(), cause })?;
+    eprintln!("rankpulse: {} with {}", env!("CARGO_PKG_VERSION"), kafka::librdkafka_build());
     eprintln!(
         "rankpulse: consuming {:?} from {} as group {:?}{}{}; /metrics on http://{}",
         config.kafka.topics,
@@ -754,6 +749,9 @@ pub async fn run_with(
     let mut messages = consumer.stream();
     // The messages of one batch (see below), reused.
     let mut batch = Vec::with_capacity(PREFETCH_BATCH);
+    // Errors the stream delivers repeat at every retry of a failing
+    // connection, like those of the client context: collapsed the same way.
+    let mut stream_errors = kafka::RepeatedErrors::default();
     loop {
         tokio::select! {
             biased;
@@ -833,7 +831,11 @@ pub async fn run_with(
                         match message {
                             Ok(m) => daemon.handle(m, decoded.as_ref(), now),
                             Err(KafkaError::PartitionEOF(p)) => daemon.partition_eof(*p),
-                            Err(e) => eprintln!("rankpulse: kafka: {e}"),
+                            Err(e) => {
+                                if let Some(line) = stream_errors.note(&e.to_string(), std::time::Instant::now()) {
+                                    eprintln!("rankpulse: kafka: {line}");
+                                }
+                            }
                         }
                         // Before the next message: a topic paused now
                         // should not deliver what was prefetched of it.

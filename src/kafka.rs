@@ -58,6 +58,84 @@ pub struct KafkaSignals {
 /// librdkafka's side and only records them (callbacks stay short).
 pub struct RankpulseContext {
     pub signals: Arc<KafkaSignals>,
+    /// librdkafka reports a failing connection again at every retry (a
+    /// refused login or an untrusted certificate about 20 times a second):
+    /// logged once, then with a count.
+    errors: Mutex<RepeatedErrors>,
+}
+
+impl RankpulseContext {
+    pub fn new(signals: Arc<KafkaSignals>) -> Self {
+        RankpulseContext { signals, errors: Mutex::new(RepeatedErrors::default()) }
+    }
+}
+
+/// How often a repeating error is logged again, with its count.
+const REPEAT_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Collapses errors that repeat: each distinct error is logged when first
+/// seen, then at most once a minute with the count of its repeats. An
+/// unreachable broker alternates two errors ("Connection refused", "1/1
+/// brokers are down"), so a few recent errors are tracked, not just the last.
+#[derive(Debug, Default)]
+pub struct RepeatedErrors {
+    /// Error text without librdkafka's varying "(after N ms in state S)"
+    /// suffix → (repeats since logged, when logged). At most
+    /// `REPEATED_ERRORS_TRACKED` entries; the one logged longest ago goes first.
+    recent: Vec<(String, u64, std::time::Instant)>,
+}
+
+/// Distinct errors tracked for collapsing.
+const REPEATED_ERRORS_TRACKED: usize = 8;
+
+impl RepeatedErrors {
+    /// The line to log for `text` seen at `now`, if any.
+    pub fn note(&mut self, text: &str, now: std::time::Instant) -> Option<String> {
+        let key = text.split(" (after ").next().unwrap_or(text);
+        if let Some((_, count, logged)) = self.recent.iter_mut().find(|(k, _, _)| k == key) {
+            *count += 1;
+            let since = now.saturating_duration_since(*logged);
+            if since < REPEAT_LOG_INTERVAL {
+                return None;
+            }
+            let line = format!("{text} (and {count} times more in the last {} s)", since.as_secs());
+            *count = 0;
+            *logged = now;
+            return Some(line);
+        }
+        if self.recent.len() == REPEATED_ERRORS_TRACKED
+            && let Some(oldest) = self.recent.iter().enumerate().min_by_key(|(_, e)| e.2).map(|(i, _)| i)
+        {
+            self.recent.swap_remove(oldest);
+        }
+        self.recent.push((key.to_string(), 0, now));
+        Some(text.to_string())
+    }
+}
+
+/// A librdkafka error as one sentence. A configuration error's description
+/// already names the property and its value, which rdkafka's `Display`
+/// appends again; a secret property's value is never repeated.
+pub fn error_text(e: &KafkaError) -> String {
+    match e {
+        KafkaError::ClientConfig(_, desc, key, value) => {
+            let desc = if desc.is_empty() { format!("invalid value for {key}") } else { desc.clone() };
+            if is_secret_property(key) && !value.is_empty() { desc.replace(value.as_str(), "<redacted>") } else { desc }
+        }
+        other => other.to_string(),
+    }
+}
+
+/// librdkafka's version and the features it was built with (TLS, SASL
+/// mechanisms, compression codecs), as `rankpulse --version` and the
+/// daemon's first line report them.
+pub fn librdkafka_build() -> String {
+    let (_, version) = rdkafka::util::get_rdkafka_version();
+    let features = ClientConfig::new()
+        .create_native_config()
+        .and_then(|c| c.get("builtin.features"))
+        .unwrap_or_else(|e| format!("unknown: {e}"));
+    format!("librdkafka {version} (builtin.features: {features})")
 }
 
 fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
@@ -72,7 +150,14 @@ impl ClientContext for RankpulseContext {
             Some(RDKafkaErrorCode::AllBrokersDown) => self.signals.connected.store(false, Ordering::Relaxed),
             _ => {}
         }
-        eprintln!("rankpulse: kafka: {error}: {reason}");
+        let text = format!("{error}: {reason}");
+        let line = match self.errors.lock() {
+            Ok(mut errors) => errors.note(&text, std::time::Instant::now()),
+            Err(_) => Some(text),
+        };
+        if let Some(line) = line {
+            eprintln!("rankpulse: kafka: {line}");
+        }
     }
 
     fn stats(&self, statistics: Statistics) {
@@ -159,7 +244,7 @@ pub fn create_consumer(config: &Config, signals: Arc<KafkaSignals>) -> Result<Co
     for (key, value) in &config.kafka.properties {
         cc.set(key, value);
     }
-    cc.create_with_context(RankpulseContext { signals })
+    cc.create_with_context(RankpulseContext::new(signals))
 }
 
 /// Counts the dead-letter copies that failed after librdkafka's retries.
@@ -387,6 +472,58 @@ mod tests {
         let all: Vec<(String, i32)> = sources.entries.iter().map(|s| (s.topic.clone(), s.partition)).collect();
         for (id, (topic, partition)) in all.iter().enumerate() {
             assert_eq!(sources.id(topic, *partition), id as u32);
+        }
+    }
+
+    /// Two alternating errors, 20 a second (10 each) for 150 s: each is
+    /// logged when first seen and then once a minute with its count (600).
+    #[test]
+    fn repeated_errors_collapse_per_error_and_minute() {
+        let mut errors = RepeatedErrors::default();
+        let start = std::time::Instant::now();
+        let refused = "Global error: BrokerTransportFailure: 127.0.0.1:9/bootstrap: Connect failed";
+        let down = "Global error: AllBrokersDown: 1/1 brokers are down";
+        let mut logged = Vec::new();
+        for tick in 0..3000u64 {
+            let now = start + Duration::from_millis(tick * 50);
+            let text = if tick % 2 == 0 { format!("{refused} (after {tick}ms in state CONNECT)") } else { down.into() };
+            logged.extend(errors.note(&text, now));
+        }
+        assert_eq!(logged.len(), 6, "{logged:#?}");
+        assert!(logged[0].starts_with(refused) && logged[1] == down);
+        assert!(logged[2].starts_with(refused) && logged[2].ends_with("(and 600 times more in the last 60 s)"));
+        assert_eq!(logged[3], format!("{down} (and 600 times more in the last 60 s)"));
+        // A new error is logged at once, whatever came before.
+        assert_eq!(errors.note("other", start + Duration::from_secs(151)), Some("other".into()));
+    }
+
+    /// A configuration error is said once, and a secret's value not at all.
+    #[test]
+    fn config_errors_say_their_cause_once() {
+        let mut cc = ClientConfig::new();
+        cc.set("security.protocol", "SASL_SSLX");
+        let e = cc.create::<rdkafka::consumer::BaseConsumer>().err().expect("an invalid protocol is refused");
+        let text = error_text(&e);
+        assert_eq!(text.matches("security.protocol").count(), 1, "{text}");
+        assert_eq!(text.matches("SASL_SSLX").count(), 1, "{text}");
+        let secret = KafkaError::ClientConfig(
+            rdkafka::types::RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
+            "Invalid value \"hunter2\" for configuration property \"sasl.password\"".into(),
+            "sasl.password".into(),
+            "hunter2".into(),
+        );
+        assert!(!error_text(&secret).contains("hunter2"), "{}", error_text(&secret));
+    }
+
+    /// What production clusters need is compiled in: TLS, every SASL
+    /// mechanism of the docs (OIDC for OAUTHBEARER), every codec.
+    #[test]
+    fn librdkafka_has_tls_sasl_and_every_codec() {
+        let build = librdkafka_build();
+        let features = build.split("builtin.features: ").nth(1).unwrap_or_default().trim_end_matches(')');
+        let features: Vec<&str> = features.split(',').collect();
+        for needed in ["ssl", "sasl_plain", "sasl_scram", "sasl_oauthbearer", "oidc", "gzip", "snappy", "lz4", "zstd"] {
+            assert!(features.contains(&needed), "librdkafka lacks {needed}: {build}");
         }
     }
 }

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 #[command(
     name = "rankpulse",
     version,
+    long_version = long_version(),
     about = "Live ranking-quality metrics for search, and a trec_eval-compatible evaluator"
 )]
 struct Cli {
@@ -178,6 +179,13 @@ struct EvalArgs {
     qrels: PathBuf,
     /// TREC run file: `qid iter docno rank score run_id`, or `-` for stdin.
     run: PathBuf,
+}
+
+/// `--version`: the crate's version, then librdkafka's version and the
+/// features it was built with, so a user can see TLS, SASL and codecs.
+fn long_version() -> &'static str {
+    let text = format!("{}\n{}", env!("CARGO_PKG_VERSION"), rankpulse::kafka::librdkafka_build());
+    Box::leak(text.into_boxed_str())
 }
 
 fn main() -> ExitCode {
