@@ -5,7 +5,7 @@
 //! (it re-reads nothing).
 //!
 //! Needs `RANKPULSE_TANSU=/path/to/tansu` (`.ci/run` installs it, see
-//! `../shared/BROKER.md`). Without it the test says so and passes, unless
+//! docs/operations.md). Without it the test says so and passes, unless
 //! `RANKPULSE_REQUIRE_BROKER=1` (set by `.ci/run`), which makes a missing
 //! broker a failure.
 
