@@ -28,7 +28,9 @@
 
 mod common;
 
-use common::{Guard, counter_lines, events, free_port, http_get, start_tansu, sum_of, tansu_binary, wait_until};
+use common::{
+    Guard, counter_lines, events, free_port, http_get, sigterm, start_tansu, sum_of, tansu_binary, wait_until,
+};
 use rankpulse::config::Config;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -139,16 +141,6 @@ fn consumed(m: &str) -> f64 {
 
 fn ready(http: &str) -> bool {
     http_get(http, "/readyz").is_ok_and(|(s, _)| s == 200)
-}
-
-fn sigterm(daemon: &mut Guard) {
-    let ok = Command::new("kill").args(["-TERM", &daemon.0.id().to_string()]).status().unwrap();
-    assert!(ok.success());
-    let started = Instant::now();
-    while daemon.0.try_wait().unwrap().is_none() {
-        assert!(started.elapsed() < Duration::from_secs(15), "rankpulse did not exit within 15 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn state_dir(name: &str) -> std::path::PathBuf {

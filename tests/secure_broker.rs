@@ -22,7 +22,7 @@
 
 mod common;
 
-use common::{Guard, counter_lines, events, free_port, http_get, start_tansu, sum_of, wait_until};
+use common::{Guard, counter_lines, events, free_port, http_get, sigterm, start_tansu, sum_of, wait_until};
 use rankpulse::config::Config;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -362,16 +362,6 @@ fn assert_refused(daemon: &mut Guard, http: &str, log: &Path, expected: &str) {
     assert!(lines <= 12, "{lines} log lines for one failing connection:\n{text}");
     assert_no_secret(log);
     sigterm(daemon);
-}
-
-fn sigterm(daemon: &mut Guard) {
-    let ok = Command::new("kill").args(["-TERM", &daemon.0.id().to_string()]).status().unwrap();
-    assert!(ok.success());
-    let started = Instant::now();
-    while daemon.0.try_wait().unwrap().is_none() {
-        assert!(started.elapsed() < Duration::from_secs(15), "rankpulse did not exit within 15 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The payloads in the dead-letter topic, read with `properties`; waits

@@ -33,6 +33,17 @@ pub fn tansu_binary() -> Option<String> {
     }
 }
 
+/// SIGTERM, then waits for the exit; fails if it takes over 15 s.
+pub fn sigterm(daemon: &mut Guard) {
+    let ok = Command::new("kill").args(["-TERM", &daemon.0.id().to_string()]).status().unwrap();
+    assert!(ok.success());
+    let started = Instant::now();
+    while daemon.0.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(15), "rankpulse did not exit within 15 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Polls `ready` every 100 ms until it holds; fails after `timeout`.
 pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
