@@ -344,9 +344,11 @@ impl Config {
             }
             None => toml::Table::new(),
         };
+        // The built-in defaults tell which keys hold text (see `apply_env`).
+        let defaults = toml::Table::try_from(Config::default()).unwrap_or_default();
         for (var, value) in env {
             let Some(rest) = var.strip_prefix(ENV_PREFIX) else { continue };
-            apply_env(&mut table, &var, rest, &value)?;
+            apply_env(&mut table, &defaults, &var, rest, &value)?;
         }
         let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
             let key = e.path().to_string();
@@ -535,7 +537,16 @@ pub fn is_secret_property(key: &str) -> bool {
 /// (environment variables are conventionally upper case), except below
 /// `kafka.properties`, whose keys use dots: `RANKPULSE__KAFKA__PROPERTIES__SASL_MECHANISM`
 /// sets `sasl.mechanism`.
-fn apply_env(table: &mut toml::Table, var: &str, rest: &str, value: &str) -> Result<(), ConfigError> {
+/// A key whose default is text takes the value as it is, so that a group id
+/// `1234` or an instance name `true` stays text; other keys read it as a
+/// TOML value when it is one (numbers, booleans, lists), else as text.
+fn apply_env(
+    table: &mut toml::Table,
+    defaults: &toml::Table,
+    var: &str,
+    rest: &str,
+    value: &str,
+) -> Result<(), ConfigError> {
     let parts: Vec<String> = rest.split("__").map(|p| p.to_ascii_lowercase()).collect();
     if parts.len() < 2 || parts.iter().any(|p| p.is_empty()) {
         return Err(ConfigError::Env { var: var.to_string(), message: "expected RANKPULSE__SECTION__KEY".to_string() });
@@ -552,8 +563,8 @@ fn apply_env(table: &mut toml::Table, var: &str, rest: &str, value: &str) -> Res
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(value.to_string()));
     // kafka.properties values are strings for librdkafka.
-    let parsed =
-        if parts[0] == "kafka" && parts[1] == "properties" { toml::Value::String(value.to_string()) } else { parsed };
+    let text_key = (parts[0] == "kafka" && parts[1] == "properties") || is_text_key(defaults, &parts);
+    let parsed = if text_key { toml::Value::String(value.to_string()) } else { parsed };
     let mut node = table;
     for part in &parts[..parts.len() - 1] {
         let entry = node.entry(part.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
@@ -563,6 +574,19 @@ fn apply_env(table: &mut toml::Table, var: &str, rest: &str, value: &str) -> Res
     }
     node.insert(parts[parts.len() - 1].clone(), parsed);
     Ok(())
+}
+
+/// Whether the built-in default at `path` is text.
+fn is_text_key(defaults: &toml::Table, path: &[String]) -> bool {
+    let Some((last, sections)) = path.split_last() else { return false };
+    let mut node = defaults;
+    for section in sections {
+        match node.get(section) {
+            Some(toml::Value::Table(t)) => node = t,
+            _ => return false,
+        }
+    }
+    matches!(node.get(last), Some(toml::Value::String(_)))
 }
 
 #[cfg(test)]
@@ -629,6 +653,28 @@ mod tests {
         assert_eq!(c.judgments.actions["like"], 2);
         let e = Config::load_with_env(None, env(&[("RANKPULSE__METRICS__MAX_GRADE", "many")])).unwrap_err();
         assert!(e.to_string().starts_with("config key metrics.max_grade:"), "{e}");
+    }
+
+    /// A text key takes a value that looks like a number or a boolean as
+    /// text; numbers and durations are still checked, naming the key.
+    #[test]
+    fn environment_values_are_typed_by_their_key() {
+        let c = Config::load_with_env(
+            None,
+            env(&[
+                ("RANKPULSE__KAFKA__GROUP_ID", "1234"),
+                ("RANKPULSE__STATE__INSTANCE", "true"),
+                ("RANKPULSE__KAFKA__DEAD_LETTER_TOPIC", "2.5"),
+                ("RANKPULSE__METRICS__MAX_GRADE", "3"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.kafka.group_id, "1234");
+        assert_eq!(c.state.instance, "true");
+        assert_eq!(c.kafka.dead_letter_topic, "2.5");
+        assert_eq!(c.metrics.max_grade, 3);
+        let e = Config::load_with_env(None, env(&[("RANKPULSE__SESSION__GAP", "soon")])).unwrap_err();
+        assert!(e.to_string().starts_with("config key session.gap:"), "{e}");
     }
 
     #[test]
