@@ -301,10 +301,14 @@ mod tests {
             s
         };
         // Two shards, merged at the end; one goes through a checkpoint midway.
+        let (mut now, keep) = (0i64, 50_000);
         let mut shards = [Accumulators::new(cutoffs, bucket_ms), Accumulators::new(cutoffs, bucket_ms)];
+        for acc in shards.iter_mut() {
+            acc.range = BucketRange::new(keep, 0);
+            acc.set_now(now);
+        }
         let mut total = Cell::new(cutoffs);
         let mut buckets: BTreeMap<i64, Cell> = BTreeMap::new();
-        let (mut now, keep) = (0i64, 50_000);
         let mut amended_after_pruning = 0;
         let mut restored = false;
         let mut folded: Vec<(usize, i64, ListScore)> = Vec::new();
@@ -323,21 +327,24 @@ mod tests {
                     // A late judgment: the list's old values out, new ones in.
                     let i = rng.below(folded.len() as u64) as usize;
                     let (shard, t, old) = folded[i].clone();
-                    if t.div_euclid(bucket_ms) < shards[shard].bucket_of(now - keep) - 1 {
-                        amended_after_pruning += 1;
-                    }
                     let new = score(&mut rng);
                     shards[shard].amend_window(&dims, t, &old, -1);
                     shards[shard].amend_window(&dims, t, &new, 1);
-                    let cell = buckets.entry(t.div_euclid(bucket_ms)).or_insert_with(|| Cell::new(cutoffs));
-                    cell.apply(&old, -1);
-                    cell.apply(&new, 1);
+                    if t.div_euclid(bucket_ms) < shards[shard].bucket_of(now - keep) - 1 {
+                        // No window holds the list any more: the amendment
+                        // changes nothing, and no bucket comes back.
+                        amended_after_pruning += 1;
+                    } else {
+                        let cell = buckets.entry(t.div_euclid(bucket_ms)).or_insert_with(|| Cell::new(cutoffs));
+                        cell.apply(&old, -1);
+                        cell.apply(&new, 1);
+                    }
                     folded[i].2 = new;
                 }
                 _ => {
                     now += rng.below(20_000) as i64;
                     for acc in shards.iter_mut() {
-                        acc.prune(now, keep);
+                        acc.prune(now);
                     }
                     buckets = buckets.split_off(&(shards[0].bucket_of(now - keep) - 1));
                 }
@@ -347,7 +354,8 @@ mod tests {
             if !restored && step >= 1_500 && shards[0].series.get(&dims).is_some_and(|s| !s.amended.is_empty()) {
                 restored = true;
                 let state = AccumulatorsState::from_accumulators(&shards[0]);
-                let restored = state.into_accumulators().unwrap();
+                let mut restored = state.into_accumulators().unwrap();
+                restored.range = shards[0].range;
                 assert_eq!(restored, shards[0]);
                 shards[0] = restored;
             }
@@ -359,8 +367,6 @@ mod tests {
         let series = &merged.series[&dims];
         assert_eq!(series.total(), total);
         assert_eq!(series.lists(), total.lists);
-        // A late judgment for a pruned bucket brings it back with the
-        // amendment alone, in the reference as well.
         assert_eq!(series.buckets, buckets);
         assert!(amended_after_pruning > 10 && restored, "{amended_after_pruning} {restored}");
     }
@@ -508,17 +514,72 @@ impl PartialEq for Series {
     }
 }
 
+/// The time buckets a shard may hold: those a window can still reach,
+/// from `keep_ms` before now (the longest window and one bucket) to
+/// `ahead_ms` after it (`input.max_future_skew`). A list outside them
+/// still counts in the since-start totals, but creates no bucket: events
+/// of a broken clock or a long-gone day cannot make state grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketRange {
+    pub keep_ms: i64,
+    pub ahead_ms: i64,
+    /// The oldest and newest bucket allowed now (`i64::MIN..=i64::MAX`
+    /// until [`Accumulators::set_now`] is first called).
+    oldest: i64,
+    newest: i64,
+    /// The `now` they were computed for (recomputed only when it changes).
+    now_ms: Option<i64>,
+}
+
+impl BucketRange {
+    pub fn new(keep_ms: i64, ahead_ms: i64) -> Self {
+        BucketRange { keep_ms, ahead_ms, oldest: i64::MIN, newest: i64::MAX, now_ms: None }
+    }
+
+    fn contains(&self, bucket: i64) -> bool {
+        (self.oldest..=self.newest).contains(&bucket)
+    }
+}
+
+impl Default for BucketRange {
+    fn default() -> Self {
+        BucketRange::new(i64::MAX, i64::MAX)
+    }
+}
+
 /// The accumulators of one shard: dimension values × time bucket.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Eq)]
 pub struct Accumulators {
     pub cutoffs: usize,
     pub bucket_ms: i64,
     pub series: BTreeMap<Arc<[String]>, Series>,
+    /// Which buckets may exist (unbounded unless set).
+    pub range: BucketRange,
+}
+
+/// Equal when they hold the same values: where each stands in time is not
+/// what they hold.
+impl PartialEq for Accumulators {
+    fn eq(&self, other: &Accumulators) -> bool {
+        self.cutoffs == other.cutoffs && self.bucket_ms == other.bucket_ms && self.series == other.series
+    }
 }
 
 impl Accumulators {
     pub fn new(cutoffs: usize, bucket_ms: i64) -> Self {
-        Accumulators { cutoffs, bucket_ms: bucket_ms.max(1), series: BTreeMap::new() }
+        Accumulators { cutoffs, bucket_ms: bucket_ms.max(1), series: BTreeMap::new(), range: BucketRange::default() }
+    }
+
+    /// Moves the range of buckets that may exist to end at `now_ms` (see
+    /// [`BucketRange`]); buckets already outside it go at the next prune.
+    pub fn set_now(&mut self, now_ms: i64) {
+        let r = &mut self.range;
+        if r.now_ms == Some(now_ms) || r.keep_ms == i64::MAX {
+            return;
+        }
+        r.now_ms = Some(now_ms);
+        r.oldest = now_ms.saturating_sub(r.keep_ms).div_euclid(self.bucket_ms) - 1;
+        r.newest = now_ms.saturating_add(r.ahead_ms).div_euclid(self.bucket_ms);
     }
 
     pub fn bucket_of(&self, ms: i64) -> i64 {
@@ -543,6 +604,10 @@ impl Accumulators {
     pub fn amend_window(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore, sign: i64) {
         let cutoffs = self.cutoffs;
         let bucket = self.bucket_of(impression_ms);
+        if !self.range.contains(bucket) {
+            // No window holds the list: nothing to amend.
+            return;
+        }
         let series = self.series_mut(dims);
         series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
         series.amended.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
@@ -557,8 +622,17 @@ impl Accumulators {
     fn apply(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore, sign: i64) {
         let cutoffs = self.cutoffs;
         let bucket = self.bucket_of(impression_ms);
+        let in_range = self.range.contains(bucket);
         let series = self.series_mut(dims);
-        series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
+        if in_range {
+            series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
+        } else {
+            // Counted since start, in no window.
+            if series.retired.metrics.is_empty() {
+                series.retired = Cell::new(cutoffs);
+            }
+            series.retired.apply(score, sign);
+        }
         for family in Family::ALL {
             let first = score.values.get(family as usize * cutoffs).copied().flatten();
             if first.is_none() && !score.values.is_empty() {
@@ -596,16 +670,22 @@ impl Accumulators {
         }
     }
 
-    /// Drops buckets that no window can reach any more (older than `keep_ms` before `now_ms`).
-    pub fn prune(&mut self, now_ms: i64, keep_ms: i64) {
-        let oldest = self.bucket_of(now_ms.saturating_sub(keep_ms)) - 1;
+    /// Retires the buckets outside the range at `now_ms` (see
+    /// [`BucketRange`]): older than any window reaches, or (from a
+    /// checkpoint written before the range existed) further ahead than an
+    /// event may claim. Their lists stay in the since-start totals.
+    pub fn prune(&mut self, now_ms: i64) {
+        self.set_now(now_ms);
+        let BucketRange { oldest, newest, .. } = self.range;
         for s in self.series.values_mut() {
-            let live = s.buckets.split_off(&oldest);
-            for cell in std::mem::replace(&mut s.buckets, live).values() {
+            let mut live = s.buckets.split_off(&oldest);
+            let ahead = live.split_off(&newest.saturating_add(1));
+            for cell in std::mem::replace(&mut s.buckets, live).values().chain(ahead.values()) {
                 s.retired.merge(cell);
             }
-            let live = s.amended.split_off(&oldest);
-            for cell in std::mem::replace(&mut s.amended, live).values() {
+            let mut live = s.amended.split_off(&oldest);
+            let ahead = live.split_off(&newest.saturating_add(1));
+            for cell in std::mem::replace(&mut s.amended, live).values().chain(ahead.values()) {
                 s.retired.unmerge(cell);
             }
         }

@@ -9,7 +9,7 @@
 //! and what a second instance adds (see [`scale`]).
 
 use crate::config::Config;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Clock, Pipeline};
 use std::time::Instant;
 
 pub mod kafka;
@@ -111,12 +111,13 @@ pub fn decode_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
 /// The pipeline alone, on one core: events per second.
 pub fn pipeline_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
     let mut pipeline = Pipeline::new(config);
+    let clock = Clock::replay();
     let started = Instant::now();
     // Lists past their gap are finalized inside `ingest`, as the
     // watermark moves on.
     for m in messages {
         let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
-        let _ = pipeline.ingest(topic, &m.payload, 0, None);
+        let _ = pipeline.ingest(topic, &m.payload, clock, None);
     }
     pipeline.finalize_all();
     messages.len() as f64 / started.elapsed().as_secs_f64()
@@ -163,6 +164,7 @@ pub fn consumer_order(messages: &[MixMessage], partitions: usize, lag_lists: usi
 /// would time the late-judgment path instead).
 pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessage)], partitions: usize) -> (f64, u64) {
     let mut shards: Vec<Pipeline> = (0..partitions.max(1)).map(|_| Pipeline::new(config)).collect();
+    let clock = Clock::replay();
     let started = Instant::now();
     // As the daemon reads: a batch decoded and its lists prefetched, then applied.
     let mut decoded = Vec::with_capacity(crate::pipeline::PREFETCH_BATCH);
@@ -174,7 +176,7 @@ pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessag
         for ((p, m), event) in batch.iter().zip(&decoded) {
             let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
             if let (Some(shard), Some(event)) = (shards.get_mut(*p), event) {
-                let _ = shard.ingest_decoded(topic, event, 0, None);
+                let _ = shard.ingest_decoded(topic, event, clock, None);
             }
         }
     }
@@ -211,6 +213,7 @@ pub fn open_list_memory(config: &Config, lists: usize) -> OpenListMemory {
     let mut config = config.clone();
     config.session.gap = "1h".parse().unwrap_or(config.session.gap);
     let mut pipeline = Pipeline::new(&config);
+    let clock = Clock::replay();
     // Generated in small chunks so that the input, freed after each, adds
     // next to nothing to the resident size.
     let before = rss_bytes();
@@ -222,7 +225,7 @@ pub fn open_list_memory(config: &Config, lists: usize) -> OpenListMemory {
             // Each list holds its source offset, as in the daemon without
             // checkpoints (the at-least-once commit point).
             let source = crate::assemble::Source { id: 0, offset: (done + i) as i64 };
-            let _ = pipeline.ingest("search-impressions", &m.payload, 0, Some(source));
+            let _ = pipeline.ingest("search-impressions", &m.payload, clock, Some(source));
         }
         done += n;
     }

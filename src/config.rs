@@ -167,6 +167,10 @@ pub struct DimensionsConfig {
     /// Most distinct values per label (per instance); later new values are
     /// replaced by `__other__` and counted, so series stay bounded.
     pub max_values: usize,
+    /// Most distinct combinations of values (per instance): each label
+    /// alone within `max_values` still multiplies out (100 rankers × 100
+    /// markets). Later new combinations report `__other__` on every label.
+    pub max_combinations: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -192,6 +196,14 @@ pub struct InputConfig {
     pub max_message_bytes: usize,
     /// Impressions with more results are rejected (`too_many_results`).
     pub max_results: usize,
+    /// Events stamped more than this ahead of their reference time (the
+    /// Kafka message timestamp, or the wall clock if that is earlier or
+    /// absent) are rejected (`future_timestamp`): one producer with a
+    /// broken clock must not move a watermark or create a time bucket.
+    pub max_future_skew: Span,
+    /// Events one list takes; further events of it are rejected
+    /// (`list_too_large`), so one hot key cannot hold unbounded memory.
+    pub max_events_per_list: usize,
 }
 
 /// What happens to a judgment for a list that is already final.
@@ -284,7 +296,7 @@ impl Default for JudgmentsConfig {
 
 impl Default for DimensionsConfig {
     fn default() -> Self {
-        DimensionsConfig { labels: vec!["ranker".into(), "market".into()], max_values: 100 }
+        DimensionsConfig { labels: vec!["ranker".into(), "market".into()], max_values: 100, max_combinations: 500 }
     }
 }
 
@@ -302,7 +314,12 @@ impl Default for HttpConfig {
 
 impl Default for InputConfig {
     fn default() -> Self {
-        InputConfig { max_message_bytes: 1 << 20, max_results: 200 }
+        InputConfig {
+            max_message_bytes: 1 << 20,
+            max_results: 200,
+            max_future_skew: span("5m"),
+            max_events_per_list: 10_000,
+        }
     }
 }
 
@@ -501,6 +518,12 @@ impl Config {
         }
         if self.input.max_results == 0 {
             return Err(ConfigError::key("input.max_results", "must be at least 1"));
+        }
+        if self.input.max_events_per_list == 0 {
+            return Err(ConfigError::key("input.max_events_per_list", "must be at least 1"));
+        }
+        if self.dimensions.max_combinations == 0 {
+            return Err(ConfigError::key("dimensions.max_combinations", "must be at least 1"));
         }
         if self.input.max_message_bytes < 64 {
             return Err(ConfigError::key("input.max_message_bytes", "must be at least 64"));

@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::event::{Event, RejectReason};
 use crate::http::{self, Published};
 use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, RebalanceEvent, Sources};
-use crate::pipeline::{OpsCounters, PREFETCH_BATCH, Pipeline};
+use crate::pipeline::{Clock, OpsCounters, PREFETCH_BATCH, Pipeline};
 use crate::publish::{DaemonHealth, Snapshot, render};
 use crate::state::{AccumulatorsState, Checkpoint, CountersState, ShardCheckpoint, StateError, StateStore};
 use futures_util::StreamExt;
@@ -153,7 +153,9 @@ impl Shard {
 
     fn restore(&mut self, c: ShardCheckpoint, whole: bool) -> Result<(), String> {
         if whole {
+            let range = self.pipeline.accumulators.range;
             self.pipeline.accumulators = c.accumulators.into_accumulators()?;
+            self.pipeline.accumulators.range = range;
             self.pipeline.counters = c.counters.into_counters()?;
         }
         self.pipeline.assembler.restore(c.assembler);
@@ -253,9 +255,10 @@ impl Daemon {
         let source = (!checkpointing).then_some(Source { id, offset });
         // A message without payload (tombstone) is an empty, invalid event.
         let payload = payload.unwrap_or(b"");
+        let clock = Clock::Live { now_ms: now, message_ms: kafka_timestamp_ms };
         let result = match decoded {
-            Some(decoded) => shard.pipeline.ingest_decoded(topic, decoded, now, source),
-            None => shard.pipeline.ingest(topic, payload, now, source),
+            Some(decoded) => shard.pipeline.ingest_decoded(topic, decoded, clock, source),
+            None => shard.pipeline.ingest(topic, payload, clock, source),
         };
         let watermark = shard.pipeline.assembler.watermark_ms();
         if let (Err(reason), Some(dl)) = (result, self.dead_letters.as_mut()) {
@@ -633,13 +636,11 @@ impl Daemon {
         self.published.with_history(|h| h.sample(&self.config, &accumulators, wall_ms()));
     }
 
-    /// Drops time buckets no window can reach.
+    /// Retires time buckets no window can reach.
     fn prune(&mut self) {
-        let keep =
-            self.config.windows.spans.iter().map(|s| s.ms()).max().unwrap_or(0) + self.config.windows.bucket.ms();
         let now = wall_ms();
         for shard in self.shards.values_mut() {
-            shard.pipeline.accumulators.prune(now, keep);
+            shard.pipeline.accumulators.prune(now);
         }
     }
 

@@ -29,10 +29,16 @@ pub enum RejectReason {
     UnknownAction,
     NonFinite,
     TooManyResults,
+    /// Event time too far ahead of the message's reference time
+    /// (`input.max_future_skew`): decided by the pipeline, not the decoder.
+    FutureTimestamp,
+    /// The event's list already holds `input.max_events_per_list` events:
+    /// decided by the assembler.
+    ListTooLarge,
 }
 
 impl RejectReason {
-    pub const ALL: [RejectReason; 12] = [
+    pub const ALL: [RejectReason; 14] = [
         RejectReason::TooLarge,
         RejectReason::InvalidUtf8,
         RejectReason::InvalidJson,
@@ -45,6 +51,8 @@ impl RejectReason {
         RejectReason::UnknownAction,
         RejectReason::NonFinite,
         RejectReason::TooManyResults,
+        RejectReason::FutureTimestamp,
+        RejectReason::ListTooLarge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -61,6 +69,8 @@ impl RejectReason {
             RejectReason::UnknownAction => "unknown_action",
             RejectReason::NonFinite => "non_finite",
             RejectReason::TooManyResults => "too_many_results",
+            RejectReason::FutureTimestamp => "future_timestamp",
+            RejectReason::ListTooLarge => "list_too_large",
         }
     }
 

@@ -5,7 +5,7 @@
 //! from messages. Nothing here touches Prometheus: values accumulate here
 //! and are rendered at scrape time.
 
-use crate::accumulate::Accumulators;
+use crate::accumulate::{Accumulators, BucketRange};
 use crate::assemble::{Applied, Assembler, AssemblyLimits, Closed, DimensionBudget, Source};
 use crate::config::Config;
 use crate::event::{DecodeLimits, Event, RejectReason, decode};
@@ -18,6 +18,61 @@ use std::sync::{Arc, Mutex};
 /// flight to keep the memory system busy, few enough that the lists asked
 /// for first are still in cache when their event comes.
 pub const PREFETCH_BATCH: usize = 32;
+
+/// The time a message is judged against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// The daemon: `now_ms` is the message's arrival (wall clock), which
+    /// closes idle lists and ends the windows; `message_ms` its Kafka
+    /// timestamp. An event may claim a time at most `input.max_future_skew`
+    /// past the earlier of the two: the Kafka timestamp catches an event
+    /// stamped ahead of when it was produced even in a backlog read hours
+    /// later, and the wall clock bounds a producer whose own clock (hence
+    /// its CreateTime) is broken.
+    Live { now_ms: i64, message_ms: Option<i64> },
+    /// A replay (or a benchmark): no processing time, windows end at the
+    /// newest accepted event, and event times are checked against the wall
+    /// clock when the replay started. Not the newest event so far plus the
+    /// skew: a file with a quiet spell longer than the skew would reject
+    /// everything after it.
+    Replay { started_ms: i64 },
+}
+
+impl Clock {
+    /// A replay starting now.
+    pub fn replay() -> Clock {
+        Clock::Replay { started_ms: wall_ms() }
+    }
+
+    /// Processing time for the assembler (0: not used).
+    fn arrival_ms(self) -> i64 {
+        match self {
+            Clock::Live { now_ms, .. } => now_ms,
+            Clock::Replay { .. } => 0,
+        }
+    }
+
+    /// The latest event time a message can truthfully carry, before the skew.
+    fn reference_ms(self) -> i64 {
+        match self {
+            Clock::Live { now_ms, message_ms } => message_ms.map_or(now_ms, |m| m.min(now_ms)),
+            Clock::Replay { started_ms } => started_ms,
+        }
+    }
+}
+
+/// The buckets a shard keeps: back to the longest window and one bucket
+/// (what `prune` always kept), ahead by the future skew.
+pub fn bucket_range(config: &Config) -> BucketRange {
+    let keep = config.windows.spans.iter().map(|s| s.ms()).max().unwrap_or(0) + config.windows.bucket.ms();
+    BucketRange::new(keep, config.input.max_future_skew.ms())
+}
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 
 /// Counters of what went through the pipeline (the operation metrics).
 /// Shards' counters add up with [`OpsCounters::merge`].
@@ -72,6 +127,10 @@ pub struct Pipeline {
     pub counters: OpsCounters,
     /// Dimension values admitted so far, shared with the instance's other shards.
     budget: Arc<Mutex<DimensionBudget>>,
+    /// `input.max_future_skew`, ms.
+    max_future_skew_ms: i64,
+    /// Newest event time accepted: where a replay's windows end.
+    newest_event_ms: i64,
 }
 
 impl Pipeline {
@@ -94,9 +153,15 @@ impl Pipeline {
             ),
             scorer: ListScorer::new(config.conventions(), cutoffs),
             score: ListScore::new(n),
-            accumulators: Accumulators::new(n, config.windows.bucket.ms()),
+            accumulators: {
+                let mut a = Accumulators::new(n, config.windows.bucket.ms());
+                a.range = bucket_range(config);
+                a
+            },
             counters: OpsCounters::default(),
             budget,
+            max_future_skew_ms: config.input.max_future_skew.ms(),
+            newest_event_ms: i64::MIN,
         }
     }
 
@@ -110,12 +175,12 @@ impl Pipeline {
         &mut self,
         topic: &str,
         payload: &[u8],
-        arrival_ms: i64,
+        clock: Clock,
         source: Option<Source>,
     ) -> Result<(), RejectReason> {
         // Even one event ahead, the list's miss overlaps the counting in apply.
         let decoded = self.prepare(payload);
-        self.ingest_decoded(topic, &decoded, arrival_ms, source)
+        self.ingest_decoded(topic, &decoded, clock, source)
     }
 
     /// The first half of [`Self::ingest`]: decodes a message and asks the
@@ -137,23 +202,34 @@ impl Pipeline {
         &mut self,
         topic: &str,
         decoded: &Result<Event<'_>, RejectReason>,
-        arrival_ms: i64,
+        clock: Clock,
         source: Option<Source>,
     ) -> Result<(), RejectReason> {
-        match decoded {
-            Ok(event) => {
-                self.apply(topic, event, arrival_ms, source);
-                Ok(())
-            }
-            Err(reason) => {
-                *self.counters.rejected.entry(*reason).or_default() += 1;
-                Err(*reason)
-            }
+        let result = match decoded {
+            Ok(event) => self.apply(topic, event, clock, source),
+            Err(reason) => Err(*reason),
+        };
+        if let Err(reason) = result {
+            *self.counters.rejected.entry(reason).or_default() += 1;
         }
+        result
     }
 
-    /// Applies an already decoded event.
-    pub fn apply(&mut self, topic: &str, event: &Event, arrival_ms: i64, source: Option<Source>) {
+    /// Applies an already decoded event; a rejected one (its time or its
+    /// list past a bound) changes nothing and is not counted here.
+    fn apply(&mut self, topic: &str, event: &Event, clock: Clock, source: Option<Source>) -> Result<(), RejectReason> {
+        let ts = event.timestamp_ms();
+        // Before anything sees the event: a broken clock must move no
+        // watermark, open no list and create no bucket.
+        if ts > clock.reference_ms().saturating_add(self.max_future_skew_ms) {
+            return Err(RejectReason::FutureTimestamp);
+        }
+        self.newest_event_ms = self.newest_event_ms.max(ts);
+        let window_now = match clock {
+            Clock::Live { now_ms, .. } => now_ms,
+            Clock::Replay { .. } => self.newest_event_ms,
+        };
+        self.accumulators.set_now(window_now);
         let kind = event.kind();
         // Looked up by borrowed parts: no String per event.
         match self.counters.events.iter_mut().find(|((t, k), _)| *k == kind && t == topic) {
@@ -163,12 +239,13 @@ impl Pipeline {
             }
         }
         let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
-        let applied = assembler.ingest(event, topic, arrival_ms, source, &mut |closed| {
+        let applied = assembler.ingest(event, topic, clock.arrival_ms(), source, &mut |closed| {
             fold(scorer, score, accumulators, counters, closed);
         });
         if applied == Applied::Duplicate {
             *self.counters.duplicates.entry(kind).or_default() += 1;
         }
+        Ok(())
     }
 
     /// Finalizes lists whose gap has elapsed (event time; and processing
@@ -222,5 +299,117 @@ fn fold(
         Closed::Orphan => counters.orphans += 1,
         Closed::LateDropped => counters.late_dropped += 1,
         Closed::DimensionOverflow(label) => *counters.dimension_overflow.entry(label).or_default() += 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::mix;
+
+    const BASE_MS: i64 = 1_763_780_000_000;
+
+    /// A complete list (impression and judgment) of the ranker "skewed" at `ts`.
+    fn skewed(id: usize, ts: i64) -> [(&'static str, String); 2] {
+        let session = format!("skewed-{id}-{ts}");
+        [
+            (
+                "search-impressions",
+                format!(
+                    r#"{{"type":"impression","event_id":"si-{session}","session_id":"{session}","timestamp":{ts},"results":[{{"doc_id":"d","position":1}}],"dimensions":{{"ranker":"skewed","market":"us"}}}}"#
+                ),
+            ),
+            (
+                "search-judgments",
+                format!(
+                    r#"{{"type":"judgment","event_id":"sj-{session}","session_id":"{session}","doc_id":"d","grade":1,"timestamp":{ts}}}"#
+                ),
+            ),
+        ]
+    }
+
+    /// 3,000 lists over ten minutes, read live (each message a second or two
+    /// after its event), with or without events of broken clocks in both
+    /// topics: year 9999, microseconds, ten minutes ahead and 1970, at the
+    /// start and every 500 messages. (An event within the skew moves the
+    /// watermark like any other: that is what the skew allows.)
+    fn run(hostile: bool) -> Pipeline {
+        let config = Config::default();
+        let mut p = Pipeline::new(&config);
+        let normal = mix(0, 3_000, 5, BASE_MS, 200.0);
+        for (i, m) in normal.iter().enumerate() {
+            let now = BASE_MS + (i / 4) as i64 * 200 + 2_000;
+            let clock = Clock::Live { now_ms: now, message_ms: Some(now) };
+            if hostile && i % 500 == 0 {
+                for ts in [253_402_300_799_000, now * 1_000, now + 10 * 60_000, 0] {
+                    for (topic, e) in skewed(i, ts) {
+                        let _ = p.ingest(topic, e.as_bytes(), clock, None);
+                    }
+                }
+            }
+            let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
+            assert_eq!(p.ingest(topic, &m.payload, clock, None), Ok(()));
+            if i % 100 == 0 {
+                p.finalize_expired(Some(now));
+                p.accumulators.prune(now);
+            }
+        }
+        p.finalize_all();
+        p
+    }
+
+    #[test]
+    fn broken_clocks_change_nothing_of_the_normal_traffic() {
+        let (clean, hostile) = (run(false), run(true));
+        let normal = |p: &Pipeline| -> Vec<(Arc<[String]>, crate::accumulate::Series)> {
+            p.accumulators
+                .series
+                .iter()
+                .filter(|(d, _)| d[0] != "skewed")
+                .map(|(d, s)| (d.clone(), s.clone()))
+                .collect()
+        };
+        let (a, b) = (normal(&clean), normal(&hostile));
+        assert!(!a.is_empty());
+        assert_eq!(a.len(), b.len());
+        for ((da, sa), (db, sb)) in a.iter().zip(&b) {
+            assert_eq!(da, db);
+            assert!(
+                sa == sb,
+                "{da:?}: {} lists in {} buckets, with broken clocks {} in {}",
+                sa.lists(),
+                sa.buckets.len(),
+                sb.lists(),
+                sb.buckets.len()
+            );
+        }
+        for c in [&clean.counters, &hostile.counters] {
+            assert_eq!(c.orphans + c.late_amended + c.late_dropped + c.evicted, 0, "{c:?}");
+        }
+        // 24 rounds (12,000 messages) of 2 events each of year 9999 and ten
+        // minutes ahead, and of microseconds (past what the decoder takes
+        // as epoch milliseconds).
+        assert_eq!(
+            hostile.counters.rejected,
+            BTreeMap::from([(RejectReason::InvalidTimestamp, 48), (RejectReason::FutureTimestamp, 96)])
+        );
+        // The 1970 lists count since start, in no window: no bucket.
+        let skewed = hostile.accumulators.series.iter().find(|(d, _)| d[0] == "skewed").map(|(_, s)| s).unwrap();
+        assert_eq!(skewed.lists(), 24);
+        assert!(skewed.buckets.is_empty(), "{:?}", skewed.buckets.keys());
+    }
+
+    #[test]
+    fn a_replay_rejects_events_ahead_of_the_wall_clock() {
+        let config = Config::default();
+        let mut p = Pipeline::new(&config);
+        let clock = Clock::replay();
+        let now = wall_ms();
+        for (ts, ok) in [(BASE_MS, true), (now + 60_000, true), (now + 6 * 60_000, false), (253_402_300_799_000, false)]
+        {
+            let [(topic, e), _] = skewed(0, ts);
+            let want = if ok { Ok(()) } else { Err(RejectReason::FutureTimestamp) };
+            assert_eq!(p.ingest(topic, e.as_bytes(), clock, None), want, "{ts}");
+        }
     }
 }

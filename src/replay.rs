@@ -4,7 +4,7 @@
 //! the output is the exposition `/metrics` would show at that moment.
 
 use crate::config::Config;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Clock, Pipeline};
 use crate::publish::{Snapshot, render};
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -15,6 +15,7 @@ pub const REPLAY_TOPIC: &str = "replay";
 /// Runs the pipeline over `input` and returns the final pipeline.
 pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<Pipeline> {
     let mut pipeline = Pipeline::new(config);
+    let clock = Clock::replay();
     let mut line = Vec::new();
     let mut input = input;
     loop {
@@ -29,7 +30,7 @@ pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<
         // Processing time is not used in a replay: it would make the result
         // depend on how fast the file is read. Lists past their gap in
         // event time are finalized by the ingest itself, as in the daemon.
-        let _ = pipeline.ingest(REPLAY_TOPIC, message, 0, None);
+        let _ = pipeline.ingest(REPLAY_TOPIC, message, clock, None);
     }
     pipeline.finalize_all();
     Ok(pipeline)

@@ -401,14 +401,14 @@ mod tests {
         let evs = events();
         let mut whole = Pipeline::new(&cfg);
         for e in &evs {
-            let _ = whole.ingest("t", e.as_bytes(), 0, None);
+            let _ = whole.ingest("t", e.as_bytes(), crate::pipeline::Clock::replay(), None);
         }
         whole.finalize_all();
 
         let store = StateStore::open(&cfg).unwrap();
         let mut first = Pipeline::new(&cfg);
         for e in &evs[..37] {
-            let _ = first.ingest("t", e.as_bytes(), 0, None);
+            let _ = first.ingest("t", e.as_bytes(), crate::pipeline::Clock::replay(), None);
         }
         let budget = std::mem::take(&mut *first.budget().lock().unwrap());
         let written = Checkpoint {
@@ -429,7 +429,7 @@ mod tests {
         second.accumulators = shard.accumulators.into_accumulators().unwrap();
         second.counters = shard.counters.into_counters().unwrap();
         for e in &evs[37..] {
-            let _ = second.ingest("t", e.as_bytes(), 0, None);
+            let _ = second.ingest("t", e.as_bytes(), crate::pipeline::Clock::replay(), None);
         }
         second.finalize_all();
         assert_eq!(second.accumulators, whole.accumulators);

@@ -209,7 +209,7 @@ proptest! {
         let s = scenario(seed);
         let mut pipeline = Pipeline::new(&config);
         for message in arrival_order(&s.events, order_seed) {
-            prop_assert!(pipeline.ingest("t", message.as_bytes(), 0, None).is_ok(), "{message}");
+            prop_assert!(pipeline.ingest("t", message.as_bytes(), rankpulse::pipeline::Clock::replay(), None).is_ok(), "{message}");
             pipeline.finalize_expired(None);
         }
         pipeline.finalize_all();
