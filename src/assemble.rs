@@ -45,19 +45,58 @@ pub const MISSING_DIMENSION: &str = "unknown";
 /// Value reported for a dimension value past `dimensions.max_values`.
 pub const OTHER_DIMENSION: &str = "__other__";
 
-/// The distinct values admitted per dimension label, shared by every shard
-/// of an instance: past `max_values` new values become [`OTHER_DIMENSION`],
-/// so neither series nor this set grow without bound.
+/// The distinct values admitted per dimension label, and the distinct
+/// combinations of them, shared by every shard of an instance: past
+/// `max_values` new values of a label become [`OTHER_DIMENSION`], past
+/// `max_combinations` new combinations become [`OTHER_DIMENSION`] on every
+/// label, so neither series nor these sets grow without bound (each label
+/// within its cap still multiplies out: 100 rankers × 100 markets).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct DimensionBudget {
     pub max_values: usize,
     /// Admitted values, per label position.
     pub admitted: Vec<FxHashSet<String>>,
+    pub max_combinations: usize,
+    /// Admitted combinations, as 128-bit hashes of the value tuples.
+    pub combinations: FxHashSet<u128>,
 }
 
 impl DimensionBudget {
-    pub fn new(labels: usize, max_values: usize) -> Self {
-        DimensionBudget { max_values, admitted: vec![FxHashSet::default(); labels] }
+    pub fn new(labels: usize, max_values: usize, max_combinations: usize) -> Self {
+        DimensionBudget {
+            max_values,
+            admitted: vec![FxHashSet::default(); labels],
+            max_combinations,
+            combinations: FxHashSet::default(),
+        }
+    }
+
+    /// The budget of `config`'s dimensions.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        let d = &config.dimensions;
+        Self::new(d.labels.len(), d.max_values, d.max_combinations)
+    }
+
+    /// Whether the combination `values` may be a series; admits it if
+    /// there is room. The all-`__other__` combination always may.
+    fn admit_combination(&mut self, values: &[&str]) -> bool {
+        if values.iter().all(|v| *v == OTHER_DIMENSION) {
+            return true;
+        }
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        for v in values {
+            hasher.update(v.as_bytes());
+            hasher.update(&[0xff]);
+        }
+        let hash = hasher.digest128();
+        if self.combinations.contains(&hash) {
+            return true;
+        }
+        if self.combinations.len() < self.max_combinations {
+            self.combinations.insert(hash);
+            return true;
+        }
+        false
     }
 
     /// Whether `value` may appear as a label value at `label`; admits it if
@@ -116,9 +155,10 @@ impl Dimensions {
     }
 
     /// The id of an impression's configured dimension values; `overflow`
-    /// is told the index of each label whose value was replaced by
-    /// [`OTHER_DIMENSION`].
-    pub fn intern(&mut self, impression: &Impression, overflow: &mut impl FnMut(usize)) -> DimsId {
+    /// is told of each label whose value was replaced by
+    /// [`OTHER_DIMENSION`] ([`Closed::DimensionOverflow`]), and of a
+    /// combination past the budget ([`Closed::CombinationOverflow`]).
+    pub fn intern(&mut self, impression: &Impression, overflow: &mut impl FnMut(Closed<'static>)) -> DimsId {
         // Dimension labels are few; a small stack array avoids a Vec.
         let mut values: [&str; crate::config::MAX_DIMENSION_LABELS] = [""; crate::config::MAX_DIMENSION_LABELS];
         let n = self.labels.len().min(values.len());
@@ -137,9 +177,14 @@ impl Dimensions {
             for (i, v) in values[..n].iter_mut().enumerate() {
                 if !budget.admit(i, v) {
                     *v = OTHER_DIMENSION;
-                    overflow(i);
+                    overflow(Closed::DimensionOverflow(i));
                     replaced = true;
                 }
+            }
+            if !budget.admit_combination(&values[..n]) {
+                values[..n].fill(OTHER_DIMENSION);
+                overflow(Closed::CombinationOverflow);
+                replaced = true;
             }
             if replaced {
                 let hash = tuple_hash(values[..n].iter().copied());
@@ -266,7 +311,16 @@ struct FinalBuffers {
     /// Whether every shown result had a score.
     scored: bool,
     judged: Vec<Grade>,
+    /// For lists past [`LINEAR_MAX`]: documents seen, grade per document.
+    seen: FxHashSet<u64>,
+    grades: FxHashMap<u64, Grade>,
 }
+
+/// Up to this many shown results or judged documents, finalizing looks
+/// documents up by linear scans (quadratic, but faster than hashing for the
+/// lists of a search page); past it, through hash tables, so that a list of
+/// n results and judgments is finalized in O(n log n) (the sort by position).
+const LINEAR_MAX: usize = 32;
 
 impl FinalBuffers {
     fn view<'a>(&'a self, dimensions: &'a Dimensions) -> Option<FinalList<'a>> {
@@ -289,14 +343,24 @@ pub enum Closed<'a> {
     Evicted(FinalList<'a>),
     /// Only judgments arrived: nothing was shown, nothing to score.
     Orphan,
-    /// A late judgment changed a final list (`late.policy = "amend"`):
-    /// retract `old`, add `new`.
-    Amended { old: FinalList<'a>, new: FinalList<'a> },
+    /// A final list is about to take late judgments (`late.policy =
+    /// "amend"`): take its values out of the windows. It comes back as
+    /// [`Closed::Reinstated`] at the next sweep, with every late judgment
+    /// that came meanwhile: a burst of them on one list costs two scorings,
+    /// not two per judgment.
+    Withdrawn(FinalList<'a>),
+    /// A withdrawn list, with its late judgments: put its values back.
+    Reinstated(FinalList<'a>),
+    /// A late judgment was applied to a final list (`late.policy = "amend"`).
+    LateAmended,
     /// A late judgment was ignored (`late.policy = "drop"`).
     LateDropped,
     /// The value of the dimension label at this index was replaced by
     /// `__other__` (`dimensions.max_values`).
     DimensionOverflow(usize),
+    /// A new combination of dimension values past
+    /// `dimensions.max_combinations`: every label became `__other__`.
+    CombinationOverflow,
 }
 
 /// What the assembler reports about one event.
@@ -307,6 +371,8 @@ pub enum Applied {
     Duplicate,
     /// A judgment for a final list, handled by the late policy.
     Late,
+    /// The list already holds `input.max_events_per_list` events: rejected.
+    TooLarge,
 }
 
 /// Limits of one assembler.
@@ -318,11 +384,19 @@ pub struct AssemblyLimits {
     pub late_policy: LatePolicy,
     /// Final lists take late judgments this long after their last event.
     pub late_horizon_ms: i64,
+    /// Events one list takes (`input.max_events_per_list`).
+    pub max_events_per_list: usize,
 }
 
 impl AssemblyLimits {
     pub fn gap_only(gap_ms: i64) -> Self {
-        AssemblyLimits { gap_ms, max_open_lists: usize::MAX, late_policy: LatePolicy::Drop, late_horizon_ms: 0 }
+        AssemblyLimits {
+            gap_ms,
+            max_open_lists: usize::MAX,
+            late_policy: LatePolicy::Drop,
+            late_horizon_ms: 0,
+            max_events_per_list: usize::MAX,
+        }
     }
 
     pub fn from_config(config: &crate::config::Config) -> Self {
@@ -331,6 +405,7 @@ impl AssemblyLimits {
             max_open_lists: config.session.max_open_lists,
             late_policy: config.late.policy,
             late_horizon_ms: config.late.horizon.ms(),
+            max_events_per_list: config.input.max_events_per_list,
         }
     }
 }
@@ -370,6 +445,9 @@ pub struct Assembler {
     /// ahead of the clock) would otherwise hold every list it read between
     /// two ticks open, and the outcome would depend on the tick.
     next_sweep_ms: i64,
+    /// Final lists withdrawn from the windows for late judgments, put back
+    /// at the next sweep (see [`Closed::Withdrawn`]).
+    withdrawn: FxHashSet<ListKey>,
 }
 
 /// Event time between two finalizations from [`Assembler::ingest`]: the
@@ -392,6 +470,9 @@ pub struct AssemblerState {
     pub open_lists: Vec<(ListKey, OpenList)>,
     pub closed_lists: Vec<(ListKey, OpenList)>,
     pub lanes: Vec<(String, i64)>,
+    /// Final lists withdrawn from the checkpointed windows, not yet put back.
+    #[serde(default)]
+    pub withdrawn: Vec<ListKey>,
 }
 
 impl Assembler {
@@ -418,6 +499,7 @@ impl Assembler {
             clock_paused: false,
             last_scan_ms: None,
             next_sweep_ms: i64::MIN,
+            withdrawn: FxHashSet::default(),
         }
     }
 
@@ -428,6 +510,11 @@ impl Assembler {
             open_lists: lists_of(&self.open_lists),
             closed_lists: lists_of(&self.closed_lists),
             lanes: self.lanes.clone(),
+            withdrawn: {
+                let mut keys: Vec<ListKey> = self.withdrawn.iter().copied().collect();
+                keys.sort_unstable();
+                keys
+            },
         }
     }
 
@@ -451,6 +538,7 @@ impl Assembler {
         };
         self.open_lists = fill(state.open_lists);
         self.closed_lists = fill(state.closed_lists);
+        self.withdrawn = state.withdrawn.into_iter().filter(|k| self.closed_lists.contains(*k)).collect();
         self.lanes = state.lanes;
         self.update_watermark();
         self.clock_paused = true;
@@ -592,17 +680,35 @@ impl Assembler {
         source: Option<Source>,
         sink: &mut impl FnMut(Closed),
     ) -> Applied {
+        let max_events = self.limits.max_events_per_list;
         if let (Some(start), Event::Judgment(j)) = (at, event) {
             let edit = JudgmentEdit {
                 doc: doc_hash(&j.doc_id),
                 grade: j.grade,
                 event: event_hash,
+                max_events,
                 ts_ms: ts,
                 arrival_ms,
                 source,
             };
             if let Some(applied) = self.open_lists.judge_at(start, &edit) {
                 return applied;
+            }
+        }
+        if let (Some(start), Event::Impression(i)) = (at, event) {
+            match self.open_lists.big_event(start, event_hash, ts, arrival_ms, source, max_events) {
+                Some(Err(refused)) => return refused,
+                Some(Ok(_)) => {
+                    let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
+                    self.open_lists.note_impression(start, i.timestamp_ms, dims);
+                    if let Some(big) = self.open_lists.big_mut(key) {
+                        for r in &i.results {
+                            big.show(doc_hash(&r.doc_id), r.position, r.score.unwrap_or(f64::NAN));
+                        }
+                    }
+                    return Applied::Applied;
+                }
+                None => {}
             }
         }
         // Nothing below stores or removes a list before it is stored back.
@@ -620,6 +726,9 @@ impl Assembler {
         if list.event_ids.contains(&event_hash) {
             return Applied::Duplicate;
         }
+        if list.event_ids.len() >= max_events {
+            return Applied::TooLarge;
+        }
         if let Some(src) = source {
             match list.offsets.iter_mut().find(|o| o.id == src.id) {
                 Some(o) => o.offset = o.offset.min(src.offset),
@@ -631,15 +740,14 @@ impl Assembler {
         list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
         match event {
             Event::Impression(i) => {
-                let dims = self.dimensions.intern(i, &mut |label| sink(Closed::DimensionOverflow(label)));
+                let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
                 apply_impression(list, i, dims);
             }
             Event::Judgment(j) => apply_judgment(list, j),
         }
         if self.open_lists.store_at(key, at, list).is_err() {
-            // Past what one list can hold (65,535 results, judgments or
-            // events): final now, like an evicted list; later events of
-            // the key start a new one.
+            // The arena's 2^32 words are full: final now, like an evicted
+            // list; later events of the key start a new one.
             self.open_lists.remove(key);
             self.close(key, list, true, sink);
         }
@@ -665,7 +773,7 @@ impl Assembler {
         // became final.
         let closed_at = header.last_event_ms.saturating_add(gap);
         if judgment.timestamp_ms > closed_at || watermark > closed_at.saturating_add(horizon) {
-            self.closed_lists.remove(key);
+            self.forget_closed(key, sink);
             return None;
         }
         let mut list = self.scratch.take().unwrap_or_default();
@@ -683,36 +791,123 @@ impl Assembler {
         arrival_ms: i64,
         sink: &mut impl FnMut(Closed),
     ) -> Applied {
-        self.closed_lists.load(key, list);
-        if list.event_ids.contains(&event_hash) {
-            return Applied::Duplicate;
-        }
-        match self.limits.late_policy {
-            LatePolicy::Drop => {
-                // Remembered, so that a re-delivery counts as a duplicate.
-                list.event_ids.push(event_hash);
-                sink(Closed::LateDropped)
+        let Some(start) = self.closed_lists.locate(key) else { return Applied::Late };
+        let max_events = self.limits.max_events_per_list;
+        let amend = self.limits.late_policy == LatePolicy::Amend;
+        if amend && !self.withdrawn.contains(&key) {
+            // The first late judgment since the last sweep: the list's
+            // values leave the windows until then.
+            self.closed_lists.load_at(start, list);
+            if list.event_ids.contains(&event_hash) {
+                return Applied::Duplicate;
             }
-            LatePolicy::Amend => {
-                let [old, new] = &mut *self.finals;
-                let had = finalize(list, old);
-                list.event_ids.push(event_hash);
-                list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
-                apply_judgment(list, judgment);
-                let has = finalize(list, new);
-                if had
-                    && has
-                    && let (Some(old), Some(new)) = (old.view(&self.dimensions), new.view(&self.dimensions))
-                {
-                    sink(Closed::Amended { old, new });
+            if list.event_ids.len() >= max_events {
+                return Applied::TooLarge;
+            }
+            let buffers = &mut self.finals[0];
+            if finalize(list, buffers)
+                && let Some(old) = buffers.view(&self.dimensions)
+            {
+                sink(Closed::Withdrawn(old));
+            }
+            self.withdrawn.insert(key);
+        }
+        let edit = JudgmentEdit {
+            doc: doc_hash(&judgment.doc_id),
+            grade: judgment.grade,
+            event: event_hash,
+            max_events,
+            // A late judgment does not make the list younger: it is final,
+            // and its expiry follows its own events.
+            ts_ms: i64::MIN,
+            arrival_ms,
+            source: None,
+        };
+        let applied = if amend {
+            match self.closed_lists.judge_at(start, &edit) {
+                Some(applied) => applied,
+                None => {
+                    self.closed_lists.load_at(start, list);
+                    let applied = if list.event_ids.contains(&event_hash) {
+                        Applied::Duplicate
+                    } else if list.event_ids.len() >= max_events {
+                        Applied::TooLarge
+                    } else {
+                        list.event_ids.push(event_hash);
+                        list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
+                        apply_judgment(list, judgment);
+                        Applied::Applied
+                    };
+                    if applied == Applied::Applied && self.closed_lists.store_at(key, Some(start), list).is_err() {
+                        // The arena is full: the list takes no more.
+                        self.forget_closed(key, sink);
+                    }
+                    applied
                 }
             }
+        } else {
+            // Dropped, but remembered, so that a re-delivery is a duplicate.
+            match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, max_events) {
+                Some(Ok(_)) => Applied::Applied,
+                Some(Err(refused)) => refused,
+                None => {
+                    self.closed_lists.load_at(start, list);
+                    if list.event_ids.contains(&event_hash) {
+                        Applied::Duplicate
+                    } else if list.event_ids.len() >= max_events {
+                        Applied::TooLarge
+                    } else {
+                        list.event_ids.push(event_hash);
+                        if self.closed_lists.store_at(key, Some(start), list).is_err() {
+                            self.closed_lists.remove(key);
+                        }
+                        Applied::Applied
+                    }
+                }
+            }
+        };
+        match applied {
+            Applied::Applied => {
+                sink(if amend { Closed::LateAmended } else { Closed::LateDropped });
+                Applied::Late
+            }
+            other => other,
         }
-        if self.closed_lists.store(key, list).is_err() {
-            // Too large to keep: later judgments of it are no longer late.
-            self.closed_lists.remove(key);
+    }
+
+    /// Puts every withdrawn list back into the windows, with the late
+    /// judgments it took (see [`Closed::Withdrawn`]).
+    fn reinstate_withdrawn(&mut self, sink: &mut impl FnMut(Closed)) {
+        if self.withdrawn.is_empty() {
+            return;
         }
-        Applied::Late
+        let mut keys: Vec<ListKey> = self.withdrawn.drain().collect();
+        keys.sort_unstable();
+        for key in keys {
+            self.reinstate(key, sink);
+        }
+    }
+
+    fn reinstate(&mut self, key: ListKey, sink: &mut impl FnMut(Closed)) {
+        let mut list = self.scratch.take().unwrap_or_default();
+        if self.closed_lists.load(key, &mut list) {
+            let buffers = &mut self.finals[0];
+            if finalize(&mut list, buffers)
+                && let Some(new) = buffers.view(&self.dimensions)
+            {
+                sink(Closed::Reinstated(new));
+            }
+        }
+        self.scratch = Some(list);
+    }
+
+    /// Forgets a final list, putting it back into the windows first if it
+    /// was withdrawn.
+    fn forget_closed(&mut self, key: ListKey, sink: &mut impl FnMut(Closed)) {
+        if self.withdrawn.remove(&key) {
+            self.reinstate(key, sink);
+        }
+        self.closed_lists.remove(key);
     }
 
     /// Finalizes the lists with the oldest last event, a batch at a time so
@@ -733,6 +928,8 @@ impl Assembler {
     /// every eighth of the gap, at most 5 s). Final lists past the late
     /// horizon are forgotten.
     pub fn finalize_expired(&mut self, now_ms: Option<i64>, sink: &mut impl FnMut(Closed)) {
+        // Before any final list is forgotten below.
+        self.reinstate_withdrawn(sink);
         let gap = self.limits.gap_ms;
         let horizon = self.limits.late_horizon_ms;
         let watermark = self.watermark_ms;
@@ -788,6 +985,7 @@ impl Assembler {
 
     /// Finalizes every open list (shutdown without checkpoints, end of replay).
     pub fn finalize_all(&mut self, sink: &mut impl FnMut(Closed)) {
+        self.reinstate_withdrawn(sink);
         let mut list = self.scratch.take().unwrap_or_default();
         for key in self.open_lists.keys() {
             if self.open_lists.take(key, &mut list) {
@@ -806,7 +1004,7 @@ impl Assembler {
                     if self.closed_lists.len() >= self.limits.max_open_lists {
                         // Bounded like the open lists: forget the oldest.
                         for (k, _) in oldest(&self.closed_lists) {
-                            self.closed_lists.remove(k);
+                            self.forget_closed(k, sink);
                         }
                     }
                     list.offsets.clear();
@@ -885,16 +1083,29 @@ fn finalize(list: &mut OpenList, into: &mut FinalBuffers) -> bool {
     // In place: the order of `shown` means nothing else, and a final list
     // kept for late judgments is finalized again from the same state.
     list.shown.sort_unstable_by_key(|s| s.position);
-    let grade_of = |doc: u64| list.judged.iter().find(|(d, _)| *d == doc).map_or(0, |(_, g)| *g);
     into.shown.clear();
     into.scores.clear();
     into.scored = true;
+    let linear = list.shown.len() <= LINEAR_MAX && list.judged.len() <= LINEAR_MAX;
+    if !linear {
+        into.seen.clear();
+        into.grades.clear();
+        into.grades.extend(list.judged.iter().copied());
+    }
     for (i, s) in list.shown.iter().enumerate() {
         // A document shown at two positions counts at its first.
-        if list.shown[..i].iter().any(|earlier| earlier.doc == s.doc) {
+        let (first, grade) = if linear {
+            (
+                !list.shown[..i].iter().any(|earlier| earlier.doc == s.doc),
+                list.judged.iter().find(|(d, _)| *d == s.doc).map_or(0, |(_, g)| *g),
+            )
+        } else {
+            (into.seen.insert(s.doc), into.grades.get(&s.doc).copied().unwrap_or(0))
+        };
+        if !first {
             continue;
         }
-        into.shown.push(grade_of(s.doc));
+        into.shown.push(grade);
         into.scored &= !s.score.is_nan();
         into.scores.push(s.score);
     }
@@ -909,8 +1120,14 @@ mod tests {
     use crate::event::{DecodeLimits, decode};
 
     impl Assembler {
-        fn ingest_t(&mut self, e: &Event, arrival: i64, source: Option<Source>, sink: &mut impl FnMut(Closed)) {
-            self.ingest(e, "t", arrival, source, sink);
+        fn ingest_t(
+            &mut self,
+            e: &Event,
+            arrival: i64,
+            source: Option<Source>,
+            sink: &mut impl FnMut(Closed),
+        ) -> Applied {
+            self.ingest(e, "t", arrival, source, sink)
         }
     }
 
@@ -942,9 +1159,12 @@ mod tests {
         Final(Fin),
         Evicted(Fin),
         Orphan,
-        Amended { old: Fin, new: Fin },
+        Withdrawn(Fin),
+        Reinstated(Fin),
+        LateAmended,
         LateDropped,
         DimensionOverflow(usize),
+        CombinationOverflow,
     }
 
     impl From<Closed<'_>> for Got {
@@ -953,9 +1173,12 @@ mod tests {
                 Closed::Final(f) => Got::Final(f.into()),
                 Closed::Evicted(f) => Got::Evicted(f.into()),
                 Closed::Orphan => Got::Orphan,
-                Closed::Amended { old, new } => Got::Amended { old: old.into(), new: new.into() },
+                Closed::Withdrawn(f) => Got::Withdrawn(f.into()),
+                Closed::Reinstated(f) => Got::Reinstated(f.into()),
+                Closed::LateAmended => Got::LateAmended,
                 Closed::LateDropped => Got::LateDropped,
                 Closed::DimensionOverflow(label) => Got::DimensionOverflow(label),
+                Closed::CombinationOverflow => Got::CombinationOverflow,
             }
         }
     }
@@ -1110,7 +1333,13 @@ mod tests {
     }
 
     fn limits(policy: LatePolicy) -> AssemblyLimits {
-        AssemblyLimits { gap_ms: 10_000, max_open_lists: 1_000, late_policy: policy, late_horizon_ms: 60_000 }
+        AssemblyLimits {
+            gap_ms: 10_000,
+            max_open_lists: 1_000,
+            late_policy: policy,
+            late_horizon_ms: 60_000,
+            max_events_per_list: usize::MAX,
+        }
     }
 
     #[test]
@@ -1135,15 +1364,16 @@ mod tests {
             asm.finalize_all(&mut |c| out.push(c.into()));
             let finals: Vec<&Fin> = out.iter().filter_map(final_of).collect();
             assert_eq!(finals[0].shown, [1, 0]);
-            let amended: Vec<&Got> = out.iter().filter(|c| matches!(c, Got::Amended { .. })).collect();
+            let amended = out.iter().filter(|c| **c == Got::LateAmended).count();
             let dropped = out.iter().filter(|c| **c == Got::LateDropped).count();
+            let moved: Vec<&Got> = out.iter().filter(|c| matches!(c, Got::Withdrawn(_) | Got::Reinstated(_))).collect();
             match policy {
                 LatePolicy::Amend => {
-                    assert_eq!((amended.len(), dropped), (1, 0));
-                    let Got::Amended { old, new } = amended[0] else { unreachable!() };
+                    assert_eq!((amended, dropped), (1, 0));
+                    let [Got::Withdrawn(old), Got::Reinstated(new)] = moved[..] else { panic!("{moved:?}") };
                     assert_eq!((old.shown.as_slice(), new.shown.as_slice()), ([1, 0].as_slice(), [1, 3].as_slice()));
                 }
-                LatePolicy::Drop => assert_eq!((amended.len(), dropped), (0, 1)),
+                LatePolicy::Drop => assert_eq!((amended, dropped, moved.len()), (0, 1, 0)),
             }
             assert_eq!(out.iter().filter(|c| **c == Got::Orphan).count(), 1, "{policy:?}");
         }
@@ -1173,26 +1403,97 @@ mod tests {
         assert_eq!(asm.closed_lists(), 0, "no late horizon: nothing remembered");
     }
 
+    /// `input.max_events_per_list`, on a list small enough for its compact
+    /// run and on one past it, open and (under both late policies) final.
     #[test]
-    fn a_list_past_what_one_list_holds_is_finalized_early() {
-        let mut asm = Assembler::new(1 << 40, vec![]);
-        let mut out = Vec::new();
-        asm.ingest_t(&ev(&imp("i", "s", 0, &[("d1", 1)])), 0, None, &mut |c| out.push(c.into()));
-        // The impression plus 65,535 judgments: one event id too many.
-        for n in 0..store::MAX_ITEMS {
-            asm.ingest_t(&ev(&judg(&format!("j{n}"), "s", 1, "d1", 1)), 0, None, &mut |c| out.push(c.into()));
+    fn a_list_takes_at_most_max_events_per_list() {
+        for (results, policy) in [(3, LatePolicy::Amend), (150, LatePolicy::Amend), (150, LatePolicy::Drop)] {
+            let mut l = limits(policy);
+            l.max_events_per_list = 50;
+            let mut asm = Assembler::with_limits(l, vec![], None);
+            let mut out = Vec::new();
+            let docs: Vec<(String, u32)> = (0..results).map(|p| (format!("d{p}"), p + 1)).collect();
+            let docs: Vec<(&str, u32)> = docs.iter().map(|(d, p)| (d.as_str(), *p)).collect();
+            let mut applied = Vec::new();
+            applied.push(asm.ingest_t(&ev(&imp("i", "s", 0, &docs)), 0, None, &mut |c| out.push(c.into())));
+            for n in 0..60 {
+                let e = judg(&format!("j{n}"), "s", 1, &format!("d{}", n % results), 1);
+                applied.push(asm.ingest_t(&ev(&e), 0, None, &mut |c| out.push(c.into())));
+            }
+            let too_large = applied.iter().filter(|a| **a == Applied::TooLarge).count();
+            assert_eq!(too_large, 11, "{results} results: 1 impression + 49 judgments fit");
+            // A re-delivery is still a duplicate, not one too many.
+            let again = asm.ingest_t(&ev(&judg("j3", "s", 1, "d0", 1)), 0, None, &mut |c| out.push(c.into()));
+            assert_eq!(again, Applied::Duplicate);
+            // Final: a late judgment is one too many as well.
+            asm.ingest_t(&ev(&imp("x", "other", 20_000, &[("d", 1)])), 0, None, &mut |c| out.push(c.into()));
+            asm.finalize_expired(None, &mut |c| out.push(c.into()));
+            assert_eq!(asm.closed_lists(), 1);
+            let late = asm.ingest_t(&ev(&judg("late", "s", 2, "d1", 4)), 0, None, &mut |c| out.push(c.into()));
+            assert_eq!(late, Applied::TooLarge, "{results} {policy:?}");
+            let f = out.iter().filter_map(final_of).next().unwrap();
+            assert_eq!(f.shown.len(), results as usize);
+            assert_eq!(f.shown.iter().filter(|g| **g == 1).count(), 49.min(results as usize));
         }
-        assert_eq!(out.len(), 1);
-        assert!(matches!(&out[0], Got::Evicted(f) if f.shown == [1]), "{:?}", out[0]);
-        assert_eq!(asm.open_lists(), 0);
-        // The next event of the key starts a new list.
-        asm.ingest_t(&ev(&imp("i2", "s", 2, &[("d2", 1)])), 0, None, &mut |c| out.push(c.into()));
-        assert_eq!(asm.open_lists(), 1);
+    }
+
+    /// A hot key (10,000 results over 50 pages, 10,000 judgments, then
+    /// 1,000 late judgments with re-deliveries) gives the same lists and
+    /// values as the same events spread so that no list grows large.
+    #[test]
+    fn a_hot_key_is_assembled_like_any_list() {
+        let mut asm = Assembler::with_limits(limits(LatePolicy::Amend), vec![], None);
+        let mut out: Vec<Got> = Vec::new();
+        let page = |n: u32| -> String {
+            let docs: Vec<(String, u32)> =
+                (0..200).map(|i| (format!("d{}", (n * 200 + i) % 9_000), n * 200 + i + 1)).collect();
+            let docs: Vec<(&str, u32)> = docs.iter().map(|(d, p)| (d.as_str(), *p)).collect();
+            imp(&format!("p{n}"), "hot", n as i64, &docs)
+        };
+        for n in 0..50 {
+            asm.ingest_t(&ev(&page(n)), 0, None, &mut |c| out.push(c.into()));
+        }
+        // A re-delivered page changes nothing.
+        assert_eq!(asm.ingest_t(&ev(&page(7)), 0, None, &mut |c| out.push(c.into())), Applied::Duplicate);
+        for n in 0..10_000 {
+            let e = judg(&format!("j{n}"), "hot", 100, &format!("d{}", (n * 7) % 12_000), n % 5);
+            asm.ingest_t(&ev(&e), 0, None, &mut |c| out.push(c.into()));
+        }
+        asm.ingest_t(&ev(&imp("x", "other", 20_000, &[("d", 1)])), 0, None, &mut |c| out.push(c.into()));
+        asm.finalize_expired(None, &mut |c| out.push(c.into()));
+        let first = out.iter().filter_map(final_of).find(|f| f.shown.len() > 1).unwrap().clone();
+        assert_eq!(first.shown.len(), 9_000, "documents repeat after 9,000 positions: first one counts");
+        for n in 0..1_000 {
+            let e = judg(&format!("late{}", n % 900), "hot", 200, &format!("d{}", n * 9), 4);
+            asm.ingest_t(&ev(&e), 0, None, &mut |c| out.push(c.into()));
+        }
+        asm.finalize_all(&mut |c| out.push(c.into()));
+        let amended = out.iter().filter(|c| **c == Got::LateAmended).count();
+        assert_eq!(amended, 900, "100 re-deliveries");
+        let moved: Vec<&Got> = out.iter().filter(|c| matches!(c, Got::Withdrawn(_) | Got::Reinstated(_))).collect();
+        let [Got::Withdrawn(old), Got::Reinstated(new)] = moved[..] else { panic!("{} moves", moved.len()) };
+        assert_eq!(*old, first);
+        // The reference: the grades by hand, from the events' definitions.
+        let mut grade: FxHashMap<String, i32> = FxHashMap::default();
+        for n in 0..10_000 {
+            let g = grade.entry(format!("d{}", (n * 7) % 12_000)).or_default();
+            *g = (*g).max(n % 5);
+        }
+        for n in 0..900 {
+            grade.insert(format!("d{}", n * 9), 4);
+        }
+        let shown: Vec<Grade> = (0..9_000).map(|p| grade.get(&format!("d{p}")).copied().unwrap_or(0)).collect();
+        assert_eq!(new.shown, shown);
+        let mut judged = new.judged.clone();
+        judged.sort_unstable();
+        let mut want: Vec<Grade> = grade.values().copied().collect();
+        want.sort_unstable();
+        assert_eq!(judged, want);
     }
 
     #[test]
     fn dimension_values_past_the_budget_become_other() {
-        let budget = Arc::new(Mutex::new(DimensionBudget::new(1, 2)));
+        let budget = Arc::new(Mutex::new(DimensionBudget::new(1, 2, 100)));
         let mut asm = Assembler::with_limits(limits(LatePolicy::Drop), vec!["ranker".into()], Some(budget.clone()));
         let mut out = Vec::new();
         for (n, ranker) in ["a", "b", "c", "a", "d"].iter().enumerate() {
@@ -1206,5 +1507,28 @@ mod tests {
         assert_eq!(dims, ["__other__", "__other__", "a", "a", "b"]);
         assert_eq!(out.iter().filter(|c| **c == Got::DimensionOverflow(0)).count(), 2);
         assert_eq!(budget.lock().unwrap().admitted[0].len(), 2);
+    }
+
+    /// Each label within its values, the combinations past their budget:
+    /// every label of a new combination becomes `__other__`, and known
+    /// combinations keep their values.
+    #[test]
+    fn combinations_past_the_budget_become_other_on_every_label() {
+        let budget = Arc::new(Mutex::new(DimensionBudget::new(2, 100, 3)));
+        let labels = vec!["ranker".to_string(), "market".to_string()];
+        let mut asm = Assembler::with_limits(limits(LatePolicy::Drop), labels, Some(budget.clone()));
+        let mut out = Vec::new();
+        let pairs = [("a", "us"), ("a", "de"), ("b", "us"), ("b", "de"), ("a", "us"), ("c", "jp"), ("b", "us")];
+        for (n, (ranker, market)) in pairs.iter().enumerate() {
+            let e = imp(&format!("i{n}"), &format!("s{n}"), 0, &[("d", 1)])
+                .replace(r#""ranker":"a""#, &format!(r#""ranker":"{ranker}","market":"{market}""#));
+            asm.ingest_t(&ev(&e), 0, None, &mut |c| out.push(c.into()));
+        }
+        asm.finalize_all(&mut |c| out.push(c.into()));
+        let mut dims: Vec<String> = out.iter().filter_map(final_of).map(|f| f.dims.join("/")).collect();
+        dims.sort();
+        assert_eq!(dims, ["__other__/__other__", "__other__/__other__", "a/de", "a/us", "a/us", "b/us", "b/us"]);
+        assert_eq!(out.iter().filter(|c| **c == Got::CombinationOverflow).count(), 2);
+        assert_eq!(budget.lock().unwrap().combinations.len(), 3);
     }
 }

@@ -123,6 +123,90 @@ pub fn pipeline_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
     messages.len() as f64 / started.elapsed().as_secs_f64()
 }
 
+/// What [`hot_key`] measured, in milliseconds of one core.
+#[derive(Debug, Clone, Copy)]
+pub struct HotKey {
+    /// The hot list's 50 pages (10,000 results) and 10,000 judgments.
+    pub open_ms: f64,
+    /// 1,000 late judgments for it once final (`late.policy = "amend"`),
+    /// and putting its amended values back into the windows.
+    pub late_ms: f64,
+    /// Events of the hot key that were rejected or counted as duplicates
+    /// (0: every one was applied).
+    pub refused: u64,
+}
+
+/// One hot key among normal traffic, through the whole pipeline (decode,
+/// assemble, score, accumulate): a list of 10,000 results in 50 pages of
+/// 200 and 10,000 judgments, then 500 normal lists that make it final,
+/// then 1,000 late judgments for it. Only the hot key's events are timed.
+pub fn hot_key(config: &Config) -> HotKey {
+    let base = 1_763_780_000_000i64;
+    let mut config = config.clone();
+    config.late.policy = crate::config::LatePolicy::Amend;
+    // 11,050 events of one list: past the default bound of 10,000, which
+    // would reject the last ones instead of timing them.
+    config.input.max_events_per_list = config.input.max_events_per_list.max(20_000);
+    let clock = Clock::replay();
+    let hot = |i: usize, body: String| -> Vec<u8> {
+        format!(r#"{{"event_id":"hot-{i}","session_id":"hot","query_id":"q",{body}}}"#).into_bytes()
+    };
+    let pages: Vec<Vec<u8>> = (0..50)
+        .map(|page| {
+            let results: Vec<String> = (0..200)
+                .map(|i| {
+                    let p = page * 200 + i + 1;
+                    format!(r#"{{"doc_id":"doc-{p}","position":{p},"score":{}}}"#, 20_000 - p)
+                })
+                .collect();
+            let body = format!(
+                r#""type":"impression","timestamp":{},"results":[{}],"dimensions":{{"ranker":"control","market":"us"}}"#,
+                base + page as i64 * 10,
+                results.join(",")
+            );
+            hot(page, body)
+        })
+        .collect();
+    let judgment = |i: usize, doc: usize, ts: i64| {
+        hot(i, format!(r#""type":"judgment","doc_id":"doc-{doc}","grade":{},"timestamp":{ts}"#, 1 + i % 4))
+    };
+    let judgments: Vec<Vec<u8>> =
+        (0..10_000).map(|i| judgment(100 + i, 1 + i * 7 % 12_000, base + 1_000 + i as i64)).collect();
+    let normal = mix(0, 500, 3, base + 12_000, 100.0);
+    // 5 s after the hot list's last event: late once the normal traffic
+    // has moved the watermark past that event plus the gap.
+    let late: Vec<Vec<u8>> = (0..1_000).map(|i| judgment(20_000 + i, 1 + i * 13 % 15_000, base + 16_000)).collect();
+    let mut pipeline = Pipeline::new(&config);
+    let mut refused = 0;
+    let feed = |pipeline: &mut Pipeline, topic: &str, m: &[u8]| {
+        let before = pipeline.counters.duplicates.values().sum::<u64>();
+        let ok = pipeline.ingest(topic, m, clock, None).is_ok();
+        u64::from(!ok) + pipeline.counters.duplicates.values().sum::<u64>() - before
+    };
+    let started = Instant::now();
+    for m in &pages {
+        refused += feed(&mut pipeline, "search-impressions", m);
+    }
+    for m in &judgments {
+        refused += feed(&mut pipeline, "search-judgments", m);
+    }
+    let open_ms = started.elapsed().as_secs_f64() * 1e3;
+    for m in &normal {
+        let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
+        feed(&mut pipeline, topic, &m.payload);
+    }
+    let amended = pipeline.counters.late_amended;
+    let started = Instant::now();
+    for m in &late {
+        refused += feed(&mut pipeline, "search-judgments", m);
+    }
+    pipeline.finalize_expired(None);
+    let late_ms = started.elapsed().as_secs_f64() * 1e3;
+    refused += 1_000 - (pipeline.counters.late_amended - amended);
+    std::hint::black_box(&pipeline);
+    HotKey { open_ms, late_ms, refused }
+}
+
 /// Partitions of the consumer-order measurement (as in `bench kafka`).
 pub const CONSUMER_ORDER_PARTITIONS: usize = 4;
 /// Event time between two lists of `bench pipeline`'s mix (ms).

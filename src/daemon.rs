@@ -465,6 +465,9 @@ impl Daemon {
         let Some(checkpoint) = store.load_own()? else { return Ok(()) };
         if let Ok(mut b) = self.budget.lock() {
             *b = checkpoint.budget;
+            // The bounds are this configuration's, whatever the checkpoint's were.
+            b.max_values = self.config.dimensions.max_values;
+            b.max_combinations = self.config.dimensions.max_combinations;
         }
         for c in checkpoint.shards {
             let mut shard = Shard::new(&self.config, &self.budget);
@@ -692,8 +695,7 @@ pub async fn run_with(
     let consumer: Arc<Consumer> =
         Arc::new(kafka::create_consumer(&config, signals.clone()).map_err(DaemonError::Consumer)?);
     let dead_letters = DeadLetters::create(&config).map_err(DaemonError::DeadLetters)?;
-    let budget =
-        Arc::new(Mutex::new(DimensionBudget::new(config.dimensions.labels.len(), config.dimensions.max_values)));
+    let budget = Arc::new(Mutex::new(DimensionBudget::from_config(&config)));
     let max_topic_drift_ms = config.kafka.max_topic_drift.ms();
     let mut daemon = Daemon {
         config,

@@ -44,7 +44,9 @@ struct BenchArgs {
     /// open list; kafka: fill a broker, then a bare consumer and the daemon on the same data.
     /// freshness: the daemon reading live while the mix is produced at --rate. scale: one
     /// `rankpulse run` process, then two in one consumer group, on the same data.
-    #[arg(value_parser = ["pipeline", "memory", "kafka", "freshness", "scale"])]
+    /// hot-key: one list of 10,000 results and 10,000 judgments, then 1,000
+    /// late judgments for it, among normal traffic (5 rounds).
+    #[arg(value_parser = ["pipeline", "memory", "kafka", "freshness", "scale", "hot-key"])]
     what: String,
     /// Lists in the mix (each: one impression of 10 results and 3 judgments).
     #[arg(long, default_value_t = 250_000)]
@@ -262,6 +264,25 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
                     bench::CONSUMER_ORDER_LAG_MS / 1000.0
                 );
             }
+        }
+        "hot-key" => {
+            let mut totals = Vec::new();
+            for round in 1..=5 {
+                let h = bench::hot_key(&config);
+                if h.refused > 0 {
+                    anyhow::bail!("{} events of the hot key were not applied", h.refused);
+                }
+                println!(
+                    "round {round}: 50 pages (10,000 results) + 10,000 judgments {:.1} ms; \
+                     1,000 late judgments (amend) {:.1} ms; total {:.1} ms",
+                    h.open_ms,
+                    h.late_ms,
+                    h.open_ms + h.late_ms
+                );
+                totals.push(h.open_ms + h.late_ms);
+            }
+            totals.sort_by(f64::total_cmp);
+            println!("median total {:.1} ms (decode, assemble, score, accumulate; one core)", totals[2]);
         }
         "memory" => {
             let m = bench::open_list_memory(&config, args.lists);

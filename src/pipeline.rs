@@ -93,6 +93,8 @@ pub struct OpsCounters {
     pub late_dropped: u64,
     /// Impressions whose value of a dimension label became `__other__`, by label index.
     pub dimension_overflow: BTreeMap<usize, u64>,
+    /// Impressions of a new combination past `dimensions.max_combinations`.
+    pub combination_overflow: u64,
 }
 
 impl OpsCounters {
@@ -113,6 +115,7 @@ impl OpsCounters {
         for (k, v) in &other.dimension_overflow {
             *self.dimension_overflow.entry(*k).or_default() += v;
         }
+        self.combination_overflow += other.combination_overflow;
     }
 }
 
@@ -135,7 +138,7 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn new(config: &Config) -> Self {
-        let budget = DimensionBudget::new(config.dimensions.labels.len(), config.dimensions.max_values);
+        let budget = DimensionBudget::from_config(config);
         Self::with_budget(config, Arc::new(Mutex::new(budget)))
     }
 
@@ -231,19 +234,21 @@ impl Pipeline {
         };
         self.accumulators.set_now(window_now);
         let kind = event.kind();
+        let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
+        let applied = assembler.ingest(event, topic, clock.arrival_ms(), source, &mut |closed| {
+            fold(scorer, score, accumulators, counters, closed);
+        });
+        match applied {
+            Applied::Duplicate => *self.counters.duplicates.entry(kind).or_default() += 1,
+            Applied::TooLarge => return Err(RejectReason::ListTooLarge),
+            Applied::Applied | Applied::Late => {}
+        }
         // Looked up by borrowed parts: no String per event.
         match self.counters.events.iter_mut().find(|((t, k), _)| *k == kind && t == topic) {
             Some((_, n)) => *n += 1,
             None => {
                 self.counters.events.insert((topic.to_string(), kind), 1);
             }
-        }
-        let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
-        let applied = assembler.ingest(event, topic, clock.arrival_ms(), source, &mut |closed| {
-            fold(scorer, score, accumulators, counters, closed);
-        });
-        if applied == Applied::Duplicate {
-            *self.counters.duplicates.entry(kind).or_default() += 1;
         }
         Ok(())
     }
@@ -287,18 +292,22 @@ fn fold(
             scorer.score(list.shown, list.scores, list.judged, score);
             accumulators.fold(list.dims, list.impression_ms, score);
         }
-        Closed::Amended { old, new } => {
-            // The old values are recomputed from the same list: the engine is
-            // deterministic, so the retraction is exact.
-            counters.late_amended += 1;
+        // The withdrawn values are recomputed from the same list as when it
+        // was folded in: the engine is deterministic, so the retraction is
+        // exact.
+        Closed::Withdrawn(old) => {
             scorer.score(old.shown, old.scores, old.judged, score);
             accumulators.amend_window(old.dims, old.impression_ms, score, -1);
+        }
+        Closed::Reinstated(new) => {
             scorer.score(new.shown, new.scores, new.judged, score);
             accumulators.amend_window(new.dims, new.impression_ms, score, 1);
         }
+        Closed::LateAmended => counters.late_amended += 1,
         Closed::Orphan => counters.orphans += 1,
         Closed::LateDropped => counters.late_dropped += 1,
         Closed::DimensionOverflow(label) => *counters.dimension_overflow.entry(label).or_default() += 1,
+        Closed::CombinationOverflow => counters.combination_overflow += 1,
     }
 }
 

@@ -348,6 +348,12 @@ pub fn render(s: &Snapshot) -> String {
             n as f64,
         );
     }
+    f.counter(
+        &format!("{PREFIX}dimension_combinations_overflow_total"),
+        "Impressions of a new combination of dimension values reported as __other__ on every label (dimensions.max_combinations reached)",
+        &[],
+        s.counters.combination_overflow as f64,
+    );
     f.gauge(&format!("{PREFIX}open_lists"), "Lists still collecting events", &[], s.open_lists as f64);
     if let Some(h) = s.health {
         f.gauge(

@@ -32,7 +32,7 @@ use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// First bytes of a checkpoint file; the trailing digits are the format version.
-const MAGIC: &[u8; 8] = b"RPCKPT01";
+const MAGIC: &[u8; 8] = b"RPCKPT02";
 /// Header: magic, payload length (u64 LE), payload checksum (xxh3-64, LE).
 const HEADER_LEN: usize = 8 + 8 + 8;
 pub const EXTENSION: &str = "ckpt";
@@ -125,6 +125,7 @@ pub struct CountersState {
     pub late_amended: u64,
     pub late_dropped: u64,
     pub dimension_overflow: Vec<(usize, u64)>,
+    pub combination_overflow: u64,
 }
 
 const EVENT_KINDS: [&str; 2] = ["impression", "judgment"];
@@ -194,6 +195,7 @@ impl CountersState {
             late_amended: c.late_amended,
             late_dropped: c.late_dropped,
             dimension_overflow: c.dimension_overflow.iter().map(|(k, n)| (*k, *n)).collect(),
+            combination_overflow: c.combination_overflow,
         }
     }
 
@@ -219,6 +221,7 @@ impl CountersState {
         c.late_amended = self.late_amended;
         c.late_dropped = self.late_dropped;
         c.dimension_overflow = self.dimension_overflow.into_iter().collect();
+        c.combination_overflow = self.combination_overflow;
         Ok(c)
     }
 }

@@ -22,6 +22,13 @@
 //! | … | judged document hashes; their grades, two per word |
 //! | … | event id hashes; sources, one word each (16-bit id, 48-bit offset) or two when one does not fit |
 //!
+//! A list past [`BIG_RUN_WORDS`] (a hot key: thousands of results or
+//! judgments) would make every event scan and shift thousands of words;
+//! it becomes a [`BigList`] instead, with hashed indexes so that an event
+//! costs O(1), and its run keeps only the header (counts all zero: a
+//! compact list always has an event id), so that expiry, scans and
+//! compaction treat it like any other.
+//!
 //! For the production shape (10 results with scores, one source) a run is
 //! 29 words, 232 bytes; the hash table adds about 10 bytes per list, and the
 //! expiry slots (which let a tick find the lists due without walking them
@@ -30,7 +37,7 @@
 use super::{Applied, ListKey, OpenList, ShownDoc, Source};
 use crate::metrics::Grade;
 use hashbrown::HashTable;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 
 const HEADER_WORDS: usize = 7;
@@ -60,9 +67,89 @@ const GROWTH_SLACK: usize = 6;
 /// own rounding.
 const SLACK_MAX_RUN: usize = 64;
 
-/// The largest count of shown results, judged documents or event ids one
-/// list can hold; past it the assembler finalizes the list early.
-pub const MAX_ITEMS: usize = u16::MAX as usize;
+/// The largest count of shown results, judged documents or event ids of a
+/// compact run (16-bit counts); a list never gets near it, as it becomes a
+/// [`BigList`] past [`BIG_RUN_WORDS`].
+const MAX_ITEMS: usize = u16::MAX as usize;
+
+/// Runs larger than this (2 KiB) become [`BigList`]s: below it, the linear
+/// scans of a run cost less than hashing would.
+const BIG_RUN_WORDS: usize = 256;
+
+/// A list too large for a compact run, indexed so that an event costs O(1)
+/// in its size: positions, judged documents and event ids are hashed.
+#[derive(Debug, Clone, Default)]
+pub struct BigList {
+    shown: Vec<ShownDoc>,
+    positions: FxHashSet<u32>,
+    judged: Vec<(u64, Grade)>,
+    /// Index into `judged` by document.
+    judged_at: FxHashMap<u64, u32>,
+    event_ids: FxHashSet<u64>,
+    offsets: Vec<Source>,
+}
+
+impl BigList {
+    fn of(list: &OpenList) -> BigList {
+        let mut big = BigList {
+            shown: Vec::with_capacity(list.shown.len()),
+            judged: Vec::with_capacity(list.judged.len()),
+            offsets: list.offsets.clone(),
+            ..BigList::default()
+        };
+        big.event_ids.extend(&list.event_ids);
+        for s in &list.shown {
+            big.show(s.doc, s.position, s.score);
+        }
+        for &(doc, grade) in &list.judged {
+            big.judge(doc, grade);
+        }
+        big
+    }
+
+    fn fill(&self, into: &mut OpenList) {
+        into.shown.clear();
+        into.shown.extend_from_slice(&self.shown);
+        into.judged.clear();
+        into.judged.extend_from_slice(&self.judged);
+        into.event_ids.clear();
+        into.event_ids.extend(&self.event_ids);
+        // The set's order depends on its history: sorted, a checkpoint of
+        // the same list is the same bytes.
+        into.event_ids.sort_unstable();
+        into.offsets.clear();
+        into.offsets.extend_from_slice(&self.offsets);
+    }
+
+    /// A result at a position not taken yet (the first document seen at a
+    /// position keeps it).
+    pub fn show(&mut self, doc: u64, position: u32, score: f64) {
+        if self.positions.insert(position) {
+            self.shown.push(ShownDoc { doc, position, score });
+        }
+    }
+
+    /// The highest grade per document.
+    pub fn judge(&mut self, doc: u64, grade: Grade) {
+        match self.judged_at.get(&doc) {
+            Some(&i) => {
+                let g = &mut self.judged[i as usize].1;
+                *g = (*g).max(grade);
+            }
+            None => {
+                self.judged_at.insert(doc, self.judged.len() as u32);
+                self.judged.push((doc, grade));
+            }
+        }
+    }
+
+    fn add_source(&mut self, src: Source) {
+        match self.offsets.iter_mut().find(|o| o.id == src.id) {
+            Some(o) => o.offset = o.offset.min(src.offset),
+            None => self.offsets.push(src),
+        }
+    }
+}
 /// The largest count of sources (topic-partitions) of one list.
 const MAX_SOURCES: usize = u8::MAX as usize;
 
@@ -84,6 +171,8 @@ pub struct JudgmentEdit {
     pub grade: Grade,
     /// The judgment's event id hash (a re-delivery is a duplicate).
     pub event: u64,
+    /// Events the list may hold (`input.max_events_per_list`).
+    pub max_events: usize,
     pub ts_ms: i64,
     pub arrival_ms: i64,
     pub source: Option<Source>,
@@ -256,6 +345,8 @@ pub struct ListStore {
     expiry_entries: usize,
     /// The expiry entries [`Self::due`] is looking at (reused).
     due_lows: Vec<u32>,
+    /// The content of the lists whose runs are header only ([`BigList`]).
+    big: FxHashMap<ListKey, BigList>,
 }
 
 /// Asks the CPU to start loading the cache line at `words[at]` (no effect
@@ -346,12 +437,84 @@ impl ListStore {
 
     /// Every list's sources.
     pub fn sources(&self) -> impl Iterator<Item = Source> + '_ {
-        self.live_runs().flat_map(move |s| {
-            let run = &self.words[s as usize..];
-            let counts = Counts::read(run);
-            let at = counts.sections().sources;
-            (0..counts.sources).map(move |i| source_at(run, at, i, counts.wide_sources))
-        })
+        self.live_runs()
+            .flat_map(move |s| {
+                let run = &self.words[s as usize..];
+                let counts = Counts::read(run);
+                let at = counts.sections().sources;
+                (0..counts.sources).map(move |i| source_at(run, at, i, counts.wide_sources))
+            })
+            .chain(self.big.values().flat_map(|b| b.offsets.iter().copied()))
+    }
+
+    /// Whether the run at `start` is a [`BigList`]'s header: no counts (a
+    /// list the assembler made has an event id at least), and listed.
+    fn is_big(&self, start: u32) -> bool {
+        self.words[start as usize + 6] & 0x00ff_ffff_ffff_ffff == 0
+            && !self.big.is_empty()
+            && self.big.contains_key(&key_at(&self.words, start))
+    }
+
+    /// Bookkeeping of one event for the [`BigList`] at `start` (from
+    /// [`Self::locate`]): a duplicate or one too many changes nothing;
+    /// otherwise the event id, source and times are recorded and the list
+    /// is handed back for the event's own edit. `None`: not a big list.
+    pub fn big_event(
+        &mut self,
+        start: u32,
+        event: u64,
+        ts_ms: i64,
+        arrival_ms: i64,
+        source: Option<Source>,
+        max_events: usize,
+    ) -> Option<Result<&mut BigList, Applied>> {
+        if !self.is_big(start) {
+            return None;
+        }
+        let s = start as usize;
+        let key = key_at(&self.words, start);
+        let big = self.big.get_mut(&key)?;
+        if big.event_ids.contains(&event) {
+            return Some(Err(Applied::Duplicate));
+        }
+        if big.event_ids.len() >= max_events {
+            return Some(Err(Applied::TooLarge));
+        }
+        big.event_ids.insert(event);
+        if let Some(src) = source {
+            big.add_source(src);
+        }
+        self.words[s + 2] = (self.words[s + 2] as i64).max(ts_ms) as u64;
+        self.words[s + 3] = (self.words[s + 3] as i64).max(arrival_ms) as u64;
+        Some(Ok(big))
+    }
+
+    /// The [`BigList`] of `key`, if it is one.
+    pub fn big_mut(&mut self, key: ListKey) -> Option<&mut BigList> {
+        self.big.get_mut(&key)
+    }
+
+    /// Records an impression's time and dimensions on the list at `start`
+    /// unless an earlier impression did (the earliest decides).
+    pub fn note_impression(&mut self, start: u32, impression_ms: i64, dims: u32) {
+        let s = start as usize;
+        let has = (self.words[s + 6] >> 56) & FLAG_IMPRESSION != 0;
+        if !has || impression_ms < self.words[s + 4] as i64 {
+            self.words[s + 4] = impression_ms as u64;
+            self.words[s + 5] = (self.words[s + 5] & !0xffff_ffff) | u64::from(dims);
+            self.words[s + 6] |= FLAG_IMPRESSION << 56;
+        }
+    }
+
+    /// Decodes the list at `start` into `into`.
+    fn decode_at(&self, start: u32, into: &mut OpenList) {
+        let run = &self.words[start as usize..];
+        decode(run, into);
+        if self.is_big(start)
+            && let Some(big) = self.big.get(&key_at(&self.words, start))
+        {
+            big.fill(into);
+        }
     }
 
     /// Asks the CPU to start loading the run of `key`'s list, if there is
@@ -380,7 +543,7 @@ impl ListStore {
 
     /// Decodes the list at `start` (from [`Self::locate`]) into `into`.
     pub fn load_at(&self, start: u32, into: &mut OpenList) {
-        decode(&self.words[start as usize..], into);
+        self.decode_at(start, into);
     }
 
     /// Applies a judgment to the list at `start` (from [`Self::locate`])
@@ -393,6 +556,16 @@ impl ListStore {
     /// sources or be refused; nothing was changed, and the caller takes
     /// the general way.
     pub fn judge_at(&mut self, start: u32, edit: &JudgmentEdit) -> Option<Applied> {
+        if let Some(big) = self.big_event(start, edit.event, edit.ts_ms, edit.arrival_ms, edit.source, edit.max_events)
+        {
+            return Some(match big {
+                Ok(big) => {
+                    big.judge(edit.doc, edit.grade);
+                    Applied::Applied
+                }
+                Err(refused) => refused,
+            });
+        }
         let s = start as usize;
         let size = self.run_size(start);
         let run = &self.words[s..s + size];
@@ -401,6 +574,9 @@ impl ListStore {
             counts.sections();
         if run[events_at..sources_at].contains(&edit.event) {
             return Some(Applied::Duplicate);
+        }
+        if counts.events >= edit.max_events {
+            return Some(Applied::TooLarge);
         }
         let judged = run[judged_at..grades_at].iter().position(|&d| d == edit.doc);
         // Some(None): a source this list has not had yet.
@@ -411,7 +587,8 @@ impl ListStore {
         new.events += 1;
         new.judged += usize::from(judged.is_none());
         new.sources += usize::from(matches!(source, Some((_, None))));
-        if !new.fits() {
+        if !new.fits() || new.words() > BIG_RUN_WORDS {
+            // It becomes a big list: the general way converts it.
             return None;
         }
         let new_offset = source.map(|(src, i)| match i {
@@ -492,7 +669,7 @@ impl ListStore {
     pub fn load(&self, key: ListKey, into: &mut OpenList) -> bool {
         match self.find(key) {
             Some(s) => {
-                decode(&self.words[s as usize..], into);
+                self.decode_at(s, into);
                 true
             }
             None => false,
@@ -504,7 +681,8 @@ impl ListStore {
         match self.index.find_entry(hash_of(key), |&s| key_at(&self.words, s) == key) {
             Ok(entry) => {
                 let (start, _) = entry.remove();
-                decode(&self.words[start as usize..], into);
+                self.decode_at(start, into);
+                self.big.remove(&key);
                 self.release(start);
                 self.maybe_compact();
                 true
@@ -517,6 +695,7 @@ impl ListStore {
         match self.index.find_entry(hash_of(key), |&s| key_at(&self.words, s) == key) {
             Ok(entry) => {
                 let (start, _) = entry.remove();
+                self.big.remove(&key);
                 self.release(start);
                 self.maybe_compact();
                 true
@@ -538,8 +717,16 @@ impl ListStore {
     /// per event serves the load and the store.
     pub fn store_at(&mut self, key: ListKey, at: Option<u32>, list: &mut OpenList) -> Result<(), TooLarge> {
         list.shown.sort_unstable_by_key(|s| s.position);
-        let counts = Counts::of(list);
-        if !counts.fits() {
+        let mut counts = Counts::of(list);
+        let big = counts.words() > BIG_RUN_WORDS || at.is_some_and(|s| self.is_big(s));
+        if big {
+            // Its run is the header alone; its content is indexed.
+            self.big.insert(key, BigList::of(list));
+            counts = Counts { shown: 0, judged: 0, events: 0, sources: 0, ..counts };
+            counts.scores = false;
+            counts.explicit_positions = false;
+            counts.wide_sources = false;
+        } else if !counts.fits() {
             return Err(TooLarge);
         }
         let needed = counts.words();
@@ -566,7 +753,7 @@ impl ListStore {
             }
         };
         let slack = slack_of(size, needed);
-        encode(key, list, counts, slack, &mut self.words[start as usize..start as usize + size]);
+        encode(key, list, counts, slack, big, &mut self.words[start as usize..start as usize + size]);
         if at.is_none() {
             // After the encoding: filing may walk every run.
             self.file(key as u32, list.last_event_ms);
@@ -740,7 +927,7 @@ impl ListStore {
 }
 
 /// `slack`: the run's spare words past the content (at most [`SLACK_MASK`]).
-fn encode(key: ListKey, list: &OpenList, counts: Counts, slack: usize, run: &mut [u64]) {
+fn encode(key: ListKey, list: &OpenList, counts: Counts, slack: usize, big: bool, run: &mut [u64]) {
     run[0] = key as u64;
     run[1] = (key >> 64) as u64;
     run[2] = list.last_event_ms as u64;
@@ -753,6 +940,11 @@ fn encode(key: ListKey, list: &OpenList, counts: Counts, slack: usize, run: &mut
         | if list.impression.is_some() { FLAG_IMPRESSION } else { 0 }
         | if counts.wide_sources { FLAG_WIDE_SOURCES } else { 0 };
     run[6] = counts.header_word(flags, slack);
+    if big {
+        // A big list's header: its content is a [`BigList`].
+        run[5] &= 0xffff_ffff;
+        return;
+    }
     let mut at = HEADER_WORDS;
     for s in &list.shown {
         run[at] = s.doc;
@@ -866,6 +1058,13 @@ mod tests {
         }
     }
 
+    fn sorted(ids: &[u64]) -> Vec<u64> {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Equal lists (event ids in any order: a big list keeps them hashed).
     fn same(a: &OpenList, b: &OpenList) -> bool {
         let bits = |l: &OpenList| -> Vec<(u64, u32, u64)> {
             l.shown.iter().map(|s| (s.doc, s.position, s.score.to_bits())).collect()
@@ -875,7 +1074,7 @@ mod tests {
             && a.impression == b.impression
             && bits(a) == bits(b)
             && a.judged == b.judged
-            && a.event_ids == b.event_ids
+            && sorted(&a.event_ids) == sorted(&b.event_ids)
             && a.offsets == b.offsets
     }
 
@@ -1114,6 +1313,7 @@ mod tests {
                 _ => Some(Source { id: 70_000, offset: 3 }),
             };
             let e = JudgmentEdit {
+                max_events: usize::MAX,
                 doc,
                 grade: rng.below(5) as i32 - 1,
                 event,
@@ -1173,11 +1373,41 @@ mod tests {
         );
     }
 
+    /// Past the compact form's size, a list is a [`BigList`]: stored,
+    /// loaded, judged in place and removed like any other, whatever its size.
     #[test]
-    fn a_list_past_the_limits_is_refused() {
+    fn a_large_list_becomes_a_big_list_and_round_trips() {
         let mut store = ListStore::default();
-        let mut l = OpenList { event_ids: vec![0; MAX_ITEMS + 1], ..Default::default() };
-        assert_eq!(store.store(1, &mut l), Err(TooLarge));
-        assert!(store.is_empty());
+        let mut l = list(3, 2_000, |i| i as u32 * 2 + 1, true, 70_000);
+        l.offsets = vec![Source { id: 4, offset: 77 }];
+        store.store(9, &mut l).unwrap();
+        let mut small = list(4, 3, |i| i as u32 + 1, false, 1);
+        store.store(10, &mut small).unwrap();
+        let start = store.locate(9).unwrap();
+        assert!(store.is_big(start) && !store.is_big(store.locate(10).unwrap()));
+        assert_eq!(store.run_size(start), HEADER_WORDS);
+        let mut out = OpenList::default();
+        assert!(store.load(9, &mut out));
+        assert!(same(&out, &l));
+        let e = JudgmentEdit {
+            doc: l.judged[5].0,
+            grade: 30,
+            event: 12345,
+            max_events: usize::MAX,
+            ts_ms: l.last_event_ms + 1,
+            arrival_ms: 0,
+            source: Some(Source { id: 4, offset: 3 }),
+        };
+        assert_eq!(store.judge_at(start, &e), Some(Applied::Applied));
+        assert_eq!(store.judge_at(start, &e), Some(Applied::Duplicate));
+        let full = JudgmentEdit { event: 999, max_events: l.event_ids.len() + 1, ..e };
+        assert_eq!(store.judge_at(start, &full), Some(Applied::TooLarge));
+        assert!(store.load(9, &mut out));
+        assert_eq!(out.judged[5].1, 30);
+        assert_eq!(out.last_event_ms, l.last_event_ms + 1);
+        assert_eq!(out.offsets, [Source { id: 4, offset: 3 }]);
+        assert_eq!(store.sources().count(), 1 + small.offsets.len());
+        assert!(store.take(9, &mut out) && store.big.is_empty());
+        assert!(store.load(10, &mut out) && same(&out, &small));
     }
 }
