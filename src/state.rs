@@ -340,7 +340,13 @@ pub fn read(path: &Path) -> Result<Checkpoint, StateError> {
     if u64::from_le_bytes(sum) != xxh3_64(payload) {
         return Err(corrupt("checksum mismatch"));
     }
-    postcard::from_bytes(payload).map_err(|e| corrupt(&e.to_string()))
+    decode(payload).map_err(|e| corrupt(&e))
+}
+
+/// Decodes a checkpoint's payload (what follows the header). Public for the
+/// `checkpoint` fuzz target: no bytes on disk may panic the process.
+pub fn decode(payload: &[u8]) -> Result<Checkpoint, String> {
+    postcard::from_bytes(payload).map_err(|e| e.to_string())
 }
 
 /// The host name, else "rankpulse".

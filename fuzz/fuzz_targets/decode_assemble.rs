@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rankpulse::config::{Config, Span};
-use rankpulse::pipeline::Pipeline;
+use rankpulse::pipeline::{Clock, Pipeline};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -26,6 +26,8 @@ static CONFIG: LazyLock<Config> = LazyLock::new(|| {
     // Small bounds, so eviction, `__other__` and late amendments happen.
     config.session.max_open_lists = 8;
     config.dimensions.max_values = 2;
+    config.dimensions.max_combinations = 3;
+    config.input.max_events_per_list = 40;
     config.validate().expect("fuzz config is valid");
     config
 });
@@ -36,7 +38,10 @@ fuzz_target!(|data: &[u8]| {
     let mut arrival_ms = START_MS;
     for (i, payload) in data.split(|&b| b == b'\n').take(MAX_MESSAGES).enumerate() {
         arrival_ms += STEP_MS;
-        let _ = pipeline.ingest(TOPICS[i % 2], payload, arrival_ms, None);
+        // Kafka timestamps from the input too: a message may claim any time.
+        let message_ms = payload.first().map(|b| START_MS + (i64::from(*b) - 128) * 60_000);
+        let clock = Clock::Live { now_ms: arrival_ms, message_ms };
+        let _ = pipeline.ingest(TOPICS[i % 2], payload, clock, None);
         fed += 1;
         if fed % 16 == 0 {
             pipeline.finalize_expired(Some(arrival_ms));
@@ -62,7 +67,8 @@ fuzz_target!(|data: &[u8]| {
     );
 
     for (dims, series) in &pipeline.accumulators.series {
-        let cells = std::iter::once((None, &series.total)).chain(series.buckets.iter().map(|(b, c)| (Some(b), c)));
+        let total = series.total();
+        let cells = std::iter::once((None, &total)).chain(series.buckets.iter().map(|(b, c)| (Some(b), c)));
         for (bucket, cell) in cells {
             for (i, moments) in cell.metrics.iter().enumerate() {
                 if let Some(mean) = moments.mean() {

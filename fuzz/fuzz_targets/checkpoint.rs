@@ -1,0 +1,32 @@
+//! A checkpoint's payload from arbitrary bytes, restored as the daemon
+//! restores it when the settings match: nothing on disk may panic the
+//! process. Restoring puts every list of the checkpoint through the list
+//! store's compact encoding (or a big list), and finalizing decodes them all.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rankpulse::config::Config;
+use rankpulse::pipeline::Pipeline;
+use rankpulse::state;
+use std::sync::LazyLock;
+
+static CONFIG: LazyLock<Config> = LazyLock::new(Config::default);
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(checkpoint) = state::decode(data) else { return };
+    for shard in checkpoint.shards {
+        let mut pipeline = Pipeline::new(&CONFIG);
+        // As the daemon: a shard whose numbers do not decode is refused.
+        let (Ok(accumulators), Ok(counters)) = (shard.accumulators.into_accumulators(), shard.counters.into_counters())
+        else {
+            continue;
+        };
+        pipeline.accumulators.series = accumulators.series;
+        pipeline.counters = counters;
+        pipeline.assembler.restore(shard.assembler);
+        pipeline.finalize_expired(Some(1_700_000_000_000));
+        pipeline.finalize_all();
+        assert_eq!(pipeline.open_lists(), 0);
+    }
+});
