@@ -231,8 +231,9 @@ impl Daemon {
         }
         let Some(shard) = self.shards.get_mut(&partition) else { return };
         // A message fetched before its partition was revoked: the new owner
-        // counts it, from the state this instance handed over.
-        if checkpointing && !shard.owned {
+        // counts it (from the state this instance handed over, or from the
+        // committed offset), or, back here, it comes again.
+        if !shard.owned {
             return;
         }
         shard.idle = false;
@@ -337,7 +338,11 @@ impl Daemon {
     /// `session.max_open_lists` is per instance: each shard gets an equal
     /// share (rounded up).
     fn share_open_list_cap(&mut self) {
-        let share = self.config.session.max_open_lists.div_ceil(self.shards.len().max(1)).max(1);
+        // Frozen shards hold no more lists than when they were frozen (and
+        // without checkpoints lose them at the next assignment): the cap is
+        // shared by the shards that can grow.
+        let owned = self.shards.values().filter(|s| s.owned).count();
+        let share = self.config.session.max_open_lists.div_ceil(owned.max(1)).max(1);
         for shard in self.shards.values_mut() {
             shard.pipeline.assembler.limits.max_open_lists = share;
         }
@@ -427,6 +432,23 @@ impl Daemon {
                 }
             }
         }
+        if self.store.is_none() {
+            // Without checkpoints, a partition revoked and not given back
+            // went to another instance, which reads it again from the
+            // committed offset (at most the oldest open list's first event):
+            // its open lists are that instance's to finish, not this one's.
+            // The counters of the lists finished here stay.
+            for (p, shard) in self.shards.iter_mut().filter(|(p, s)| !s.owned && !partitions.contains(p)) {
+                if shard.pipeline.open_lists() > 0 || !shard.next_offsets.is_empty() {
+                    eprintln!(
+                        "rankpulse: partition {p} went to another instance: its {} open list(s) are left to it",
+                        shard.pipeline.open_lists()
+                    );
+                }
+                shard.pipeline.drop_lists();
+                shard.next_offsets.clear();
+            }
+        }
         for p in partitions {
             let (config, budget) = (&self.config, &self.budget);
             let shard = self.shards.entry(p).or_insert_with(|| Shard::new(config, budget));
@@ -485,13 +507,19 @@ impl Daemon {
     /// while the broker is reachable, in processing time.
     fn finalize_expired(&mut self) {
         let now = wall_ms();
-        let checkpointing = self.store.is_some();
         let connected = self.signals.connected.load(Ordering::Relaxed);
-        for shard in self.shards.values_mut() {
-            if shard.owned || !checkpointing {
-                let processing_time = (connected && shard.idle).then_some(now);
-                shard.pipeline.finalize_expired(processing_time);
-            }
+        // Nothing arriving means idle only while the brokers answer: a
+        // frozen one is an outage only after session.timeout.ms, and lists
+        // closed on processing time before that would miss what it still
+        // holds. Half a gap of silence (at least 1.5 s: a fetch is answered
+        // within fetch.wait.max.ms) suspends it.
+        let answering = self.signals.silent_ms.load(Ordering::Relaxed) <= (self.config.session.gap.ms() / 2).max(1_500);
+        // A shard not owned is frozen: if its partition comes back (a
+        // stall, a session timeout) its lists continue exactly; if it went
+        // to another instance, they are that instance's now.
+        for shard in self.shards.values_mut().filter(|s| s.owned) {
+            let processing_time = (connected && answering && shard.idle).then_some(now);
+            shard.pipeline.finalize_expired(processing_time);
         }
     }
 

@@ -24,7 +24,7 @@ use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer}
 use rdkafka::statistics::Statistics;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,6 +52,11 @@ pub struct KafkaSignals {
     pub connected: AtomicBool,
     /// Set by the first statistics report: before it, "not connected" is not an outage.
     pub observed: AtomicBool,
+    /// How long (ms) the most silent broker with requests in flight has
+    /// sent nothing, at the last statistics report: a partition that
+    /// delivers nothing is idle only while this is short, not because its
+    /// broker stopped answering.
+    pub silent_ms: AtomicI64,
 }
 
 /// The consumer's context: receives statistics, errors and rebalances on
@@ -62,11 +67,19 @@ pub struct RankpulseContext {
     /// refused login or an untrusted certificate about 20 times a second):
     /// logged once, then with a count.
     errors: Mutex<RepeatedErrors>,
+    /// A broker with requests in flight that has sent nothing for longer
+    /// than this (µs; the consumer's `session.timeout.ms`) is not
+    /// answering: an outage, though its connection is up.
+    unresponsive_after_us: i64,
 }
 
 impl RankpulseContext {
-    pub fn new(signals: Arc<KafkaSignals>) -> Self {
-        RankpulseContext { signals, errors: Mutex::new(RepeatedErrors::default()) }
+    pub fn new(signals: Arc<KafkaSignals>, session_timeout_ms: i64) -> Self {
+        RankpulseContext {
+            signals,
+            errors: Mutex::new(RepeatedErrors::default()),
+            unresponsive_after_us: session_timeout_ms.saturating_mul(1_000),
+        }
     }
 }
 
@@ -161,8 +174,21 @@ impl ClientContext for RankpulseContext {
     }
 
     fn stats(&self, statistics: Statistics) {
-        let up = statistics.brokers.values().any(|b| b.state == "UP");
+        // A frozen broker (a stopped process, a hung disk) keeps its TCP
+        // connections up: only the silence on them tells.
+        let stalled = |b: &rdkafka::statistics::Broker| {
+            b.state == "UP" && b.waitresp_cnt > 0 && b.rxidle > self.unresponsive_after_us
+        };
+        let up = statistics.brokers.values().any(|b| b.state == "UP") && !statistics.brokers.values().any(stalled);
         self.signals.connected.store(up, Ordering::Relaxed);
+        let silent_us = statistics
+            .brokers
+            .values()
+            .filter(|b| b.state == "UP" && b.waitresp_cnt > 0)
+            .map(|b| b.rxidle)
+            .max()
+            .unwrap_or(0);
+        self.signals.silent_ms.store(silent_us / 1_000, Ordering::Relaxed);
         self.signals.observed.store(true, Ordering::Relaxed);
         let Ok(mut lag) = self.signals.lag.lock() else { return };
         for (topic, t) in statistics.topics {
@@ -244,7 +270,8 @@ pub fn create_consumer(config: &Config, signals: Arc<KafkaSignals>) -> Result<Co
     for (key, value) in &config.kafka.properties {
         cc.set(key, value);
     }
-    cc.create_with_context(RankpulseContext::new(signals))
+    let session_timeout_ms = cc.get("session.timeout.ms").and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    cc.create_with_context(RankpulseContext::new(signals, session_timeout_ms))
 }
 
 /// Counts the dead-letter copies that failed after librdkafka's retries.

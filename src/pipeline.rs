@@ -273,6 +273,17 @@ impl Pipeline {
     pub fn open_lists(&self) -> usize {
         self.assembler.open_lists()
     }
+
+    /// Forgets every open and final list without scoring any (their
+    /// partition went to another instance); the accumulators and counters
+    /// stay.
+    pub fn drop_lists(&mut self) {
+        self.assembler = Assembler::with_limits(
+            self.assembler.limits,
+            self.assembler.dimensions.labels.clone(),
+            Some(self.budget.clone()),
+        );
+    }
 }
 
 fn fold(

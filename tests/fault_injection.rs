@@ -585,7 +585,9 @@ fn a_session_flood_keeps_memory_flat() {
     );
     wait_until("the daemon to join its group", Duration::from_secs(60), || ready(&http));
     let producer = broker.producer();
-    let base = now_ms() - 60_000;
+    // One session per millisecond: 600,000 of them span 10 minutes, all in
+    // the past (events more than input.max_future_skew ahead are rejected).
+    let base = now_ms() - 700_000;
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let mut samples = Vec::new();
     const BATCHES: usize = 6;

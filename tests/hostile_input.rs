@@ -12,6 +12,10 @@
 //! - `a_flood_of_dimension_combinations_is_capped`: 100,000 impressions of
 //!   distinct combinations: series stay within `dimensions.max_combinations`,
 //!   the excess is counted, resident memory stays within a bound.
+//! - `a_broker_frozen_for_20_s_mid_stream_changes_nothing_without_state`:
+//!   the broker stopped (SIGSTOP) for 20 s while events flow, with the
+//!   default configuration (no `state.dir`): the stall is an outage after
+//!   `session.timeout.ms`, and the counters are exact.
 //!
 //! Ignored by a plain `cargo test` (each takes a broker and about a minute);
 //! `.ci/run` runs them with `--ignored`, where a missing broker fails.
@@ -377,5 +381,51 @@ fn a_flood_of_dimension_combinations_is_capped() {
     assert!(overflow >= 100_000.0 - 500.0 - 10_000.0, "{overflow} impressions counted as combination overflow");
     assert_eq!(sum_of(&m, "rankpulse_lists_finalized_total"), 100_000.0);
     assert!(rss_mib < RSS_BOUND_MIB, "resident {rss_mib} MiB");
+    sigterm(&mut daemon);
+}
+
+#[test]
+#[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
+fn a_broker_frozen_for_20_s_mid_stream_changes_nothing_without_state() {
+    let tansu = tansu();
+    let port = free_port();
+    let broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
+    let bootstrap = format!("127.0.0.1:{port}");
+    let http = format!("127.0.0.1:{}", free_port());
+    let group = format!("hostile-frozen-{}", std::process::id());
+    // The default configuration (no state.dir), with the tier's short gap.
+    let mut daemon = spawn_daemon(&bootstrap, &http, &group, &[]);
+    wait_until("the daemon to join its group", Duration::from_secs(90), || ready(&http));
+    let evs = events(3_000, now_ms() - 120_000, 53);
+    let batches: Vec<Vec<(String, String)>> = evs.chunks(evs.len() / 20 + 1).map(<[_]>::to_vec).collect();
+    let feeder_bootstrap = bootstrap.clone();
+    let feeder = std::thread::spawn(move || {
+        let producer = producer(&feeder_bootstrap);
+        for batch in batches {
+            produce(&producer, &batch, None);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    wait_until("a third of the stream consumed", Duration::from_secs(60), || {
+        consumed(&metrics(&http)) >= evs.len() as f64 / 3.0
+    });
+    let pid = broker.0.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let frozen = std::time::Instant::now();
+    // Past session.timeout.ms (10 s) of silence: an outage.
+    wait_until("the frozen broker seen as an outage", Duration::from_secs(19), || {
+        let m = metrics(&http);
+        sum_of(&m, "rankpulse_kafka_connected") == 0.0 && sum_of(&m, "rankpulse_kafka_outages_total") >= 1.0
+    });
+    assert_eq!(http_get(&http, "/readyz").unwrap().0, 503);
+    std::thread::sleep(Duration::from_secs(20).saturating_sub(frozen.elapsed()));
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    feeder.join().unwrap();
+    let m = settle(&http, evs.len() as f64);
+    let want = reference(&evs, &config(&[]));
+    assert_eq!(compared(&m, "none"), compared(&want, "none"));
+    assert_eq!(sum_of(&m, "rankpulse_orphan_lists_total"), sum_of(&want, "rankpulse_orphan_lists_total"));
+    assert_eq!(sum_of(&m, "rankpulse_late_judgments_total"), 0.0);
+    assert_eq!(sum_of(&m, "rankpulse_kafka_connected"), 1.0);
     sigterm(&mut daemon);
 }
