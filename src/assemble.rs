@@ -876,8 +876,9 @@ impl Assembler {
     }
 
     /// Puts every withdrawn list back into the windows, with the late
-    /// judgments it took (see [`Closed::Withdrawn`]).
-    fn reinstate_withdrawn(&mut self, sink: &mut impl FnMut(Closed)) {
+    /// judgments it took (see [`Closed::Withdrawn`]): before the lists are
+    /// dropped, or the windows would lack them for good.
+    pub fn reinstate_withdrawn(&mut self, sink: &mut impl FnMut(Closed)) {
         if self.withdrawn.is_empty() {
             return;
         }

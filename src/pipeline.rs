@@ -278,6 +278,10 @@ impl Pipeline {
     /// partition went to another instance); the accumulators and counters
     /// stay.
     pub fn drop_lists(&mut self) {
+        // Final lists taken out of the windows for late judgments go back
+        // first: they were counted here.
+        let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
+        assembler.reinstate_withdrawn(&mut |closed| fold(scorer, score, accumulators, counters, closed));
         self.assembler = Assembler::with_limits(
             self.assembler.limits,
             self.assembler.dimensions.labels.clone(),
@@ -417,6 +421,34 @@ mod tests {
         let skewed = hostile.accumulators.series.iter().find(|(d, _)| d[0] == "skewed").map(|(_, s)| s).unwrap();
         assert_eq!(skewed.lists(), 24);
         assert!(skewed.buckets.is_empty(), "{:?}", skewed.buckets.keys());
+    }
+
+    /// Dropping the lists of a partition handed over puts back the final
+    /// lists withdrawn for late judgments: the windows keep what was
+    /// counted here.
+    #[test]
+    fn dropped_lists_leave_the_windows_as_counted() {
+        let config = Config::default();
+        let mut p = Pipeline::new(&config);
+        let clock = Clock::replay();
+        let [(it, i), (jt, j)] = skewed(1, BASE_MS);
+        p.ingest(it, i.as_bytes(), clock, None).unwrap();
+        p.ingest(jt, j.as_bytes(), clock, None).unwrap();
+        // A later list moves the watermark past the first's gap: final.
+        for (topic, e) in skewed(2, BASE_MS + 40_000) {
+            p.ingest(topic, e.as_bytes(), clock, None).unwrap();
+        }
+        let lists = |p: &Pipeline| {
+            p.accumulators.series.values().flat_map(|s| s.buckets.values()).map(|c| c.lists).sum::<i64>()
+        };
+        assert_eq!(lists(&p), 1);
+        // A late judgment for it: withdrawn until the next sweep.
+        let late = j.replace("sj-", "late-").replace(r#""grade":1"#, r#""grade":2"#);
+        p.ingest(jt, late.as_bytes(), clock, None).unwrap();
+        assert_eq!((lists(&p), p.counters.late_amended), (0, 1));
+        p.drop_lists();
+        assert_eq!(lists(&p), 1);
+        assert_eq!(p.open_lists(), 0);
     }
 
     #[test]
