@@ -72,6 +72,12 @@ impl Quantized {
 }
 
 /// The sufficient statistics of a weighted mean, exactly mergeable.
+///
+/// All arithmetic on them wraps: under wrapping addition the moments form a
+/// group, so merge and unmerge stay exact inverses even through an
+/// intermediate overflow, and a checkpoint holding absurd values (corrupt, or
+/// crafted) gives absurd numbers rather than a panic. A real stream never
+/// comes near the range: 2^127 units of 2^-52 is about 10^22 lists at value 1.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Moments {
     /// Σ w·v, in units of 2^-52.
@@ -112,11 +118,11 @@ impl Moments {
             // A plain mean's value (all but GAUC): additions, not the
             // 128-bit multiplications below (24 values per list).
             let (q, q_sq) = if sign == 1 { (value.q, value.q_sq) } else { (-value.q, -value.q_sq) };
-            self.sum += q;
-            self.sum_sq += q_sq;
-            self.weight += sign;
-            self.weight_sq += i128::from(sign);
-            self.count += sign;
+            self.sum = self.sum.wrapping_add(q);
+            self.sum_sq = self.sum_sq.wrapping_add(q_sq);
+            self.weight = self.weight.wrapping_add(sign);
+            self.weight_sq = self.weight_sq.wrapping_add(i128::from(sign));
+            self.count = self.count.wrapping_add(sign);
             return;
         }
         self.apply_weighted(value, weight, sign);
@@ -128,31 +134,31 @@ impl Moments {
         let w = i64::from(weight) * sign;
         let (q, q_sq) = (value.q, value.q_sq);
         let w128 = i128::from(w);
-        self.sum += w128 * q;
-        self.sum_sq += w128 * q_sq;
-        self.weight += w;
-        self.weight_sq += i128::from(weight) * i128::from(weight) * i128::from(sign);
-        self.count += sign;
+        self.sum = self.sum.wrapping_add(w128 * q);
+        self.sum_sq = self.sum_sq.wrapping_add(w128 * q_sq);
+        self.weight = self.weight.wrapping_add(w);
+        self.weight_sq = self.weight_sq.wrapping_add(i128::from(weight) * i128::from(weight) * i128::from(sign));
+        self.count = self.count.wrapping_add(sign);
     }
 
     /// Folds another accumulator in (shards, buckets, instances).
     #[inline]
     pub fn merge(&mut self, other: &Moments) {
-        self.sum += other.sum;
-        self.sum_sq += other.sum_sq;
-        self.weight += other.weight;
-        self.weight_sq += other.weight_sq;
-        self.count += other.count;
+        self.sum = self.sum.wrapping_add(other.sum);
+        self.sum_sq = self.sum_sq.wrapping_add(other.sum_sq);
+        self.weight = self.weight.wrapping_add(other.weight);
+        self.weight_sq = self.weight_sq.wrapping_add(other.weight_sq);
+        self.count = self.count.wrapping_add(other.count);
     }
 
     /// Subtracts another accumulator (a bucket leaving a window).
     #[inline]
     pub fn unmerge(&mut self, other: &Moments) {
-        self.sum -= other.sum;
-        self.sum_sq -= other.sum_sq;
-        self.weight -= other.weight;
-        self.weight_sq -= other.weight_sq;
-        self.count -= other.count;
+        self.sum = self.sum.wrapping_sub(other.sum);
+        self.sum_sq = self.sum_sq.wrapping_sub(other.sum_sq);
+        self.weight = self.weight.wrapping_sub(other.weight);
+        self.weight_sq = self.weight_sq.wrapping_sub(other.weight_sq);
+        self.count = self.count.wrapping_sub(other.count);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -411,7 +417,7 @@ impl Cell {
         for (a, b) in self.metrics.iter_mut().zip(&other.metrics) {
             a.merge(b);
         }
-        self.lists += other.lists;
+        self.lists = self.lists.wrapping_add(other.lists);
     }
 
     /// Takes out what [`Self::merge`] put in (exact).
@@ -422,7 +428,7 @@ impl Cell {
         for (a, b) in self.metrics.iter_mut().zip(&other.metrics) {
             a.unmerge(b);
         }
-        self.lists -= other.lists;
+        self.lists = self.lists.wrapping_sub(other.lists);
     }
 
     fn apply(&mut self, score: &ListScore, sign: i64) {
@@ -434,7 +440,7 @@ impl Cell {
         if let (Some((auc, weight)), Some(m)) = (score.gauc, self.metrics.last_mut()) {
             if sign > 0 { m.add(auc, weight) } else { m.retract(auc, weight) }
         }
-        self.lists += sign;
+        self.lists = self.lists.wrapping_add(sign);
     }
 
     /// The GAUC accumulator.
@@ -498,8 +504,8 @@ impl Series {
 
     /// Lists folded in since start (`total().lists`).
     pub fn lists(&self) -> i64 {
-        self.retired.lists + self.buckets.values().map(|c| c.lists).sum::<i64>()
-            - self.amended.values().map(|c| c.lists).sum::<i64>()
+        let live = self.buckets.values().fold(self.retired.lists, |n, c| n.wrapping_add(c.lists));
+        self.amended.values().fold(live, |n, c| n.wrapping_sub(c.lists))
     }
 }
 

@@ -162,11 +162,15 @@ impl AccumulatorsState {
         }
     }
 
+    /// The accumulators this state holds. Their moments wrap (see
+    /// [`crate::accumulate::Moments`]); the plain counts are added to with
+    /// `+=` and merged over shards, so one above [`MAX_COUNT`] is refused.
     pub fn into_accumulators(self) -> Result<Accumulators, String> {
         let mut a = Accumulators::new(self.cutoffs, self.bucket_ms);
         for s in self.series {
             let mut series = Series::restored(s.total, s.buckets.into_iter().collect());
             for (m, e, n) in s.excluded {
+                plausible(n, "an exclusion count")?;
                 let metric = static_name(&m, metric_names()).ok_or_else(|| format!("unknown metric {m:?}"))?;
                 let exclusion = [Exclusion::NoRelevant, Exclusion::SingleClass]
                     .into_iter()
@@ -175,6 +179,7 @@ impl AccumulatorsState {
                 series.excluded.insert((metric, exclusion), n);
             }
             for (k, n) in s.no_relevant {
+                plausible(n, "a no-relevant count")?;
                 let kind = static_name(&k, NO_RELEVANT_KINDS).ok_or_else(|| format!("unknown kind {k:?}"))?;
                 series.no_relevant.insert(kind, n);
             }
@@ -201,6 +206,13 @@ impl CountersState {
 
     pub fn into_counters(self) -> Result<OpsCounters, String> {
         let mut c = OpsCounters::default();
+        let counts = self.events.iter().map(|e| e.2).chain(self.rejected.iter().map(|r| r.1));
+        let counts =
+            counts.chain(self.duplicates.iter().map(|d| d.1)).chain(self.dimension_overflow.iter().map(|d| d.1));
+        let single = [self.orphans, self.evicted, self.late_amended, self.late_dropped, self.combination_overflow];
+        for n in counts.chain(single) {
+            plausible_unsigned(n, "a counter")?;
+        }
         for (topic, kind, n) in self.events {
             let kind = static_name(&kind, EVENT_KINDS).ok_or_else(|| format!("unknown event type {kind:?}"))?;
             c.events.insert((topic, kind), n);
@@ -224,6 +236,26 @@ impl CountersState {
         c.combination_overflow = self.combination_overflow;
         Ok(c)
     }
+}
+
+/// The largest count a checkpoint may hold: 2^48 (2.8·10^14, nine years of
+/// a million events a second). Counts are added to with `+=` and summed over
+/// shards and instances, so anything larger can only come from a corrupt or
+/// crafted file, and taking it would let a later addition overflow.
+pub const MAX_COUNT: u64 = 1 << 48;
+
+fn plausible(n: i64, what: &str) -> Result<(), String> {
+    if n.unsigned_abs() > MAX_COUNT {
+        return Err(format!("{what} of {n} is beyond any real stream (at most 2^48)"));
+    }
+    Ok(())
+}
+
+fn plausible_unsigned(n: u64, what: &str) -> Result<(), String> {
+    if n > MAX_COUNT {
+        return Err(format!("{what} of {n} is beyond any real stream (at most 2^48)"));
+    }
+    Ok(())
 }
 
 /// An instance's place in `state.dir`: its checkpoint file and its lock.
@@ -472,5 +504,46 @@ mod tests {
         let err = store.load_own().unwrap_err();
         assert!(matches!(err, StateError::Incompatible { .. }), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Numbers no stream can produce, as a corrupt or crafted checkpoint may
+    /// hold them: a counter past 2^48 is refused, and moments whose total
+    /// minus its buckets overflows restore without panicking (found by the
+    /// `checkpoint` fuzz target). The second half can only fail where
+    /// overflow checks are on (`cargo test` without `--release`, and the
+    /// fuzz build, whose corpus keeps the input that found it).
+    #[test]
+    fn absurd_numbers_are_refused_or_wrap() {
+        let mut counters = CountersState::from_counters(&OpsCounters::default());
+        counters.orphans = MAX_COUNT + 1;
+        assert!(counters.into_counters().unwrap_err().contains("beyond any real stream"));
+
+        let mut total = Cell::new(1);
+        total.metrics[0].sum = i128::MIN;
+        let mut bucket = Cell::new(1);
+        bucket.metrics[0].sum = 1;
+        let state = AccumulatorsState {
+            cutoffs: 1,
+            bucket_ms: 10_000,
+            series: vec![SeriesState {
+                dims: vec![],
+                total: total.clone(),
+                buckets: vec![(0, bucket)],
+                excluded: vec![],
+                no_relevant: vec![],
+            }],
+        };
+        let restored = state.into_accumulators().unwrap();
+        assert_eq!(restored.series.values().next().unwrap().total(), total);
+
+        let mut excluded = AccumulatorsState { cutoffs: 1, bucket_ms: 10_000, series: vec![] };
+        excluded.series.push(SeriesState {
+            dims: vec![],
+            total: Cell::new(1),
+            buckets: vec![],
+            excluded: vec![("ndcg".into(), "no_relevant".into(), -(1 << 50))],
+            no_relevant: vec![],
+        });
+        assert!(excluded.into_accumulators().is_err());
     }
 }
