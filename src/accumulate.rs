@@ -373,7 +373,7 @@ mod tests {
         let series = &merged.series[&dims];
         assert_eq!(series.total(), total);
         assert_eq!(series.lists(), total.lists);
-        assert_eq!(series.buckets, buckets);
+        assert_eq!(series.buckets, buckets.into_iter().map(|(b, c)| (b, Arc::new(c))).collect());
         assert!(amended_after_pruning > 10 && restored, "{amended_after_pruning} {restored}");
     }
 }
@@ -466,7 +466,9 @@ pub struct Series {
     /// The buckets pruned away, less their late amendments.
     retired: Cell,
     /// By time bucket (index = impression time / bucket width): the windows.
-    pub buckets: BTreeMap<i64, Cell>,
+    /// Shared with snapshots (see [`Accumulators`]): a cell is copied when
+    /// it changes while a snapshot holds it.
+    pub buckets: BTreeMap<i64, Arc<Cell>>,
     /// The late amendments inside each bucket (old values taken out, new
     /// ones put in), which the totals leave out: they are Prometheus
     /// counters, which must never decrease, so they keep each list's values
@@ -482,7 +484,7 @@ pub struct Series {
 impl Series {
     /// A series restored with these totals and buckets: the totals beyond
     /// the buckets (pruned ones, less amendments) become `retired`.
-    pub fn restored(total: Cell, buckets: BTreeMap<i64, Cell>) -> Series {
+    pub fn restored(total: Cell, buckets: BTreeMap<i64, Arc<Cell>>) -> Series {
         let mut retired = total;
         for cell in buckets.values() {
             retired.unmerge(cell);
@@ -558,7 +560,11 @@ impl Default for BucketRange {
 pub struct Accumulators {
     pub cutoffs: usize,
     pub bucket_ms: i64,
-    pub series: BTreeMap<Arc<[String]>, Series>,
+    /// Series and their cells are reference-counted, copied on write: a
+    /// snapshot (`clone`) costs a reference per series whatever their
+    /// size, so the daemon's checkpoints can be encoded off the consumer
+    /// task; afterwards only what changes is copied, once per snapshot.
+    pub series: BTreeMap<Arc<[String]>, Arc<Series>>,
     /// Which buckets may exist (unbounded unless set).
     pub range: BucketRange,
 }
@@ -615,14 +621,14 @@ impl Accumulators {
             return;
         }
         let series = self.series_mut(dims);
-        series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
+        Arc::make_mut(series.buckets.entry(bucket).or_insert_with(|| Arc::new(Cell::new(cutoffs)))).apply(score, sign);
         series.amended.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
     }
 
     /// The series of `dims`, created on first use (cloning the key is a
     /// reference count increment).
     fn series_mut(&mut self, dims: &Arc<[String]>) -> &mut Series {
-        self.series.entry(dims.clone()).or_default()
+        Arc::make_mut(self.series.entry(dims.clone()).or_default())
     }
 
     fn apply(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore, sign: i64) {
@@ -631,7 +637,8 @@ impl Accumulators {
         let in_range = self.range.contains(bucket);
         let series = self.series_mut(dims);
         if in_range {
-            series.buckets.entry(bucket).or_insert_with(|| Cell::new(cutoffs)).apply(score, sign);
+            Arc::make_mut(series.buckets.entry(bucket).or_insert_with(|| Arc::new(Cell::new(cutoffs))))
+                .apply(score, sign);
         } else {
             // Counted since start, in no window.
             if series.retired.metrics.is_empty() {
@@ -659,10 +666,10 @@ impl Accumulators {
     /// Merges another shard's accumulators (exact, any order).
     pub fn merge(&mut self, other: &Accumulators) {
         for (dims, theirs) in &other.series {
-            let ours = self.series.entry(dims.clone()).or_default();
+            let ours = Arc::make_mut(self.series.entry(dims.clone()).or_default());
             ours.retired.merge(&theirs.retired);
             for (b, cell) in &theirs.buckets {
-                ours.buckets.entry(*b).or_default().merge(cell);
+                Arc::make_mut(ours.buckets.entry(*b).or_default()).merge(cell);
             }
             for (b, cell) in &theirs.amended {
                 ours.amended.entry(*b).or_default().merge(cell);
@@ -683,7 +690,17 @@ impl Accumulators {
     pub fn prune(&mut self, now_ms: i64) {
         self.set_now(now_ms);
         let BucketRange { oldest, newest, .. } = self.range;
+        let outside = |first: Option<&i64>, last: Option<&i64>| {
+            first.is_some_and(|b| *b < oldest) || last.is_some_and(|b| *b > newest)
+        };
         for s in self.series.values_mut() {
+            // A series shared with a snapshot is copied only if it changes.
+            if !outside(s.buckets.keys().next(), s.buckets.keys().next_back())
+                && !outside(s.amended.keys().next(), s.amended.keys().next_back())
+            {
+                continue;
+            }
+            let s = Arc::make_mut(s);
             let mut live = s.buckets.split_off(&oldest);
             let ahead = live.split_off(&newest.saturating_add(1));
             for cell in std::mem::replace(&mut s.buckets, live).values().chain(ahead.values()) {

@@ -13,6 +13,7 @@ use crate::pipeline::{Clock, Pipeline};
 use std::time::Instant;
 
 pub mod kafka;
+pub mod loop_gap;
 pub mod scale;
 
 /// One message of the mix.

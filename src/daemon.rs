@@ -7,21 +7,23 @@
 //! number, see `kafka`), so the hot path takes no lock. Lists whose gap
 //! elapsed in event time close as the messages move the watermark on
 //! (`assemble`). A tick (every [`TICK`]) closes the rest whose gap elapsed
-//! and idle ones (processing time), commits offsets that became
-//! safe and publishes a fresh exposition for `/metrics`, which is thus at
-//! most one tick behind a list's finalization.
+//! and idle ones (processing time), commits offsets that became safe and
+//! hands the publisher (`publisher`, a thread of its own) what it needs for
+//! a fresh `/metrics`: the tick itself never renders, merges shards,
+//! encodes, writes or waits on I/O, so the loop goes straight back to the
+//! stream (`loop_gaps` measures how long it kept messages waiting).
 //!
-//! With `state.dir` set (see `state`), the tick also checkpoints every
-//! `state.interval`; offsets are committed and `/metrics` is republished
-//! only after a checkpoint is durable, so what Prometheus has seen is
-//! always restorable and counters never go back after a crash. A revoked
-//! partition's shard is rolled back to its last checkpoint (the next owner
-//! continues from there) and an assigned one takes its open lists from the
-//! checkpoint that got furthest in it. Without `state.dir`, offsets are
-//! committed at-least-once (never past an open list) and everything open is
-//! finalized at shutdown.
+//! With `state.dir` set (see `state`), the tick also snapshots every shard
+//! every `state.interval`; the publisher makes the checkpoint durable, and
+//! only then are offsets committed and `/metrics` republished, so what
+//! Prometheus has seen is always restorable and counters never go back
+//! after a crash. A revoked partition's shard is rolled back to its last
+//! checkpoint (the next owner continues from there) and an assigned one
+//! takes its open lists from the checkpoint that got furthest in it.
+//! Without `state.dir`, offsets are committed at-least-once (never past an
+//! open list, and once the dead-letter copies they cover are acknowledged)
+//! and everything open is finalized at shutdown.
 
-use crate::accumulate::Accumulators;
 use crate::align::Alignment;
 use crate::assemble::{DimensionBudget, Source};
 use crate::config::Config;
@@ -29,9 +31,11 @@ use crate::event::{Event, RejectReason};
 use crate::http::{self, Published};
 use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, RebalanceEvent, Sources};
 use crate::pipeline::{Clock, OpsCounters, PREFETCH_BATCH, Pipeline};
-use crate::publish::{DaemonHealth, Snapshot, render};
-use crate::state::{AccumulatorsState, Checkpoint, CountersState, ShardCheckpoint, StateError, StateStore};
+use crate::publish::DaemonHealth;
+use crate::state::{Checkpoint, ShardCheckpoint, StateError, StateStore};
 use futures_util::StreamExt;
+pub use loop_gaps::LoopGaps;
+use publisher::{Done, Job, Publisher, ShardSnapshot, View};
 use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message;
@@ -42,6 +46,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
+
+mod loop_gaps;
+mod publisher;
 
 /// Publish / finalize / commit period.
 pub const TICK: Duration = Duration::from_millis(500);
@@ -67,7 +74,7 @@ fn ready_now<F: Future>(future: F) -> Option<F::Output> {
     }
 }
 
-/// Longest the dead-letter copies may take to be acknowledged before a commit.
+/// Longest the dead-letter copies may take to be acknowledged at shutdown.
 const DEAD_LETTER_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Error)]
@@ -86,6 +93,8 @@ pub enum DaemonError {
     State(#[from] StateError),
     #[error("checkpoint {path}: {reason}")]
     Restore { path: String, reason: String },
+    #[error("cannot start the publishing thread: {0}")]
+    Publisher(std::io::Error),
 }
 
 /// What a run did, for logs and tests.
@@ -102,6 +111,9 @@ pub struct RunSummary {
     /// When the first and the last message arrived (throughput measurements).
     pub first_message_at: Option<std::time::Instant>,
     pub last_message_at: Option<std::time::Instant>,
+    /// Gaps between two messages handled while more were waiting (see
+    /// [`LoopGaps`]): how long the loop kept the stream waiting.
+    pub loop_gaps: LoopGaps,
 }
 
 /// "topic[0,1] topic2[0,1]" for logs.
@@ -119,6 +131,14 @@ fn wall_ms() -> i64 {
 
 /// A (topic, partition) and the offset committed for it.
 type CommitPoint = ((String, i32), i64);
+
+/// The key of the shard that holds what dropped shards accumulated: their
+/// counters were published and must never go back. It has no partition,
+/// lists or offsets; it is published and checkpointed like any shard.
+const RETIRED: i32 = -1;
+
+/// Committed offsets of the group, asked for off the consumer task.
+type HandOverQuery = tokio::task::JoinHandle<Vec<((String, i32), i64)>>;
 
 /// One partition number's pipeline and the input positions it covers.
 struct Shard {
@@ -171,14 +191,17 @@ impl Shard {
         });
     }
 
-    fn checkpoint(&self, partition: i32) -> ShardCheckpoint {
-        ShardCheckpoint {
+    /// What a checkpoint of this shard holds, taken on the consumer task
+    /// and encoded by the publisher. The accumulators are shared, not
+    /// copied (see [`crate::accumulate::Accumulators::series`]).
+    fn snapshot(&self, partition: i32) -> ShardSnapshot {
+        ShardSnapshot {
             partition,
             owned: self.owned,
             offsets: self.next_offsets.clone(),
             assembler: self.pipeline.assembler.state(),
-            accumulators: AccumulatorsState::from_accumulators(&self.pipeline.accumulators),
-            counters: CountersState::from_counters(&self.pipeline.counters),
+            accumulators: self.pipeline.accumulators.clone(),
+            counters: self.pipeline.counters.clone(),
         }
     }
 }
@@ -189,14 +212,13 @@ struct Daemon {
     shards: BTreeMap<i32, Shard>,
     sources: Sources,
     signals: Arc<KafkaSignals>,
-    published: Arc<Published>,
     messages: u64,
     /// Topic-partitions currently assigned: only these get lag and
     /// freshness gauges (a revoked partition is another instance's now).
     assigned: BTreeSet<(String, i32)>,
     /// Dimension values admitted, shared by all shards.
     budget: Arc<Mutex<DimensionBudget>>,
-    store: Option<StateStore>,
+    store: Option<Arc<StateStore>>,
     health: DaemonHealth,
     /// Start of the current broker outage (wall ms); set from start until
     /// the first connection.
@@ -207,6 +229,20 @@ struct Daemon {
     last_commit: Option<tokio::time::Instant>,
     /// Offsets committed from checkpoints (state.dir set).
     committed: BTreeMap<(String, i32), i64>,
+    /// Renders `/metrics` and writes checkpoints off the consumer task.
+    publisher: Publisher,
+    /// Offsets to commit once the dead-letter copies below the barrier
+    /// settle (no `state.dir`), or once the checkpoint in flight is
+    /// durable (`state.dir`; no barrier: the publisher waits for it).
+    /// Dropped on a revoke: they may name partitions no longer ours.
+    pending_commit: Option<(TopicPartitionList, Vec<CommitPoint>, Option<u64>)>,
+    /// With `state.dir`: the group's committed offsets of the partitions
+    /// whose shards this instance keeps without owning them, being asked
+    /// for (see [`Self::retire_handed_over`]).
+    hand_over: Option<HandOverQuery>,
+    /// A job's result taken while waiting for it outside the tick.
+    unhandled_done: Option<Done>,
+    loop_gaps: LoopGaps,
     first_message_at: Option<std::time::Instant>,
     /// `kafka.max_topic_drift` in ms; 0: topics are never paused.
     max_topic_drift_ms: i64,
@@ -391,6 +427,16 @@ impl Daemon {
     /// what they did since was never published nor committed, and the new
     /// owner redoes it from there.
     fn revoke(&mut self, partitions: BTreeSet<i32>) -> Result<(), DaemonError> {
+        // Offsets noted for a later commit may be the revoked partitions':
+        // committed after the new owner's, they would move it back.
+        self.pending_commit = None;
+        // The checkpoint read below must not be one being written: a
+        // rebalance waits for the publisher's write in flight.
+        if self.store.is_some()
+            && let Some(done) = self.publisher.wait()
+        {
+            self.note_done(done);
+        }
         let mut own: BTreeMap<i32, ShardCheckpoint> = match &self.store {
             Some(store) => match store.load_own()? {
                 Some(c) => c.shards.into_iter().map(|s| (s.partition, s)).collect(),
@@ -448,6 +494,15 @@ impl Daemon {
                 shard.pipeline.drop_lists();
                 shard.next_offsets.clear();
             }
+            let gone: Vec<i32> = self
+                .shards
+                .iter()
+                .filter(|(p, s)| **p != RETIRED && !s.owned && !partitions.contains(p))
+                .map(|(p, _)| *p)
+                .collect();
+            for p in gone {
+                self.retire(p);
+            }
         }
         for p in partitions {
             let (config, budget) = (&self.config, &self.budget);
@@ -471,6 +526,81 @@ impl Daemon {
             self.lane_changes.extend(tps.iter().map(|(t, p)| (t.clone(), *p, false)));
         }
         self.share_open_list_cap();
+    }
+
+    /// Drops the shard of `p`, keeping what it accumulated in the
+    /// [`RETIRED`] shard: a partition that went to another instance leaves
+    /// no state behind here, nor a share of `session.max_open_lists`.
+    fn retire(&mut self, p: i32) {
+        let Some(shard) = self.shards.remove(&p) else { return };
+        let (config, budget) = (&self.config, &self.budget);
+        let retired = self.shards.entry(RETIRED).or_insert_with(|| Shard::new(config, budget));
+        retired.owned = false;
+        retired.pipeline.accumulators.merge(&shard.pipeline.accumulators);
+        retired.pipeline.counters.merge(&shard.pipeline.counters);
+    }
+
+    /// With `state.dir`, a revoked partition's shard keeps its last
+    /// checkpoint's open lists: the partition may come back, or its new
+    /// owner may read them from a shared `state.dir`. Once the group's
+    /// committed offsets reach the shard's on every topic and pass it on
+    /// one, the new owner has made its own state durable past it (it
+    /// commits only what a checkpoint of its covers), and the shard is
+    /// dropped.
+    /// The committed offsets are asked of the broker off the consumer task
+    /// (every `state.interval` while such shards exist); their answer is
+    /// acted on at a later tick.
+    fn retire_handed_over(&mut self, consumer: &Arc<Consumer>) {
+        if self.store.is_none() {
+            return;
+        }
+        if let Some(query) = self.hand_over.take_if(|q| q.is_finished()) {
+            let committed: BTreeMap<(String, i32), i64> =
+                ready_now(query).and_then(Result::ok).unwrap_or_default().into_iter().collect();
+            let handed_over: Vec<i32> = self
+                .shards
+                .iter()
+                .filter(|(p, s)| **p != RETIRED && !s.owned)
+                .filter(|(p, s)| {
+                    let c = |t: &String| committed.get(&(t.clone(), **p)).copied().unwrap_or(-1);
+                    // Past this shard on one topic at least: committed by
+                    // the new owner, not what this instance committed
+                    // before the partition was revoked.
+                    s.next_offsets.iter().all(|(t, next)| c(t) >= *next)
+                        && s.next_offsets.iter().any(|(t, next)| c(t) > *next)
+                })
+                .map(|(p, _)| *p)
+                .collect();
+            for p in handed_over {
+                eprintln!("rankpulse: partition {p} is durably handed over: its shard is dropped");
+                self.retire(p);
+            }
+            self.share_open_list_cap();
+        }
+        if self.hand_over.is_some() || !self.checkpoint_due() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (p, shard) in self.shards.iter().filter(|(p, s)| **p != RETIRED && !s.owned) {
+            for topic in shard.next_offsets.keys() {
+                tpl.add_partition(topic, *p);
+            }
+        }
+        if tpl.count() == 0 {
+            return;
+        }
+        let consumer = consumer.clone();
+        self.hand_over = Some(tokio::task::spawn_blocking(move || {
+            let Ok(committed) = consumer.committed_offsets(tpl, Duration::from_secs(10)) else { return Vec::new() };
+            committed
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(o) => Some(((e.topic().to_string(), e.partition()), o)),
+                    _ => None,
+                })
+                .collect()
+        }));
     }
 
     fn restore_error(&self, reason: String) -> DaemonError {
@@ -529,35 +659,84 @@ impl Daemon {
         }
     }
 
-    /// Writes a checkpoint; false when it could not be made durable.
-    fn checkpoint(&mut self) -> bool {
-        let Some(store) = &self.store else { return true };
-        // A checkpoint covers the offsets of invalid messages: their
-        // dead-letter copies must be acknowledged first.
-        if let Some(dl) = &self.dead_letters
-            && let Err(e) = dl.flush(DEAD_LETTER_FLUSH_TIMEOUT)
-        {
-            eprintln!("rankpulse: dead-letter copies not acknowledged ({e}); checkpoint postponed");
-            self.health.checkpoint_failures += 1;
-            return false;
-        }
+    /// Hands a checkpoint of every shard to the publisher, which makes it
+    /// durable (after the dead-letter copies it covers) and publishes it;
+    /// its offsets are committed when it reports so ([`Self::note_done`]).
+    fn request_checkpoint(&mut self) {
+        let Some(store) = &self.store else { return };
         let checkpoint = Checkpoint {
             fingerprint: store.fingerprint().to_string(),
             instance: store.instance.clone(),
             written_ms: wall_ms(),
             budget: self.budget.lock().map(|b| b.clone()).unwrap_or_default(),
-            shards: self.shards.iter().map(|(p, s)| s.checkpoint(*p)).collect(),
+            shards: Vec::new(),
         };
-        match store.write(&checkpoint) {
-            Ok(_) => {
+        let shards = self.shards.iter().map(|(p, s)| s.snapshot(*p)).collect();
+        let barrier = self.dead_letters.as_ref().map(|dl| (dl.tracker.clone(), dl.barrier()));
+        self.pending_commit = self.commit_points(false).map(|(tpl, moved)| (tpl, moved, None));
+        let view = self.view();
+        self.publisher.send(Job::Checkpoint { checkpoint: Box::new(checkpoint), shards, barrier, view });
+    }
+
+    /// What a publisher job reported. With `state.dir`, a durable
+    /// checkpoint releases its offsets for commit; a failed one drops them
+    /// (the next checkpoint covers them again).
+    fn note_done(&mut self, done: Done) {
+        match done {
+            Done::Published => {}
+            Done::Written { written_ms } => {
                 self.health.checkpoints += 1;
-                self.health.last_checkpoint_seconds = Some(checkpoint.written_ms as f64 / 1000.0);
-                true
+                self.health.last_checkpoint_seconds = Some(written_ms as f64 / 1000.0);
             }
-            Err(e) => {
-                eprintln!("rankpulse: {e}");
+            Done::NotWritten => {
                 self.health.checkpoint_failures += 1;
-                false
+                self.pending_commit = None;
+            }
+        }
+        self.unhandled_done = Some(done);
+    }
+
+    /// Commits what became committable: with `state.dir` the offsets of
+    /// the last durable checkpoint, without it those noted at an earlier
+    /// tick once the dead-letter copies they cover settled, then notes the
+    /// current point (every [`COMMIT_INTERVAL`]). Never waits.
+    fn commit(&mut self, consumer: &Consumer) {
+        let written = matches!(self.unhandled_done.take(), Some(Done::Written { .. }));
+        let tracker = self.dead_letters.as_ref().map(|dl| dl.tracker.clone());
+        let settled = |barrier: &Option<u64>| match (barrier, &tracker) {
+            (Some(b), Some(t)) => t.settled_before(*b),
+            _ => true,
+        };
+        let ready = match &self.pending_commit {
+            Some((_, _, barrier)) => {
+                if self.store.is_some() {
+                    written
+                } else {
+                    settled(barrier)
+                }
+            }
+            None => false,
+        };
+        if ready && let Some((tpl, moved, _)) = self.pending_commit.take() {
+            // Async: a failed commit is retried with a later point.
+            if consumer.commit(&tpl, CommitMode::Async).is_ok() {
+                self.mark_committed(&moved);
+            }
+        }
+        if self.store.is_none()
+            && self.pending_commit.is_none()
+            && self.last_commit.is_none_or(|t| t.elapsed() >= COMMIT_INTERVAL)
+        {
+            self.last_commit = Some(tokio::time::Instant::now());
+            let barrier = self.dead_letters.as_ref().map(|dl| dl.barrier());
+            if let Some((tpl, moved)) = self.commit_points(false) {
+                if settled(&barrier) {
+                    if consumer.commit(&tpl, CommitMode::Async).is_ok() {
+                        self.mark_committed(&moved);
+                    }
+                } else {
+                    self.pending_commit = Some((tpl, moved, barrier));
+                }
             }
         }
     }
@@ -639,32 +818,35 @@ impl Daemon {
         }
     }
 
-    fn publish(&self) {
-        let mut accumulators = Accumulators::new(self.config.metrics.cutoffs.len(), self.config.windows.bucket.ms());
+    /// What an exposition shows besides the accumulators.
+    fn view(&self) -> View {
         let mut counters = OpsCounters::default();
-        let mut open = 0;
         for shard in self.shards.values() {
-            accumulators.merge(&shard.pipeline.accumulators);
             counters.merge(&shard.pipeline.counters);
-            // With checkpoints a shard not owned is frozen (its lists are
-            // the new owner's); without, its lists still close here.
-            if shard.owned || self.store.is_none() {
-                open += shard.pipeline.open_lists();
-            }
         }
         let mut partitions = self.sources.partition_states(&self.signals.lag);
         partitions.retain(|tp, _| self.assigned.contains(tp));
-        let text = render(&Snapshot {
-            config: &self.config,
-            now_ms: wall_ms(),
-            accumulators: &accumulators,
-            counters: &counters,
-            open_lists: open,
-            partitions: &partitions,
-            health: Some(&self.health),
-        });
-        self.published.set_exposition(text);
-        self.published.with_history(|h| h.sample(&self.config, &accumulators, wall_ms()));
+        let mut health = self.health.clone();
+        health.loop_gaps = self.loop_gaps.coarse();
+        View { now_ms: wall_ms(), counters, open_lists: self.open_lists(), partitions, health }
+    }
+
+    /// Hands the publisher what the shards accumulated since the last job
+    /// (no `state.dir`), unless it is still busy with that one: then the
+    /// shards keep accumulating for the next. With `state.dir` only
+    /// checkpoints are published; this publishes the restored state once,
+    /// at start.
+    fn publish(&mut self) {
+        if self.publisher.busy() {
+            return;
+        }
+        let taken = if self.store.is_some() {
+            self.shards.values().map(|s| s.pipeline.accumulators.clone()).collect()
+        } else {
+            self.shards.values_mut().map(|s| s.pipeline.take_accumulated()).collect()
+        };
+        let view = self.view();
+        self.publisher.send(Job::Publish { taken, view });
     }
 
     /// Retires time buckets no window can reach.
@@ -713,7 +895,9 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()>,
     published: Arc<Published>,
 ) -> Result<RunSummary, DaemonError> {
-    let store = if config.state.dir.is_empty() { None } else { Some(StateStore::open(&config)?) };
+    let store = if config.state.dir.is_empty() { None } else { Some(Arc::new(StateStore::open(&config)?)) };
+    let publisher =
+        Publisher::start(config.clone(), published.clone(), store.clone()).map_err(DaemonError::Publisher)?;
     let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let http = tokio::spawn(http::serve(listener, published.clone(), async move {
         let _ = http_stopped.await;
@@ -730,7 +914,6 @@ pub async fn run_with(
         shards: BTreeMap::new(),
         sources: Sources::default(),
         signals,
-        published: published.clone(),
         messages: 0,
         assigned: BTreeSet::new(),
         budget,
@@ -741,6 +924,11 @@ pub async fn run_with(
         last_checkpoint: None,
         last_commit: None,
         committed: BTreeMap::new(),
+        publisher,
+        pending_commit: None,
+        hand_over: None,
+        unhandled_done: None,
+        loop_gaps: LoopGaps::default(),
         first_message_at: None,
         max_topic_drift_ms,
         lane_changes: Vec::new(),
@@ -783,7 +971,16 @@ pub async fn run_with(
     // Errors the stream delivers repeat at every retry of a failing
     // connection, like those of the client context: collapsed the same way.
     let mut stream_errors = kafka::RepeatedErrors::default();
+    // A message read to learn whether more were waiting when a turn ended
+    // at its limit (see `LoopGaps`): the next turn starts with it.
+    let mut carried = None;
     loop {
+        let next_message = async {
+            match carried.take() {
+                Some(m) => Some(m),
+                None => messages.next().await,
+            }
+        };
         tokio::select! {
             biased;
             _ = &mut shutdown => break,
@@ -801,30 +998,23 @@ pub async fn run_with(
                 daemon.update_health();
                 published.set_ready(!daemon.assigned.is_empty() && daemon.health.kafka_connected);
                 daemon.prune();
-                let durable = if daemon.store.is_some() {
-                    // Publish and commit only what a durable checkpoint covers.
-                    daemon.checkpoint_due() && {
+                if let Some(done) = daemon.publisher.poll() {
+                    daemon.note_done(done);
+                }
+                daemon.commit(&consumer);
+                daemon.retire_handed_over(&consumer);
+                if daemon.store.is_some() {
+                    // One checkpoint in flight at a time; each is published
+                    // once durable, and its offsets then committed.
+                    if daemon.checkpoint_due() && !daemon.publisher.busy() {
                         daemon.last_checkpoint = Some(tokio::time::Instant::now());
-                        daemon.checkpoint()
+                        daemon.request_checkpoint();
                     }
                 } else {
-                    daemon.last_commit.is_none_or(|t| t.elapsed() >= COMMIT_INTERVAL) && {
-                        daemon.last_commit = Some(tokio::time::Instant::now());
-                        daemon.dead_letters_flushed()
-                    }
-                };
-                // Async: a failed commit is retried with a later point on the next tick.
-                if durable
-                    && let Some((tpl, moved)) = daemon.commit_points(false)
-                    && consumer.commit(&tpl, CommitMode::Async).is_ok()
-                {
-                    daemon.mark_committed(&moved);
-                }
-                if durable || daemon.store.is_none() {
                     daemon.publish();
                 }
             }
-            Some(message) = messages.next() => {
+            Some(message) = next_message => {
                 // Messages already fetched are drained without going back
                 // through select! (and the scheduler) for each one, a
                 // batch at a time: each batch is decoded, its lists'
@@ -843,17 +1033,20 @@ pub async fn run_with(
                     while let Some(message) = next.take() {
                         batch.push(message);
                         drained += 1;
-                        if batch.len() == PREFETCH_BATCH || drained == DRAIN_BATCH {
+                        if drained == DRAIN_BATCH {
                             break;
                         }
                         next = ready_now(messages.next()).flatten();
-                        if next.is_some() && daemon.signals.rebalance_pending.load(Ordering::Relaxed) {
+                        if batch.len() == PREFETCH_BATCH
+                            || next.is_some() && daemon.signals.rebalance_pending.load(Ordering::Relaxed)
+                        {
                             break;
                         }
                     }
                     // The clock is read once per batch (handled in well
                     // under a millisecond).
                     let now = wall_ms();
+                    daemon.loop_gaps.batch_starts(std::time::Instant::now());
                     if daemon.first_message_at.is_none() && batch.iter().any(Result::is_ok) {
                         daemon.first_message_at = Some(std::time::Instant::now());
                     }
@@ -876,6 +1069,10 @@ pub async fn run_with(
                     }
                     drop(decoded);
                     batch.clear();
+                    if next.is_none() && drained == DRAIN_BATCH {
+                        carried = ready_now(messages.next()).flatten();
+                    }
+                    daemon.loop_gaps.batch_ended(std::time::Instant::now(), next.is_some() || carried.is_some());
                 }
                 last_message_at = Some(std::time::Instant::now());
             }
@@ -883,30 +1080,53 @@ pub async fn run_with(
     }
 
     // Ordered shutdown. 1. Stop fetching: the loop above no longer polls.
+    drop(carried);
     drop(batch);
     drop(messages);
     published.set_ready(false);
     daemon.apply_rebalances()?;
+    // The job in flight first: its checkpoint is superseded by the last.
+    if let Some(done) = daemon.publisher.wait() {
+        daemon.note_done(done);
+    }
+    daemon.pending_commit = None;
     // 2. Finalize every open list, or checkpoint it to continue after a
     // restart; 3. publish the result.
+    daemon.update_health();
     let durable = if daemon.store.is_some() {
-        daemon.checkpoint()
+        daemon.request_checkpoint();
+        let done = daemon.publisher.wait();
+        if let Some(done) = done {
+            daemon.note_done(done);
+        }
+        matches!(done, Some(Done::Written { .. }))
     } else {
         daemon.finalize_all();
+        daemon.publish();
+        daemon.publisher.wait();
         daemon.dead_letters_flushed()
     };
-    daemon.update_health();
-    daemon.publish();
     // 4. Commit what is safe: everything consumed, now that nothing is open
     // (or everything open is checkpointed).
+    let open_lists_at_shutdown = daemon.open_lists();
+    let finalized_here = daemon.lists_finalized();
+    let publisher = std::mem::replace(&mut daemon.publisher, Publisher::stopped());
+    let published_total = publisher.finish();
     let mut summary = RunSummary {
         messages: daemon.messages,
-        lists_finalized: daemon.lists_finalized(),
-        open_lists_at_shutdown: daemon.open_lists(),
+        // Without state.dir the shards hand their accumulations to the
+        // publisher, which holds the total.
+        lists_finalized: if daemon.store.is_some() {
+            finalized_here
+        } else {
+            published_total.series.values().map(|s| s.lists()).sum()
+        },
+        open_lists_at_shutdown,
         committed: BTreeMap::new(),
         final_exposition: String::new(),
         first_message_at: daemon.first_message_at,
         last_message_at,
+        loop_gaps: daemon.loop_gaps.clone(),
     };
     if durable && let Some((tpl, moved)) = daemon.commit_points(true) {
         let c = consumer.clone();

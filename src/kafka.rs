@@ -23,7 +23,7 @@ use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::statistics::Statistics;
 use rdkafka::{Offset, TopicPartitionList};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -277,15 +277,59 @@ pub fn create_consumer(config: &Config, signals: Arc<KafkaSignals>) -> Result<Co
 /// Counts the dead-letter copies that failed after librdkafka's retries.
 pub struct DeadLetterContext {
     pub failures: Arc<AtomicU64>,
+    tracker: Arc<DeliveryTracker>,
 }
 
 impl ClientContext for DeadLetterContext {}
 
 impl ProducerContext for DeadLetterContext {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+    /// The copy's sequence number (see [`DeliveryTracker`]).
+    type DeliveryOpaque = usize;
+    fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
         if result.is_err() {
             self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        self.tracker.finished(seq as u64);
+    }
+}
+
+/// Which dead-letter copies are still in flight, so that offsets covering
+/// an invalid message are committed (or checkpointed) only once its copy is
+/// delivered or has failed, without the consumer waiting for a flush: it
+/// notes a barrier (the next sequence number) with the offsets and commits
+/// them on a later tick once every copy before the barrier is settled. At
+/// most librdkafka's queue (`queue.buffering.max.messages`) is in flight.
+#[derive(Debug, Default)]
+pub struct DeliveryTracker {
+    pending: Mutex<BTreeSet<u64>>,
+    settled: std::sync::Condvar,
+}
+
+impl DeliveryTracker {
+    fn started(&self, seq: u64) {
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(seq);
+        }
+    }
+
+    fn finished(&self, seq: u64) {
+        if let Ok(mut p) = self.pending.lock() {
+            p.remove(&seq);
+        }
+        self.settled.notify_all();
+    }
+
+    /// Every copy numbered below `barrier` is delivered or has failed.
+    pub fn settled_before(&self, barrier: u64) -> bool {
+        self.pending.lock().map_or(true, |p| p.first().is_none_or(|first| *first >= barrier))
+    }
+
+    /// Waits up to `timeout` for [`Self::settled_before`] (off the consumer task).
+    pub fn wait_settled_before(&self, barrier: u64, timeout: Duration) -> bool {
+        let Ok(pending) = self.pending.lock() else { return true };
+        match self.settled.wait_timeout_while(pending, timeout, |p| p.first().is_some_and(|first| *first < barrier)) {
+            Ok((_, result)) => !result.timed_out(),
+            Err(_) => true,
         }
     }
 }
@@ -303,6 +347,9 @@ pub struct DeadLetters {
     topic: String,
     pub sent: u64,
     pub failures: Arc<AtomicU64>,
+    /// The next copy's sequence number.
+    next_seq: u64,
+    pub tracker: Arc<DeliveryTracker>,
 }
 
 impl DeadLetters {
@@ -320,12 +367,15 @@ impl DeadLetters {
             }
         }
         let failures = Arc::new(AtomicU64::new(0));
-        let producer = cc.create_with_context(DeadLetterContext { failures: failures.clone() })?;
-        Ok(Some(DeadLetters { producer, topic: config.kafka.dead_letter_topic.clone(), sent: 0, failures }))
+        let tracker = Arc::new(DeliveryTracker::default());
+        let producer =
+            cc.create_with_context(DeadLetterContext { failures: failures.clone(), tracker: tracker.clone() })?;
+        let topic = config.kafka.dead_letter_topic.clone();
+        Ok(Some(DeadLetters { producer, topic, sent: 0, failures, next_seq: 0, tracker }))
     }
 
-    /// Queues one copy; the offsets covering it are committed only after
-    /// [`DeadLetters::flush`].
+    /// Queues one copy; the offsets covering it are committed only once it
+    /// is settled (see [`DeliveryTracker`]).
     pub fn send(&mut self, key: Option<&[u8]>, payload: &[u8], reason: &str, topic: &str, partition: i32, offset: i64) {
         let partition = partition.to_string();
         let offset = offset.to_string();
@@ -334,11 +384,17 @@ impl DeadLetters {
             .insert(Header { key: DLQ_TOPIC, value: Some(topic) })
             .insert(Header { key: DLQ_PARTITION, value: Some(partition.as_str()) })
             .insert(Header { key: DLQ_OFFSET, value: Some(offset.as_str()) });
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).payload(payload).headers(headers);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut record: BaseRecord<'_, [u8], [u8], usize> =
+            BaseRecord::with_opaque_to(&self.topic, seq as usize).payload(payload).headers(headers);
         if let Some(k) = key {
             record = record.key(k);
         }
-        // A full queue waits for room rather than losing the copy.
+        self.tracker.started(seq);
+        // A full queue waits for room rather than losing the copy: the
+        // consumer slows to the dead-letter topic's pace (a flood of
+        // invalid messages against a slow broker), and nothing is lost.
         loop {
             match self.producer.send(record) {
                 Ok(()) => {
@@ -352,13 +408,20 @@ impl DeadLetters {
                 Err((e, _)) => {
                     eprintln!("rankpulse: dead-letter copy failed: {e}");
                     self.failures.fetch_add(1, Ordering::Relaxed);
+                    self.tracker.finished(seq);
                     return;
                 }
             }
         }
     }
 
-    /// Waits until every queued copy is delivered or has failed.
+    /// The sequence number below which copies must settle before offsets
+    /// handled so far may be committed.
+    pub fn barrier(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Waits until every queued copy is delivered or has failed (shutdown).
     pub fn flush(&self, timeout: Duration) -> KafkaResult<()> {
         if self.producer.in_flight_count() == 0 {
             return Ok(());

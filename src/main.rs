@@ -45,8 +45,11 @@ struct BenchArgs {
     /// freshness: the daemon reading live while the mix is produced at --rate. scale: one
     /// `rankpulse run` process, then two in one consumer group, on the same data.
     /// hot-key: one list of 10,000 results and 10,000 judgments, then 1,000
-    /// late judgments for it, among normal traffic (5 rounds).
-    #[arg(value_parser = ["pipeline", "memory", "kafka", "freshness", "scale", "hot-key"])]
+    /// late judgments for it, among normal traffic (5 rounds). loop-gap: the longest
+    /// time the consumer loop keeps fetched messages waiting, with 16 partitions and 200
+    /// combinations per shard over a 1 h window (in-process mock cluster; --lists defaults
+    /// to 16 × 200 × 360 there).
+    #[arg(value_parser = ["pipeline", "memory", "kafka", "freshness", "scale", "hot-key", "loop-gap"])]
     what: String,
     /// Lists in the mix (each: one impression of 10 results and 3 judgments).
     #[arg(long, default_value_t = 250_000)]
@@ -317,6 +320,20 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
                 args.cpu_limit,
             ))?;
             println!("{report}");
+        }
+        "loop-gap" => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            let lists = if args.lists == 250_000 { 16 * 200 * 360 } else { args.lists };
+            println!(
+                "loop gap: {lists} lists (an impression of 5 results and a click each) over the last hour, {} partitions, {} combinations per shard, windows {:?} at {} buckets",
+                bench::loop_gap::PARTITIONS,
+                bench::loop_gap::COMBINATIONS,
+                config.windows.spans.iter().map(|w| w.text.as_str()).collect::<Vec<_>>(),
+                config.windows.bucket.text
+            );
+            for report in runtime.block_on(bench::loop_gap::run(&config, lists, args.seed))? {
+                println!("{report}");
+            }
         }
         "scale" => {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

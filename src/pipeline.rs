@@ -274,6 +274,17 @@ impl Pipeline {
         self.assembler.open_lists()
     }
 
+    /// What was accumulated since the last call, leaving empty
+    /// accumulators on the same bucket range. Accumulators are mergeable
+    /// sums, so the takes merged in order equal what one never taken would
+    /// hold: the daemon hands them to its publisher this way, paying for
+    /// the buckets that changed rather than for every bucket it holds.
+    pub fn take_accumulated(&mut self) -> Accumulators {
+        let mut empty = Accumulators::new(self.accumulators.cutoffs, self.accumulators.bucket_ms);
+        empty.range = self.accumulators.range;
+        std::mem::replace(&mut self.accumulators, empty)
+    }
+
     /// Forgets every open and final list without scoring any (their
     /// partition went to another instance); the accumulators and counters
     /// stay.
@@ -390,7 +401,7 @@ mod tests {
                 .series
                 .iter()
                 .filter(|(d, _)| d[0] != "skewed")
-                .map(|(d, s)| (d.clone(), s.clone()))
+                .map(|(d, s)| (d.clone(), crate::accumulate::Series::clone(s)))
                 .collect()
         };
         let (a, b) = (normal(&clean), normal(&hostile));
@@ -421,6 +432,61 @@ mod tests {
         let skewed = hostile.accumulators.series.iter().find(|(d, _)| d[0] == "skewed").map(|(_, s)| s).unwrap();
         assert_eq!(skewed.lists(), 24);
         assert!(skewed.buckets.is_empty(), "{:?}", skewed.buckets.keys());
+    }
+
+    /// The daemon publishes by taking each shard's accumulations every tick
+    /// and merging them into one total: that total is what the shard would
+    /// hold had nothing been taken, through late amendments, withdrawn
+    /// lists, broken clocks and pruning.
+    #[test]
+    fn accumulations_taken_and_merged_equal_those_kept() {
+        let mut config = Config::default();
+        config.late.policy = crate::config::LatePolicy::Amend;
+        let (mut kept, mut taken) = (Pipeline::new(&config), Pipeline::new(&config));
+        let mut total = Accumulators::new(kept.accumulators.cutoffs, kept.accumulators.bucket_ms);
+        let normal = mix(0, 3_000, 11, BASE_MS, 200.0);
+        let mut rng = crate::bench::Rng(7);
+        for (i, m) in normal.iter().enumerate() {
+            let now = BASE_MS + (i / 4) as i64 * 200 + 2_000;
+            let clock = Clock::Live { now_ms: now, message_ms: Some(now) };
+            let mut messages = vec![(m.judgment, m.payload.clone())];
+            // A judgment of a list from about a minute ago: late, amended.
+            if i % 97 == 0 && i >= 1_200 {
+                let old = normal[i - 1_200..].iter().find(|m| m.judgment).unwrap();
+                let text = String::from_utf8(old.payload.clone()).unwrap().replacen(
+                    r#""event_id":""#,
+                    r#""event_id":"late-"#,
+                    1,
+                );
+                messages.push((true, text.into_bytes()));
+            }
+            if i % 500 == 0 {
+                messages.extend(skewed(i, now * 1_000).map(|(t, e)| (t == "search-judgments", e.into_bytes())));
+                messages.extend(skewed(i, 0).map(|(t, e)| (t == "search-judgments", e.into_bytes())));
+            }
+            for (judgment, payload) in &messages {
+                let topic = if *judgment { "search-judgments" } else { "search-impressions" };
+                let (a, b) = (kept.ingest(topic, payload, clock, None), taken.ingest(topic, payload, clock, None));
+                assert_eq!(a, b);
+            }
+            if i % 100 == 0 {
+                for p in [&mut kept, &mut taken] {
+                    p.finalize_expired(Some(now));
+                    p.accumulators.prune(now);
+                }
+                total.prune(now);
+            }
+            if rng.below(40) == 0 {
+                total.merge(&taken.take_accumulated());
+            }
+        }
+        kept.finalize_all();
+        taken.finalize_all();
+        total.merge(&taken.take_accumulated());
+        assert!(kept.counters.late_amended > 10, "{:?}", kept.counters);
+        assert_eq!(kept.counters, taken.counters);
+        assert_eq!(total, kept.accumulators);
+        assert!(taken.accumulators.series.is_empty());
     }
 
     /// Dropping the lists of a partition handed over puts back the final

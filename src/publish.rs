@@ -52,7 +52,11 @@ pub struct DelayHistogram {
 impl DelayHistogram {
     #[inline]
     pub fn observe(&mut self, delay_ms: i64) {
-        let seconds = delay_ms.max(0) as f64 / 1000.0;
+        self.observe_seconds(delay_ms.max(0) as f64 / 1000.0);
+    }
+
+    #[inline]
+    pub fn observe_seconds(&mut self, seconds: f64) {
         self.count += 1;
         self.sum_seconds += seconds;
         // The first bound at or above the delay, by bisection: in a
@@ -106,6 +110,9 @@ pub struct DaemonHealth {
     pub topic_pauses: u64,
     /// Freshness of the consumed messages.
     pub ingest_delay: DelayHistogram,
+    /// How long the consumer loop kept waiting messages waiting (see
+    /// `daemon::loop_gaps`).
+    pub loop_gaps: DelayHistogram,
 }
 
 /// Everything one exposition shows.
@@ -379,6 +386,11 @@ pub fn render(s: &Snapshot) -> String {
             &format!("{PREFIX}ingest_delay_seconds"),
             "Delay from a message's Kafka timestamp (producer or log-append time) to the moment rankpulse applied it",
             &h.ingest_delay,
+        );
+        f.histogram(
+            &format!("{PREFIX}consumer_loop_gap_seconds"),
+            "Time between two messages handled by the consumer loop while more were already fetched: how long publishing, checkpoints and rebalances held the stream up",
+            &h.loop_gaps,
         );
         if !s.config.state.dir.is_empty() {
             f.counter(&format!("{PREFIX}checkpoints_total"), "Checkpoints written", &[], h.checkpoints as f64);

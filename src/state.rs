@@ -109,7 +109,8 @@ pub struct AccumulatorsState {
 pub struct SeriesState {
     pub dims: Vec<String>,
     pub total: Cell,
-    pub buckets: Vec<(i64, Cell)>,
+    /// Shared with the accumulators the state was taken from (no copy).
+    pub buckets: Vec<(i64, Arc<Cell>)>,
     pub excluded: Vec<(String, String, i64)>,
     pub no_relevant: Vec<(String, i64)>,
 }
@@ -183,7 +184,7 @@ impl AccumulatorsState {
                 let kind = static_name(&k, NO_RELEVANT_KINDS).ok_or_else(|| format!("unknown kind {k:?}"))?;
                 series.no_relevant.insert(kind, n);
             }
-            a.series.insert(Arc::from(s.dims), series);
+            a.series.insert(Arc::from(s.dims), Arc::new(series));
         }
         Ok(a)
     }
@@ -528,7 +529,7 @@ mod tests {
             series: vec![SeriesState {
                 dims: vec![],
                 total: total.clone(),
-                buckets: vec![(0, bucket)],
+                buckets: vec![(0, Arc::new(bucket))],
                 excluded: vec![],
                 no_relevant: vec![],
             }],

@@ -145,8 +145,10 @@ pub fn counter_lines(exposition: &str) -> Vec<String> {
                 || name.starts_with("rankpulse_lists_")
                 || name == "rankpulse_orphan_lists_total")
                 && name.starts_with("rankpulse_")
-                // The daemon's freshness histogram has _sum and _count too.
+                // The daemon's freshness and loop histograms have _sum and
+                // _count too.
                 && !name.starts_with("rankpulse_ingest_delay_seconds")
+                && !name.starts_with("rankpulse_consumer_loop_gap_seconds")
         })
         .map(str::to_string)
         .collect();

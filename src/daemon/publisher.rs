@@ -1,0 +1,271 @@
+//! The daemon's publisher: the last stage of the flow, on a thread of its
+//! own. The consumer task hands it, once per tick, what it needs to render
+//! `/metrics` (and, with `state.dir`, a checkpoint to write), and goes back
+//! to the stream: rendering, merging shards, encoding, writing and fsyncing
+//! never hold up the loop.
+//!
+//! Without `state.dir`, a job carries only the accumulations each shard
+//! made since the last job ([`Pipeline::take_accumulated`]): the publisher
+//! keeps their merged total, so a tick costs the consumer the buckets that
+//! changed, not every bucket of every series of every shard. With
+//! `state.dir`, a job carries a snapshot of every shard (the accumulators
+//! shared copy-on-write, so taking it costs the consumer a reference per
+//! series, plus a copy of the open lists), which the publisher encodes; it
+//! waits until the dead-letter copies it covers are settled, writes it,
+//! and only then publishes what it holds, so that what Prometheus has seen
+//! is always restorable.
+//!
+//! One job is in flight at a time: while the publisher is busy the shards
+//! keep accumulating, and the next job carries both ticks' worth. Nothing
+//! queues up when rendering is slower than the tick.
+//!
+//! [`Pipeline::take_accumulated`]: crate::pipeline::Pipeline::take_accumulated
+
+use crate::accumulate::Accumulators;
+use crate::assemble::AssemblerState;
+use crate::config::Config;
+use crate::http::Published;
+use crate::kafka::DeliveryTracker;
+use crate::pipeline::{OpsCounters, bucket_range};
+use crate::publish::{DaemonHealth, PartitionState, Snapshot, render};
+use crate::state::{AccumulatorsState, Checkpoint, CountersState, ShardCheckpoint, StateStore};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Longest the publisher waits for the dead-letter copies a checkpoint
+/// covers before giving up on that checkpoint (the next tick tries again).
+const DEAD_LETTER_SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What an exposition shows besides the accumulators, as of the job.
+pub(super) struct View {
+    pub now_ms: i64,
+    pub counters: OpsCounters,
+    pub open_lists: usize,
+    pub partitions: BTreeMap<(String, i32), PartitionState>,
+    pub health: DaemonHealth,
+}
+
+pub(super) enum Job {
+    /// No `state.dir`: the shards' accumulations since the last job.
+    Publish { taken: Vec<Accumulators>, view: View },
+    /// `state.dir`: a checkpoint to make durable, then publish; its
+    /// shards come as snapshots, encoded here. The barrier: dead-letter
+    /// copies below it must settle first.
+    Checkpoint {
+        checkpoint: Box<Checkpoint>,
+        shards: Vec<ShardSnapshot>,
+        barrier: Option<(Arc<DeliveryTracker>, u64)>,
+        view: View,
+    },
+}
+
+/// One shard as a checkpoint holds it, before encoding.
+pub(super) struct ShardSnapshot {
+    pub partition: i32,
+    pub owned: bool,
+    pub offsets: BTreeMap<String, i64>,
+    pub assembler: AssemblerState,
+    pub accumulators: Accumulators,
+    pub counters: OpsCounters,
+}
+
+/// What became of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Done {
+    Published,
+    /// The checkpoint is durable (written at `written_ms`) and published.
+    Written {
+        written_ms: i64,
+    },
+    /// It could not be made durable: nothing was published or may be committed.
+    NotWritten,
+}
+
+/// The consumer's end of the publisher.
+pub(super) struct Publisher {
+    jobs: Option<Sender<Job>>,
+    done: Receiver<Done>,
+    thread: Option<JoinHandle<Accumulators>>,
+    /// A job was sent and its [`Done`] not yet received.
+    busy: bool,
+}
+
+impl Publisher {
+    pub fn start(config: Config, published: Arc<Published>, store: Option<Arc<StateStore>>) -> std::io::Result<Self> {
+        let (jobs, inbox) = channel();
+        let (outbox, done) = channel();
+        let thread = std::thread::Builder::new()
+            .name("rankpulse-publish".into())
+            .spawn(move || Worker::new(config, published, store).run(inbox, outbox))?;
+        Ok(Publisher { jobs: Some(jobs), done, thread: Some(thread), busy: false })
+    }
+
+    /// Whether a job may be sent now; collects what finished meanwhile.
+    pub fn poll(&mut self) -> Option<Done> {
+        match self.done.try_recv() {
+            Ok(done) => {
+                self.busy = false;
+                Some(done)
+            }
+            Err(TryRecvError::Empty) => None,
+            // The thread is gone (it panicked): publishing stopped; the
+            // loop goes on and shutdown reports it.
+            Err(TryRecvError::Disconnected) => None,
+        }
+    }
+
+    /// A publisher without a thread, in place of one [`Self::finish`]ed.
+    pub fn stopped() -> Self {
+        let (_, done) = channel();
+        Publisher { jobs: None, done, thread: None, busy: false }
+    }
+
+    pub fn busy(&self) -> bool {
+        self.busy
+    }
+
+    pub fn send(&mut self, job: Job) {
+        if let Some(jobs) = &self.jobs
+            && jobs.send(job).is_ok()
+        {
+            self.busy = true;
+        }
+    }
+
+    /// Waits for the job in flight (shutdown, and a revoke with
+    /// `state.dir`, which must not read a checkpoint being written).
+    pub fn wait(&mut self) -> Option<Done> {
+        if !self.busy {
+            return None;
+        }
+        self.busy = false;
+        self.done.recv().ok()
+    }
+
+    /// Stops the thread after its last job; the merged total (no
+    /// `state.dir`) or the last checkpoint's accumulators.
+    pub fn finish(mut self) -> Accumulators {
+        self.wait();
+        self.jobs = None;
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or_else(|| Accumulators::new(0, 1))
+    }
+}
+
+struct Worker {
+    config: Config,
+    published: Arc<Published>,
+    store: Option<Arc<StateStore>>,
+    /// Without `state.dir`: every accumulation taken from the shards,
+    /// merged. With it: what the last durable checkpoint holds.
+    total: Accumulators,
+    /// Checkpoints written and failed, and the last one's time: the
+    /// consumer's health snapshot predates the write.
+    checkpoints: u64,
+    checkpoint_failures: u64,
+    last_checkpoint_seconds: Option<f64>,
+}
+
+impl Worker {
+    fn new(config: Config, published: Arc<Published>, store: Option<Arc<StateStore>>) -> Self {
+        let mut total = Accumulators::new(config.sorted_cutoffs().len(), config.windows.bucket.ms());
+        total.range = bucket_range(&config);
+        Worker {
+            config,
+            published,
+            store,
+            total,
+            checkpoints: 0,
+            checkpoint_failures: 0,
+            last_checkpoint_seconds: None,
+        }
+    }
+
+    fn run(mut self, inbox: Receiver<Job>, outbox: Sender<Done>) -> Accumulators {
+        while let Ok(job) = inbox.recv() {
+            let done = match job {
+                Job::Publish { taken, view } => {
+                    for a in &taken {
+                        self.total.merge(a);
+                    }
+                    self.publish(view);
+                    Done::Published
+                }
+                Job::Checkpoint { checkpoint, shards, barrier, view } => {
+                    self.checkpoint(*checkpoint, shards, barrier, view)
+                }
+            };
+            if outbox.send(done).is_err() {
+                break;
+            }
+        }
+        self.total
+    }
+
+    fn checkpoint(
+        &mut self,
+        mut checkpoint: Checkpoint,
+        shards: Vec<ShardSnapshot>,
+        barrier: Option<(Arc<DeliveryTracker>, u64)>,
+        view: View,
+    ) -> Done {
+        let Some(store) = &self.store else { return Done::NotWritten };
+        // A checkpoint covers the offsets of invalid messages: their
+        // dead-letter copies must be settled first.
+        if let Some((tracker, seq)) = barrier
+            && !tracker.wait_settled_before(seq, DEAD_LETTER_SETTLE_TIMEOUT)
+        {
+            eprintln!("rankpulse: dead-letter copies not acknowledged; checkpoint postponed");
+            self.checkpoint_failures += 1;
+            return Done::NotWritten;
+        }
+        let mut total = Accumulators::new(self.total.cutoffs, self.total.bucket_ms);
+        total.range = self.total.range;
+        checkpoint.shards = shards
+            .into_iter()
+            .map(|s| {
+                total.merge(&s.accumulators);
+                ShardCheckpoint {
+                    partition: s.partition,
+                    owned: s.owned,
+                    offsets: s.offsets,
+                    assembler: s.assembler,
+                    accumulators: AccumulatorsState::from_accumulators(&s.accumulators),
+                    counters: CountersState::from_counters(&s.counters),
+                }
+            })
+            .collect();
+        if let Err(e) = store.write(&checkpoint) {
+            eprintln!("rankpulse: {e}");
+            self.checkpoint_failures += 1;
+            return Done::NotWritten;
+        }
+        self.checkpoints += 1;
+        self.last_checkpoint_seconds = Some(checkpoint.written_ms as f64 / 1000.0);
+        self.total = total;
+        self.publish(view);
+        Done::Written { written_ms: checkpoint.written_ms }
+    }
+
+    fn publish(&mut self, mut view: View) {
+        if self.store.is_some() {
+            view.health.checkpoints = self.checkpoints;
+            view.health.checkpoint_failures = self.checkpoint_failures;
+            view.health.last_checkpoint_seconds = self.last_checkpoint_seconds;
+        }
+        self.total.prune(view.now_ms);
+        let text = render(&Snapshot {
+            config: &self.config,
+            now_ms: view.now_ms,
+            accumulators: &self.total,
+            counters: &view.counters,
+            open_lists: view.open_lists,
+            partitions: &view.partitions,
+            health: Some(&view.health),
+        });
+        self.published.set_exposition(text);
+        self.published.with_history(|h| h.sample(&self.config, &self.total, view.now_ms));
+    }
+}
