@@ -9,9 +9,10 @@
 //!   normal traffic: nothing poisoned survives the checkpoint.
 //! - `a_hot_key_among_normal_traffic_is_exact`: one list of 10,000 results
 //!   (50 pages) and 10,000 judgments among normal lists.
-//! - `a_flood_of_dimension_combinations_is_capped`: 100,000 impressions of
-//!   distinct combinations: series stay within `dimensions.max_combinations`,
-//!   the excess is counted, resident memory stays within a bound.
+//! - `a_flood_of_dimension_combinations_is_capped`: after normal traffic,
+//!   100,000 impressions of distinct combinations: series stay within
+//!   `dimensions.max_combinations`, the excess is counted, resident memory
+//!   stays within a bound, the normal rankers' series stay exact.
 //! - `a_broker_frozen_for_20_s_mid_stream_changes_nothing_without_state`:
 //!   the broker stopped (SIGSTOP) for 20 s while events flow, with the
 //!   default configuration (no `state.dir`): the stall is an outage after
@@ -347,6 +348,11 @@ fn a_flood_of_dimension_combinations_is_capped() {
     let group = format!("hostile-combinations-{}", std::process::id());
     let mut daemon = spawn_daemon(&bootstrap, &http, &group, &[]);
     let base = now_ms() - 60_000;
+    // Normal traffic first (its combinations admitted), then the flood.
+    let normal = events(2_000, base - 30_000, 53);
+    let producer = producer(&bootstrap);
+    produce(&producer, &normal, None);
+    settle(&http, normal.len() as f64);
     // 100,000 distinct (ranker, market) pairs: 100 rankers (each within
     // dimensions.max_values) × 1,000 markets.
     let flood: Vec<(String, String)> = (0..100_000i64)
@@ -363,9 +369,8 @@ fn a_flood_of_dimension_combinations_is_capped() {
             )
         })
         .collect();
-    let producer = producer(&bootstrap);
     produce(&producer, &flood, None);
-    let m = settle(&http, flood.len() as f64);
+    let m = settle(&http, (normal.len() + flood.len()) as f64);
     let rss_mib = rss_kib(daemon.0.id()) / 1024;
     let series: std::collections::BTreeSet<&str> = m
         .lines()
@@ -379,8 +384,20 @@ fn a_flood_of_dimension_combinations_is_capped() {
     assert!(series.len() <= 501, "{} combinations exposed", series.len());
     let overflow = sum_of(&m, "rankpulse_dimension_combinations_overflow_total");
     assert!(overflow >= 100_000.0 - 500.0 - 10_000.0, "{overflow} impressions counted as combination overflow");
-    assert_eq!(sum_of(&m, "rankpulse_lists_finalized_total"), 100_000.0);
+    let want = reference(&normal, &config(&[]));
+    let normal_lists = sum_of(&want, "rankpulse_lists_finalized_total");
+    assert_eq!(sum_of(&m, "rankpulse_lists_finalized_total"), 100_000.0 + normal_lists);
     assert!(rss_mib < RSS_BOUND_MIB, "resident {rss_mib} MiB");
+    // The normal rankers' series are exactly the batch engine's.
+    let normal_series = |e: &str| -> Vec<String> {
+        compared(e, "none")
+            .into_iter()
+            .filter(|l| l.contains(r#"ranker="control""#) || l.contains(r#"ranker="candidate""#))
+            .collect()
+    };
+    let got = normal_series(&m);
+    assert!(!got.is_empty());
+    assert_eq!(got, normal_series(&want));
     sigterm(&mut daemon);
 }
 
