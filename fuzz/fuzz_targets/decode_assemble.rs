@@ -68,7 +68,7 @@ fuzz_target!(|data: &[u8]| {
 
     for (dims, series) in &pipeline.accumulators.series {
         let total = series.total();
-        let cells = std::iter::once((None, &total)).chain(series.buckets.iter().map(|(b, c)| (Some(b), c)));
+        let cells = std::iter::once((None, &total)).chain(series.buckets.iter().map(|(b, c)| (Some(b), &**c)));
         for (bucket, cell) in cells {
             for (i, moments) in cell.metrics.iter().enumerate() {
                 if let Some(mean) = moments.mean() {
