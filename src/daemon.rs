@@ -454,6 +454,7 @@ impl Daemon {
             }
             if let Some(shard) = self.shards.get_mut(&p) {
                 shard.owned = false;
+                shard.idle = false;
                 // Paused or not in librdkafka, an assignment resumes it.
                 shard.alignment.reset();
             }
@@ -518,6 +519,12 @@ impl Daemon {
             let topics = tps.iter().filter(|(_, tp)| *tp == p).map(|(t, _)| t.as_str());
             shard.pipeline.assembler.expect_lanes(topics);
             shard.owned = true;
+            // Its end was reached before, perhaps; since this assignment
+            // the messages from the committed offset on are a backlog
+            // until the partition's end is reported again. Idle now, the
+            // next tick would close its lists on processing time before
+            // what the broker kept during an outage arrives.
+            shard.idle = false;
             shard.alignment.reset();
         }
         // Whatever librdkafka kept of an earlier pause of these partitions,
