@@ -17,6 +17,10 @@
 //!   the broker stopped (SIGSTOP) for 20 s while events flow, with the
 //!   default configuration (no `state.dir`): the stall is an outage after
 //!   `session.timeout.ms`, and the counters are exact.
+//! - `partitions_handed_over_without_state_are_counted_by_their_new_owner_only`:
+//!   a second instance joins while every list is open (no `state.dir`);
+//!   the first neither finalizes nor publishes the lists it handed over, so
+//!   the two instances' counters add up to the batch engine's.
 //!
 //! Ignored by a plain `cargo test` (each takes a broker and about a minute);
 //! `.ci/run` runs them with `--ignored`, where a missing broker fails.
@@ -445,4 +449,96 @@ fn a_broker_frozen_for_20_s_mid_stream_changes_nothing_without_state() {
     assert_eq!(sum_of(&m, "rankpulse_late_judgments_total"), 0.0);
     assert_eq!(sum_of(&m, "rankpulse_kafka_connected"), 1.0);
     sigterm(&mut daemon);
+}
+
+/// Adds the counter lines of several expositions (name{labels} → value).
+fn add_counters(expositions: &[&str]) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for e in expositions {
+        for line in counter_lines(e) {
+            if let Some((series, value)) = line.rsplit_once(' ') {
+                *out.entry(series.to_string()).or_default() += value.parse::<f64>().unwrap();
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
+async fn partitions_handed_over_without_state_are_counted_by_their_new_owner_only() {
+    let tansu = tansu();
+    let port = free_port();
+    let _broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
+    let bootstrap = format!("127.0.0.1:{port}");
+    let group = format!("hostile-handover-{}", std::process::id());
+    // The default configuration (no state.dir), with a gap no list reaches
+    // during the test: every list is still open when its partition moves.
+    let vars = [
+        ("RANKPULSE__KAFKA__BROKERS", bootstrap.as_str()),
+        ("RANKPULSE__KAFKA__GROUP_ID", group.as_str()),
+        ("RANKPULSE__KAFKA__PROPERTIES__FETCH_WAIT_MAX_MS", "10"),
+        ("RANKPULSE__SESSION__GAP", "5m"),
+    ];
+    let config = Config::load_with_env(None, vars.iter().map(|(k, v)| (k.to_string(), v.to_string()))).expect("config");
+    let start = || {
+        let c = config.clone();
+        async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let http = listener.local_addr().unwrap().to_string();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(rankpulse::daemon::run_on(c, listener, async move {
+                let _ = stopped.await;
+            }));
+            (http, stop, task)
+        }
+    };
+    // 1,000 lists over 10 s, produced before anyone reads them.
+    let evs = events(1_000, now_ms() - 60_000, 59);
+    tokio::task::block_in_place(|| produce(&producer(&bootstrap), &evs, None));
+    let (http_a, stop_a, task_a) = start().await;
+    tokio::task::block_in_place(|| {
+        wait_until("a to consume everything", Duration::from_secs(90), || {
+            consumed(&metrics(&http_a)) >= evs.len() as f64
+        });
+    });
+    let open_before = sum_of(&metrics(&http_a), "rankpulse_open_lists");
+    assert!(open_before > 0.0);
+    assert_eq!(sum_of(&metrics(&http_a), "rankpulse_lists_finalized_total"), 0.0, "the gap closed a list early");
+    // b joins: some partitions go from a to b, with their open lists.
+    let (http_b, stop_b, task_b) = start().await;
+    tokio::task::block_in_place(|| {
+        wait_until("b to get partitions and a to let go of theirs", Duration::from_secs(90), || {
+            ready(&http_b) && sum_of(&metrics(&http_a), "rankpulse_open_lists") < open_before
+        });
+        // b reads its partitions again from a's commit point, which no open
+        // list let pass the start.
+        wait_until("b to read its partitions", Duration::from_secs(90), || {
+            let (a, b) = (metrics(&http_a), metrics(&http_b));
+            sum_of(&a, "rankpulse_open_lists") + sum_of(&b, "rankpulse_open_lists") == open_before
+        });
+    });
+    // a leaves: it finalizes what it still owns, not what it handed over;
+    // b then finalizes the rest at its own shutdown.
+    let _ = stop_a.send(());
+    let a = task_a.await.unwrap().unwrap();
+    tokio::task::block_in_place(|| {
+        wait_until("b to own every partition", Duration::from_secs(90), || ready(&http_b));
+    });
+    let _ = stop_b.send(());
+    let b = task_b.await.unwrap().unwrap();
+    assert!(a.lists_finalized > 0 && b.lists_finalized > 0, "{} {}", a.lists_finalized, b.lists_finalized);
+    let union = add_counters(&[&a.final_exposition, &b.final_exposition]);
+    let single = add_counters(&[&reference(&evs, &config)]);
+    assert_eq!(union.keys().collect::<Vec<_>>(), single.keys().collect::<Vec<_>>());
+    for (series, want) in &single {
+        let got = union[series];
+        if series.contains("_sum") {
+            // Each exposition prints an exact fixed-point sum as the
+            // nearest f64; the sum of two such prints is within a few ulps.
+            assert!((got - want).abs() <= 4.0 * f64::EPSILON * want.abs().max(1.0), "{series}: {got} vs {want}");
+        } else {
+            assert_eq!(got, *want, "{series}");
+        }
+    }
 }
