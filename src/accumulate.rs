@@ -688,12 +688,26 @@ impl Accumulators {
     /// checkpoint written before the range existed) further ahead than an
     /// event may claim. Their lists stay in the since-start totals.
     pub fn prune(&mut self, now_ms: i64) {
+        self.prune_part(now_ms, 0, 1);
+    }
+
+    /// [`Self::prune`] for one of `parts` parts of the series (the `part`-th
+    /// of every `parts`, in key order). Every series crosses a bucket edge
+    /// at the same moment, and one shared with a snapshot is copied when
+    /// pruned: the daemon prunes a part per tick so that the copies of all
+    /// its series are not made in one tick. A bucket outside the range
+    /// meanwhile is in no window (windows read only their buckets).
+    pub fn prune_part(&mut self, now_ms: i64, part: usize, parts: usize) {
         self.set_now(now_ms);
         let BucketRange { oldest, newest, .. } = self.range;
         let outside = |first: Option<&i64>, last: Option<&i64>| {
             first.is_some_and(|b| *b < oldest) || last.is_some_and(|b| *b > newest)
         };
-        for s in self.series.values_mut() {
+        let parts = parts.max(1);
+        for (i, s) in self.series.values_mut().enumerate() {
+            if i % parts != part {
+                continue;
+            }
             // A series shared with a snapshot is copied only if it changes.
             if !outside(s.buckets.keys().next(), s.buckets.keys().next_back())
                 && !outside(s.amended.keys().next(), s.amended.keys().next_back())

@@ -31,7 +31,7 @@ use crate::metrics::Grade;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
-use store::{JudgmentEdit, ListStore};
+use store::{FrozenLists, JudgmentEdit, ListStore};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
 pub mod store;
@@ -475,6 +475,29 @@ pub struct AssemblerState {
     pub withdrawn: Vec<ListKey>,
 }
 
+/// An assembler's state at one moment, not yet decoded into an
+/// [`AssemblerState`] (see [`Assembler::snapshot`]).
+#[derive(Debug)]
+pub struct AssemblerSnapshot {
+    dimension_values: Vec<Arc<[String]>>,
+    open_lists: FrozenLists,
+    closed_lists: FrozenLists,
+    lanes: Vec<(String, i64)>,
+    withdrawn: Vec<ListKey>,
+}
+
+impl AssemblerSnapshot {
+    pub fn into_state(self) -> AssemblerState {
+        AssemblerState {
+            dimension_values: self.dimension_values.iter().map(|v| v.to_vec()).collect(),
+            open_lists: self.open_lists.lists(),
+            closed_lists: self.closed_lists.lists(),
+            lanes: self.lanes,
+            withdrawn: self.withdrawn,
+        }
+    }
+}
+
 impl Assembler {
     pub fn new(gap_ms: i64, dimension_labels: Vec<String>) -> Self {
         Self::with_limits(AssemblyLimits::gap_only(gap_ms), dimension_labels, None)
@@ -505,10 +528,17 @@ impl Assembler {
 
     /// The state to checkpoint (open and recently closed lists).
     pub fn state(&self) -> AssemblerState {
-        AssemblerState {
-            dimension_values: self.dimensions.values.iter().map(|v| v.to_vec()).collect(),
-            open_lists: lists_of(&self.open_lists),
-            closed_lists: lists_of(&self.closed_lists),
+        self.snapshot().into_state()
+    }
+
+    /// The state to checkpoint, taken cheaply (see [`ListStore::freeze`]):
+    /// [`AssemblerSnapshot::into_state`] does the decoding, on whichever
+    /// thread holds it.
+    pub fn snapshot(&self) -> AssemblerSnapshot {
+        AssemblerSnapshot {
+            dimension_values: self.dimensions.values.clone(),
+            open_lists: self.open_lists.freeze(),
+            closed_lists: self.closed_lists.freeze(),
             lanes: self.lanes.clone(),
             withdrawn: {
                 let mut keys: Vec<ListKey> = self.withdrawn.iter().copied().collect();
@@ -1016,19 +1046,6 @@ impl Assembler {
             None => sink(Closed::Orphan),
         }
     }
-}
-
-/// Every list of `store` in its working form (for a checkpoint).
-fn lists_of(store: &ListStore) -> Vec<(ListKey, OpenList)> {
-    store
-        .keys()
-        .into_iter()
-        .map(|key| {
-            let mut list = OpenList::default();
-            store.load(key, &mut list);
-            (key, list)
-        })
-        .collect()
 }
 
 /// The keys of the 1/64 of `lists` with the oldest last event (at least

@@ -137,6 +137,12 @@ type CommitPoint = ((String, i32), i64);
 /// lists or offsets; it is published and checkpointed like any shard.
 const RETIRED: i32 = -1;
 
+/// Ticks to prune every series once (see
+/// [`crate::accumulate::Accumulators::prune_part`]):
+/// 4 s at the 500 ms tick, well within a bucket width of 10 s, so a bucket
+/// leaves at most one sweep after its time.
+const PRUNE_PARTS: usize = 8;
+
 /// Committed offsets of the group, asked for off the consumer task.
 type HandOverQuery = tokio::task::JoinHandle<Vec<((String, i32), i64)>>;
 
@@ -199,7 +205,7 @@ impl Shard {
             partition,
             owned: self.owned,
             offsets: self.next_offsets.clone(),
-            assembler: self.pipeline.assembler.state(),
+            assembler: self.pipeline.assembler.snapshot(),
             accumulators: self.pipeline.accumulators.clone(),
             counters: self.pipeline.counters.clone(),
         }
@@ -229,6 +235,8 @@ struct Daemon {
     last_commit: Option<tokio::time::Instant>,
     /// Offsets committed from checkpoints (state.dir set).
     committed: BTreeMap<(String, i32), i64>,
+    /// Ticks so far: which part of the series the tick prunes.
+    ticks: u64,
     /// Renders `/metrics` and writes checkpoints off the consumer task.
     publisher: Publisher,
     /// Offsets to commit once the dead-letter copies below the barrier
@@ -859,8 +867,9 @@ impl Daemon {
     /// Retires time buckets no window can reach.
     fn prune(&mut self) {
         let now = wall_ms();
+        let part = self.ticks as usize % PRUNE_PARTS;
         for shard in self.shards.values_mut() {
-            shard.pipeline.accumulators.prune(now);
+            shard.pipeline.accumulators.prune_part(now, part, PRUNE_PARTS);
         }
     }
 
@@ -933,6 +942,7 @@ pub async fn run_with(
         committed: BTreeMap::new(),
         publisher,
         pending_commit: None,
+        ticks: 0,
         hand_over: None,
         unhandled_done: None,
         loop_gaps: LoopGaps::default(),
@@ -1005,6 +1015,7 @@ pub async fn run_with(
                 daemon.update_health();
                 published.set_ready(!daemon.assigned.is_empty() && daemon.health.kafka_connected);
                 daemon.prune();
+                daemon.ticks += 1;
                 if let Some(done) = daemon.publisher.poll() {
                     daemon.note_done(done);
                 }

@@ -22,7 +22,7 @@
 //! [`Pipeline::take_accumulated`]: crate::pipeline::Pipeline::take_accumulated
 
 use crate::accumulate::Accumulators;
-use crate::assemble::AssemblerState;
+use crate::assemble::AssemblerSnapshot;
 use crate::config::Config;
 use crate::http::Published;
 use crate::kafka::DeliveryTracker;
@@ -67,7 +67,7 @@ pub(super) struct ShardSnapshot {
     pub partition: i32,
     pub owned: bool,
     pub offsets: BTreeMap<String, i64>,
-    pub assembler: AssemblerState,
+    pub assembler: AssemblerSnapshot,
     pub accumulators: Accumulators,
     pub counters: OpsCounters,
 }
@@ -231,7 +231,7 @@ impl Worker {
                     partition: s.partition,
                     owned: s.owned,
                     offsets: s.offsets,
-                    assembler: s.assembler,
+                    assembler: s.assembler.into_state(),
                     accumulators: AccumulatorsState::from_accumulators(&s.accumulators),
                     counters: CountersState::from_counters(&s.counters),
                 }
