@@ -653,17 +653,16 @@ impl Daemon {
     fn finalize_expired(&mut self) {
         let now = wall_ms();
         let connected = self.signals.connected.load(Ordering::Relaxed);
-        // Nothing arriving means idle only while the brokers answer: a
-        // frozen one is an outage only after session.timeout.ms, and lists
-        // closed on processing time before that would miss what it still
-        // holds. Half a gap of silence (at least 1.5 s: a fetch is answered
-        // within fetch.wait.max.ms) suspends it.
-        let answering = self.signals.silent_ms.load(Ordering::Relaxed) <= (self.config.session.gap.ms() / 2).max(1_500);
+        // Nothing arriving means idle only as far as the brokers are known
+        // to have answered: a frozen one is an outage only after
+        // session.timeout.ms, and a list closed on processing time before
+        // then would miss what it still holds.
+        let answered = self.signals.answered_at_ms(now).map(|t| t.min(now));
         // A shard not owned is frozen: if its partition comes back (a
         // stall, a session timeout) its lists continue exactly; if it went
         // to another instance, they are that instance's now.
         for shard in self.shards.values_mut().filter(|s| s.owned) {
-            let processing_time = (connected && answering && shard.idle).then_some(now);
+            let processing_time = answered.filter(|_| connected && shard.idle);
             shard.pipeline.finalize_expired(processing_time);
         }
     }

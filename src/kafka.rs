@@ -52,11 +52,44 @@ pub struct KafkaSignals {
     pub connected: AtomicBool,
     /// Set by the first statistics report: before it, "not connected" is not an outage.
     pub observed: AtomicBool,
-    /// How long (ms) the most silent broker with requests in flight has
-    /// sent nothing, at the last statistics report: a partition that
-    /// delivers nothing is idle only while this is short, not because its
-    /// broker stopped answering.
-    pub silent_ms: AtomicI64,
+    /// Until when every broker is known to have answered what it was
+    /// asked (librdkafka's monotonic clock, µs; 0 before the first
+    /// report): the time of the last statistics report less the silence of
+    /// its most silent broker with requests in flight. A partition that
+    /// delivers nothing is idle up to that moment only: what a frozen
+    /// broker still holds cannot have been missed before it.
+    pub answered_mono_us: AtomicI64,
+}
+
+impl KafkaSignals {
+    /// [`Self::answered_mono_us`] as wall-clock ms, given the wall clock
+    /// `now_ms` read at about the same moment (`None` before any report).
+    pub fn answered_at_ms(&self, now_ms: i64) -> Option<i64> {
+        let answered = self.answered_mono_us.load(Ordering::Relaxed);
+        (answered > 0).then(|| now_ms - (monotonic_us() - answered).max(0) / 1_000)
+    }
+}
+
+/// Until when (µs, a statistics report's clock) every connected broker
+/// has answered, given the report's time `ts` and each broker's state,
+/// requests in flight and µs since it last sent anything. A broker with
+/// nothing in flight has answered all it was asked; one that never sent
+/// anything (`rxidle` -1) has answered nothing yet.
+fn answered_until<'a>(ts: i64, brokers: impl Iterator<Item = (&'a str, i64, i64)>) -> Option<i64> {
+    brokers
+        .filter(|(state, waiting, _)| *state == "UP" && *waiting > 0)
+        .map(|(_, _, rxidle)| (rxidle >= 0).then(|| ts - rxidle))
+        .try_fold(ts, |earliest, t| t.map(|t| earliest.min(t)))
+}
+
+/// librdkafka's clock (`rd_clock`: `CLOCK_MONOTONIC` in µs), the clock of a
+/// statistics report's `ts`. `std::time::Instant` reads the same clock but
+/// does not expose its value.
+fn monotonic_us() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
 }
 
 /// The consumer's context: receives statistics, errors and rebalances on
@@ -181,14 +214,11 @@ impl ClientContext for RankpulseContext {
         };
         let up = statistics.brokers.values().any(|b| b.state == "UP") && !statistics.brokers.values().any(stalled);
         self.signals.connected.store(up, Ordering::Relaxed);
-        let silent_us = statistics
-            .brokers
-            .values()
-            .filter(|b| b.state == "UP" && b.waitresp_cnt > 0)
-            .map(|b| b.rxidle)
-            .max()
-            .unwrap_or(0);
-        self.signals.silent_ms.store(silent_us / 1_000, Ordering::Relaxed);
+        let brokers = statistics.brokers.values().map(|b| (b.state.as_str(), b.waitresp_cnt, b.rxidle));
+        let answered = answered_until(statistics.ts, brokers);
+        if up && let Some(answered) = answered {
+            self.signals.answered_mono_us.fetch_max(answered, Ordering::Relaxed);
+        }
         self.signals.observed.store(true, Ordering::Relaxed);
         let Ok(mut lag) = self.signals.lag.lock() else { return };
         for (topic, t) in statistics.topics {
@@ -549,6 +579,32 @@ impl Sources {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A partition is idle only up to the moment the most silent broker
+    /// with requests in flight last answered.
+    #[test]
+    fn brokers_have_answered_until_the_most_silent_one_last_did() {
+        let ts = 50_000_000;
+        // Nothing in flight anywhere: everything asked was answered.
+        assert_eq!(answered_until(ts, [("UP", 0, 9_000_000)].into_iter()), Some(ts));
+        // A fetch in flight on a broker silent for 3 s, a quick coordinator.
+        let brokers = [("UP", 1, 3_000_000), ("UP", 2, 20_000), ("INIT", 0, -1)];
+        assert_eq!(answered_until(ts, brokers.into_iter()), Some(47_000_000));
+        // A broker that is down is an outage of its own, not silence.
+        assert_eq!(answered_until(ts, [("DOWN", 1, 40_000_000), ("UP", 1, 0)].into_iter()), Some(ts));
+        // A connection that never received anything has answered nothing.
+        assert_eq!(answered_until(ts, [("UP", 1, -1), ("UP", 1, 0)].into_iter()), None);
+    }
+
+    #[test]
+    fn the_answered_moment_reads_as_wall_clock_time() {
+        let signals = KafkaSignals::default();
+        assert_eq!(signals.answered_at_ms(1_000_000), None);
+        signals.answered_mono_us.store(monotonic_us() - 2_000_000, Ordering::Relaxed);
+        let at = signals.answered_at_ms(1_000_000).unwrap();
+        // Two seconds ago, give or take the time between the two reads.
+        assert!((997_000..=998_000).contains(&at), "{at}");
+    }
 
     /// Ids are dense and stable whichever order topic-partitions come in,
     /// the one-entry cache included (same partition of another topic, same

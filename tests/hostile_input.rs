@@ -418,21 +418,34 @@ fn a_broker_frozen_for_20_s_mid_stream_changes_nothing_without_state() {
     let mut daemon = spawn_daemon(&bootstrap, &http, &group, &[]);
     wait_until("the daemon to join its group", Duration::from_secs(90), || ready(&http));
     let evs = events(3_000, now_ms() - 120_000, 53);
-    let batches: Vec<Vec<(String, String)>> = evs.chunks(evs.len() / 20 + 1).map(<[_]>::to_vec).collect();
-    let feeder_bootstrap = bootstrap.clone();
+    // The broker freezes right after an impression whose judgments it has
+    // not received yet (their producer is held up by the frozen broker):
+    // that list is open and idle throughout the stall, and must wait for
+    // them rather than close on processing time.
+    let is = |i: usize, kind: &str| evs.get(i).is_some_and(|(_, json)| json.contains(&format!(r#""type":"{kind}""#)));
+    let cut = (evs.len() / 3..evs.len())
+        .find(|&i| is(i, "impression") && is(i + 1, "judgment"))
+        .expect("a list with judgments")
+        + 1;
+    let (before, after) = evs.split_at(cut);
+    let producer = producer(&bootstrap);
+    for batch in before.chunks(before.len() / 7 + 1) {
+        produce(&producer, batch, None);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    wait_until("everything before the freeze consumed", Duration::from_secs(60), || {
+        consumed(&metrics(&http)) >= before.len() as f64
+    });
+    let pid = broker.0.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let frozen = std::time::Instant::now();
+    let batches: Vec<Vec<(String, String)>> = after.chunks(after.len() / 13 + 1).map(<[_]>::to_vec).collect();
     let feeder = std::thread::spawn(move || {
-        let producer = producer(&feeder_bootstrap);
         for batch in batches {
             produce(&producer, &batch, None);
             std::thread::sleep(Duration::from_millis(500));
         }
     });
-    wait_until("a third of the stream consumed", Duration::from_secs(60), || {
-        consumed(&metrics(&http)) >= evs.len() as f64 / 3.0
-    });
-    let pid = broker.0.id().to_string();
-    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
-    let frozen = std::time::Instant::now();
     // Past session.timeout.ms (10 s) of silence: an outage.
     wait_until("the frozen broker seen as an outage", Duration::from_secs(19), || {
         let m = metrics(&http);
