@@ -421,6 +421,18 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
         "rankpulse: stopped after {} messages, {} lists finalized, offsets committed: {:?}",
         summary.messages, summary.lists_finalized, summary.committed
     );
+    // When the messages came (Unix ms), for whoever measures the run from
+    // outside, as `rankpulse-bench` does.
+    if let (Some(first), Some(last)) = (summary.first_message_at, summary.last_message_at) {
+        let unix_ms = |at: std::time::Instant| {
+            let ago = at.elapsed();
+            std::time::SystemTime::now()
+                .checked_sub(ago)
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_millis())
+        };
+        eprintln!("rankpulse: first message at {} ms, last at {} ms (Unix time)", unix_ms(first), unix_ms(last));
+    }
     Ok(())
 }
 

@@ -1,0 +1,100 @@
+//! `rankpulse-bench bare`: the baseline a user would write, a process of its
+//! own: rdkafka reading both topics (same settings as `rankpulse run`: its
+//! defaults and the `[kafka.properties]` of the RANKPULSE__* environment)
+//! and serde_json decoding every message into a typed struct, nothing more.
+//! It prints one JSON line: when its first and last message came (Unix ms),
+//! how many, and the p99 delay from their Kafka timestamps.
+
+use rankpulse::config::Config;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// An event as a user's consumer would type it (both kinds in one struct).
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct Event<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    event_id: &'a str,
+    session_id: &'a str,
+    query_id: &'a str,
+    timestamp: i64,
+    #[serde(default, borrow)]
+    results: Vec<Shown<'a>>,
+    #[serde(default, borrow)]
+    dimensions: BTreeMap<&'a str, &'a str>,
+    doc_id: Option<&'a str>,
+    action: Option<&'a str>,
+    grade: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct Shown<'a> {
+    doc_id: &'a str,
+    position: u32,
+    score: Option<f64>,
+}
+
+/// Consumes `messages` messages, then reports. After the last one it waits
+/// a moment before exiting, so that a sampler of its CPU reads it past
+/// its last message.
+pub fn run(messages: u64, delays: bool) -> anyhow::Result<()> {
+    let config = Config::load(None)?;
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &config.kafka.brokers)
+        .set("group.id", &config.kafka.group_id)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest");
+    for (key, value) in rankpulse::kafka::CONSUMER_DEFAULTS {
+        cc.set(*key, *value);
+    }
+    for (key, value) in &config.kafka.properties {
+        cc.set(key, value);
+    }
+    let consumer: BaseConsumer = cc.create()?;
+    let topics: Vec<&str> = config.kafka.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics)?;
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let (mut seen, mut decoded) = (0u64, 0u64);
+    let mut first_ms = None;
+    let record_delays = delays;
+    let mut delays: Vec<i64> = Vec::new();
+    while seen < messages {
+        let Some(polled) = consumer.poll(Duration::from_millis(100)) else {
+            anyhow::ensure!(Instant::now() < deadline, "only {seen} of {messages} messages in 900 s");
+            continue;
+        };
+        let m = polled?;
+        // The clock is read per message only where delays are asked for.
+        if first_ms.is_none() {
+            first_ms = Some(crate::process::unix_ms());
+        }
+        seen += 1;
+        if record_delays && let Some(ts) = m.timestamp().to_millis() {
+            delays.push(crate::process::unix_ms() - ts);
+        }
+        if serde_json::from_slice::<Event>(m.payload().unwrap_or(b"")).is_ok() {
+            decoded += 1;
+        }
+    }
+    let last_ms = crate::process::unix_ms();
+    delays.sort_unstable();
+    let p99 = delays.get((delays.len() * 99 / 100).min(delays.len().saturating_sub(1))).copied();
+    println!(
+        "{}",
+        serde_json::json!({
+            "first_ms": first_ms,
+            "last_ms": last_ms,
+            "messages": seen,
+            "decoded": decoded,
+            "p99_delay_ms": p99,
+        })
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    Ok(())
+}

@@ -1,0 +1,575 @@
+//! `rankpulse-bench shapes`: `rankpulse run` against the bare consumer on
+//! three traffic shapes, through a real broker, as a user would measure it.
+//!
+//! - S1, the production-shaped mix, and S2, the judgment-heavy shape (see
+//!   `traffic`), are produced once as a backlog; then, each round, the bare
+//!   consumer and `rankpulse run` (alternating which goes first) each read
+//!   all of it in a consumer group of their own.
+//! - S3, a live tail: S2 with event times of now, produced at 70% of the
+//!   daemon's median S2 rate while it (then the bare consumer) consumes.
+//!
+//! Both are processes of their own, measured alike from outside: CPU is
+//! utime + stime of all their threads (`/proc/PID/stat`, sampled every
+//! 10 ms) between the first and the last message each reports having
+//! read; memory is their peak resident set (`VmHWM`). The daemon's open
+//! lists and topic pauses are read from its `/metrics`.
+
+use crate::process::{CpuSampler, peak_rss, unix_ms};
+use crate::traffic::{JudgmentHeavy, MAX_JUDGMENT_DELAY_MS, Message, production_mix};
+use anyhow::{Context, bail};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use std::io::{BufRead, Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What the shapes bench is told.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub brokers: String,
+    /// The `rankpulse` binary to measure.
+    pub rankpulse: PathBuf,
+    pub rounds: usize,
+    pub partitions: i32,
+    pub s1_lists: usize,
+    pub s2_lists: usize,
+    /// Length of the live tail (S3).
+    pub live_seconds: f64,
+    /// Which shapes to run ("s1", "s2", "s3"; S3 needs S2's rate).
+    pub shapes: Vec<String>,
+    pub seed: u64,
+    /// `session.gap` of the daemon, seconds.
+    pub gap_seconds: u64,
+}
+
+/// One process's reading of the same messages.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reading {
+    pub messages: u64,
+    pub seconds: f64,
+    pub cpu_seconds: f64,
+    pub peak_rss: u64,
+    /// The daemon's most open lists in a scrape (0 for the bare consumer).
+    pub open_lists_peak: f64,
+    pub topic_pauses: f64,
+    /// Live tail: p99 delay from the Kafka timestamp to the message read
+    /// (the bare consumer) or applied (the daemon), ms.
+    pub p99_delay_ms: Option<f64>,
+}
+
+impl Reading {
+    pub fn per_cpu_second(&self) -> f64 {
+        self.messages as f64 / self.cpu_seconds.max(1e-9)
+    }
+    pub fn rate(&self) -> f64 {
+        self.messages as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// A shape's rounds: the bare consumer's and the daemon's readings.
+#[derive(Debug, Clone, Default)]
+pub struct ShapeReport {
+    pub name: String,
+    pub description: String,
+    pub messages: u64,
+    /// Lists open at once that the gap alone needs at the shape's rate of
+    /// lists in event time (gap plus the longest judgment delay, times
+    /// lists per second).
+    pub open_lists_needed: f64,
+    pub rounds: Vec<(Reading, Reading)>,
+}
+
+/// Topics of one shape, made for this run.
+struct Topics {
+    impressions: String,
+    judgments: String,
+}
+
+fn create_topics(brokers: &str, tag: &str, partitions: i32) -> anyhow::Result<Topics> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", brokers).create()?;
+    let suffix = format!("{}-{}", std::process::id(), unix_ms() % 1_000_000);
+    let topics = Topics {
+        impressions: format!("bench-{tag}-impressions-{suffix}"),
+        judgments: format!("bench-{tag}-judgments-{suffix}"),
+    };
+    let new: Vec<NewTopic> = [&topics.impressions, &topics.judgments]
+        .iter()
+        .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
+        .collect();
+    let created = futures_block_on(
+        admin.create_topics(&new, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)))),
+    );
+    for result in created? {
+        if let Err((topic, code)) = result {
+            bail!("creating topic {topic}: {code}");
+        }
+    }
+    Ok(topics)
+}
+
+/// Drives a future to completion on this thread (the admin client's
+/// futures complete on librdkafka's threads).
+fn futures_block_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context as TaskContext, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = TaskContext::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(Duration::from_millis(50));
+    }
+}
+
+fn producer(brokers: &str) -> anyhow::Result<BaseProducer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "20")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .create()?)
+}
+
+fn send(producer: &BaseProducer, topics: &Topics, m: &Message) {
+    let topic = if m.judgment { &topics.judgments } else { &topics.impressions };
+    let mut record = BaseRecord::to(topic).key(m.key.as_str()).payload(m.payload.as_str());
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((_, r)) => {
+                record = r;
+                producer.poll(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+/// Produces every message of `messages` as fast as the broker takes them.
+fn fill(brokers: &str, topics: &Topics, messages: impl Iterator<Item = Message>) -> anyhow::Result<u64> {
+    let producer = producer(brokers)?;
+    let mut n = 0;
+    for m in messages {
+        send(&producer, topics, &m);
+        n += 1;
+        if n % 10_000 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    producer.flush(Duration::from_secs(300))?;
+    Ok(n)
+}
+
+/// Produces `messages` at their emission times (Unix ms, paced by the
+/// wall clock), on a thread of its own; returns how many.
+fn produce_live(
+    brokers: String,
+    topics: Topics,
+    messages: impl Iterator<Item = Message> + Send + 'static,
+) -> std::thread::JoinHandle<anyhow::Result<u64>> {
+    std::thread::spawn(move || {
+        let producer = producer(&brokers)?;
+        let mut n = 0;
+        for m in messages {
+            let wait = m.emit_ms - unix_ms();
+            if wait > 0 {
+                producer.poll(Duration::ZERO);
+                std::thread::sleep(Duration::from_millis(wait as u64));
+            }
+            send(&producer, &topics, &m);
+            n += 1;
+        }
+        producer.flush(Duration::from_secs(300))?;
+        Ok(n)
+    })
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(body.split_once("\r\n\r\n")?.1.to_string())
+}
+
+fn sum(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{' | b' ')))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The quantile `q` of a Prometheus histogram's cumulative buckets
+/// (`name_bucket{le=...}` summed over series), by linear interpolation.
+fn histogram_quantile(exposition: &str, name: &str, q: f64) -> Option<f64> {
+    let prefix = format!("{name}_bucket{{");
+    let mut buckets: std::collections::BTreeMap<String, f64> = Default::default();
+    for line in exposition.lines().filter(|l| l.starts_with(&prefix)) {
+        let le = line.split("le=\"").nth(1)?.split('"').next()?.to_string();
+        let v: f64 = line.rsplit(' ').next()?.parse().ok()?;
+        *buckets.entry(le).or_default() += v;
+    }
+    let mut b: Vec<(f64, f64)> = buckets
+        .into_iter()
+        .map(|(le, v)| (if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or(f64::NAN) }, v))
+        .collect();
+    b.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let total = b.last()?.1;
+    let rank = q * total;
+    let mut prev = (0.0, 0.0);
+    for (le, count) in b {
+        if count >= rank {
+            if le.is_infinite() {
+                return Some(prev.0);
+            }
+            let frac = if count > prev.1 { (rank - prev.1) / (count - prev.1) } else { 1.0 };
+            return Some(prev.0 + (le - prev.0) * frac);
+        }
+        prev = (le, count);
+    }
+    None
+}
+
+fn topics_env(topics: &Topics) -> String {
+    format!(r#"["{}","{}"]"#, topics.impressions, topics.judgments)
+}
+
+/// The bare consumer reads `total` messages of `topics`.
+fn measure_bare(opts: &Options, topics: &Topics, total: u64, group: &str, delays: bool) -> anyhow::Result<Reading> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["bare", "--messages", &total.to_string()])
+        .env("RANKPULSE__KAFKA__BROKERS", &opts.brokers)
+        .env("RANKPULSE__KAFKA__GROUP_ID", group)
+        .env("RANKPULSE__KAFKA__TOPICS", topics_env(topics))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if delays {
+        cmd.arg("--delays");
+    }
+    let mut child = cmd.spawn()?;
+    let pid = child.id();
+    let sampler = CpuSampler::start(pid);
+    let mut rss = 0;
+    let mut out = String::new();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().context("bare consumer's stdout")?);
+    // Its one line comes after its last message; its peak memory is read
+    // then, before it exits.
+    stdout.read_line(&mut out)?;
+    rss = rss.max(peak_rss(pid).unwrap_or(0));
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("the bare consumer failed ({status})");
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(out.trim()).with_context(|| format!("bare consumer said {out:?}"))?;
+    let (first, last) = (v["first_ms"].as_i64().context("first_ms")?, v["last_ms"].as_i64().context("last_ms")?);
+    reading(&sampler, first, last, total, rss).map(|r| Reading { p99_delay_ms: v["p99_delay_ms"].as_f64(), ..r })
+}
+
+fn reading(sampler: &CpuSampler, first: i64, last: i64, messages: u64, peak_rss: u64) -> anyhow::Result<Reading> {
+    let (Some(c0), Some(c1)) = (sampler.at(first), sampler.at(last)) else {
+        bail!("the CPU samples do not cover the first and last message ({first}..{last} ms)");
+    };
+    Ok(Reading {
+        messages,
+        seconds: (last - first) as f64 / 1000.0,
+        cpu_seconds: c1 - c0,
+        peak_rss,
+        ..Reading::default()
+    })
+}
+
+/// `rankpulse run` reads `total` messages of `topics`, then is stopped.
+fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> anyhow::Result<Reading> {
+    let http = format!("127.0.0.1:{}", free_port()?);
+    let log_path = std::env::temp_dir().join(format!("rankpulse-bench-{}-{group}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path)?;
+    let mut child = Command::new(&opts.rankpulse)
+        .arg("run")
+        .env("RANKPULSE__KAFKA__BROKERS", &opts.brokers)
+        .env("RANKPULSE__KAFKA__GROUP_ID", group)
+        .env("RANKPULSE__KAFKA__TOPICS", topics_env(topics))
+        .env("RANKPULSE__HTTP__LISTEN", &http)
+        .env("RANKPULSE__SESSION__GAP", format!("{}s", opts.gap_seconds))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", opts.rankpulse.display()))?;
+    let pid = child.id();
+    let sampler = CpuSampler::start(pid);
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let mut open_peak = 0.0f64;
+    let (pauses, delay) = loop {
+        if let Some(status) = child.try_wait()? {
+            bail!("rankpulse run exited ({status}); see {}", log_path.display());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("rankpulse run did not read {total} messages in 900 s; see {}", log_path.display());
+        }
+        if let Some(m) = http_get(&http, "/metrics") {
+            open_peak = open_peak.max(sum(&m, "rankpulse_open_lists"));
+            let consumed = sum(&m, "rankpulse_events_total") + sum(&m, "rankpulse_events_rejected_total");
+            if consumed >= total as f64 {
+                let delay = histogram_quantile(&m, "rankpulse_ingest_delay_seconds", 0.99).map(|s| s * 1000.0);
+                break (sum(&m, "rankpulse_topic_pauses_total"), delay);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let rss = peak_rss(pid).unwrap_or(0);
+    // SAFETY: kill(2) with a pid we spawned and still own (not reaped).
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("rankpulse run exited with {status} at SIGTERM; see {}", log_path.display());
+    }
+    let log = std::fs::read_to_string(&log_path)?;
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("rankpulse: first message at "))
+        .with_context(|| format!("no first/last message line in {}", log_path.display()))?;
+    let numbers: Vec<i64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+    let [first, last] = numbers[..] else { bail!("cannot read {line:?}") };
+    let _ = std::fs::remove_file(&log_path);
+    let r = reading(&sampler, first, last, total, rss)?;
+    Ok(Reading { open_lists_peak: open_peak, topic_pauses: pauses, p99_delay_ms: delay, ..r })
+}
+
+/// A catch-up shape: produced once, then read `rounds` times by each.
+/// `max_delay_ms`: the latest a judgment of the shape comes after its
+/// impression (event time), for the open lists the gap needs.
+fn backlog(
+    opts: &Options,
+    tag: &str,
+    description: &str,
+    messages: Vec<Message>,
+    lists: usize,
+    event_span_ms: f64,
+    max_delay_ms: i64,
+) -> anyhow::Result<ShapeReport> {
+    let topics = create_topics(&opts.brokers, tag, opts.partitions)?;
+    eprintln!("{tag}: producing {} messages to {} and {}", messages.len(), topics.impressions, topics.judgments);
+    let total = fill(&opts.brokers, &topics, messages.into_iter())?;
+    let lists_per_second = lists as f64 / (event_span_ms / 1000.0);
+    let gap_s = opts.gap_seconds as f64;
+    let mut report = ShapeReport {
+        name: tag.to_uppercase(),
+        description: description.to_string(),
+        messages: total,
+        open_lists_needed: lists_per_second * (gap_s + max_delay_ms as f64 / 1000.0),
+        rounds: Vec::new(),
+    };
+    for round in 0..opts.rounds {
+        let group = |who: &str| format!("bench-{tag}-{who}-{round}-{}", std::process::id());
+        let (bare, daemon) = if round % 2 == 0 {
+            let b = measure_bare(opts, &topics, total, &group("bare"), false)?;
+            (b, measure_daemon(opts, &topics, total, &group("daemon"))?)
+        } else {
+            let d = measure_daemon(opts, &topics, total, &group("daemon"))?;
+            (measure_bare(opts, &topics, total, &group("bare"), false)?, d)
+        };
+        eprintln!("{tag} round {}: {}", round + 1, line(&bare, &daemon));
+        report.rounds.push((bare, daemon));
+    }
+    Ok(report)
+}
+
+fn line(bare: &Reading, daemon: &Reading) -> String {
+    format!(
+        "bare {:.0}/CPU-s ({:.2} CPU-s, {:.2} s), daemon {:.0}/CPU-s ({:.2} CPU-s, {:.2} s, {:.0} open lists at most, {:.0} pauses): ratio {:.2}",
+        bare.per_cpu_second(),
+        bare.cpu_seconds,
+        bare.seconds,
+        daemon.per_cpu_second(),
+        daemon.cpu_seconds,
+        daemon.seconds,
+        daemon.open_lists_peak,
+        daemon.topic_pauses,
+        daemon.per_cpu_second() / bare.per_cpu_second().max(1e-9)
+    )
+}
+
+/// S1's judgments come 0.5, 1.2 and 1.9 s after their impression.
+const S1_MAX_JUDGMENT_DELAY_MS: i64 = 1_900;
+
+/// The live tail: S2 with event times of now at `rate` messages per
+/// second, for each reader in turn (alternating), `rounds` times. Lists
+/// start during `live_seconds`; since judgments trail their impression by
+/// up to 20 s, the rate ramps up over the first 20 s, holds, and ramps
+/// down over the last 20 s after the last list.
+fn live(opts: &Options, rate: f64) -> anyhow::Result<ShapeReport> {
+    // About 11.5 messages per list in S2.
+    let per_list = {
+        let sample: Vec<Message> = JudgmentHeavy::new(2_000, opts.seed, 0, 72.0).collect();
+        sample.len() as f64 / 2_000.0
+    };
+    let lists = (rate * opts.live_seconds / per_list) as usize;
+    let spacing_ms = 1000.0 * per_list / rate;
+    let mut report = ShapeReport {
+        name: "S3".into(),
+        description: format!(
+            "live tail: S2 with event times of now, lists starting over {:.0} s, {rate:.0} messages/s once their judgments overlap",
+            opts.live_seconds
+        ),
+        open_lists_needed: (1000.0 / spacing_ms) * (opts.gap_seconds as f64 + MAX_JUDGMENT_DELAY_MS as f64 / 1000.0),
+        ..ShapeReport::default()
+    };
+    for round in 0..opts.rounds {
+        let mut pair = (Reading::default(), Reading::default());
+        let order: [bool; 2] = if round % 2 == 0 { [false, true] } else { [true, false] };
+        for daemon in order {
+            let topics = create_topics(&opts.brokers, "s3", opts.partitions)?;
+            let count = JudgmentHeavy::new(lists, opts.seed + round as u64, 0, spacing_ms).count() as u64;
+            let group = format!("bench-s3-{}-{round}-{}", if daemon { "daemon" } else { "bare" }, std::process::id());
+            // The reader joins first; production starts a few seconds later.
+            let start = unix_ms() + 5_000;
+            let traffic = JudgmentHeavy::new(lists, opts.seed + round as u64, start, spacing_ms);
+            let producer_topics =
+                Topics { impressions: topics.impressions.clone(), judgments: topics.judgments.clone() };
+            let producing = produce_live(opts.brokers.clone(), producer_topics, traffic);
+            let r = if daemon {
+                measure_daemon(opts, &topics, count, &group)
+            } else {
+                measure_bare(opts, &topics, count, &group, true)
+            };
+            let produced = producing.join().map_err(|_| anyhow::anyhow!("the live producer panicked"))??;
+            let r = r?;
+            anyhow::ensure!(produced == count, "produced {produced} of {count}");
+            if daemon {
+                pair.1 = r;
+            } else {
+                pair.0 = r;
+            }
+        }
+        report.messages = pair.0.messages;
+        eprintln!(
+            "s3 round {}: {}; p99 delay bare {:?} ms, daemon {:?} ms",
+            round + 1,
+            line(&pair.0, &pair.1),
+            pair.0.p99_delay_ms,
+            pair.1.p99_delay_ms
+        );
+        report.rounds.push(pair);
+    }
+    Ok(report)
+}
+
+pub fn run(opts: &Options) -> anyhow::Result<Vec<ShapeReport>> {
+    let mut reports = Vec::new();
+    let now = unix_ms();
+    let wants = |s: &str| opts.shapes.iter().any(|x| x == s);
+    if wants("s1") {
+        let messages = production_mix(opts.s1_lists, opts.seed, now);
+        let span = opts.s1_lists as f64;
+        reports.push(backlog(
+            opts,
+            "s1",
+            &format!("production mix: {} lists of 10 results and 3 judgments, 1 ms apart", opts.s1_lists),
+            messages,
+            opts.s1_lists,
+            span,
+            S1_MAX_JUDGMENT_DELAY_MS,
+        )?);
+    }
+    let mut s2_rate = None;
+    if wants("s2") || wants("s3") {
+        let span = 7_200_000.0;
+        let spacing = span / opts.s2_lists as f64;
+        let messages: Vec<Message> = JudgmentHeavy::new(opts.s2_lists, opts.seed, now - span as i64, spacing).collect();
+        let r = backlog(
+            opts,
+            "s2",
+            &format!("judgment-heavy: {} lists over two hours of event time", opts.s2_lists),
+            messages,
+            opts.s2_lists,
+            span,
+            MAX_JUDGMENT_DELAY_MS,
+        )?;
+        let mut rates: Vec<f64> = r.rounds.iter().map(|(_, d)| d.rate()).collect();
+        s2_rate = Some(median(&mut rates));
+        if wants("s2") {
+            reports.push(r);
+        }
+    }
+    if wants("s3") {
+        let rate = 0.7 * s2_rate.unwrap_or(f64::NAN);
+        if !rate.is_finite() || rate <= 0.0 {
+            bail!("no S2 rate to pace the live tail by");
+        }
+        reports.push(live(opts, rate)?);
+    }
+    Ok(reports)
+}
+
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// The report's table: medians and ranges over rounds.
+pub fn table(reports: &[ShapeReport]) -> String {
+    let mut out = String::from(
+        "| shape | messages | bare consumer, events per CPU-s | rankpulse run, events per CPU-s | ratio | rankpulse open lists, peak (gap needs) | peak RSS, bare / rankpulse | p99 delay, bare / rankpulse |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in reports {
+        let stat = |f: &dyn Fn(&(Reading, Reading)) -> f64| {
+            let mut v: Vec<f64> = r.rounds.iter().map(f).collect();
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            (median(&mut v), lo, hi)
+        };
+        let (b, blo, bhi) = stat(&|(b, _)| b.per_cpu_second());
+        let (d, dlo, dhi) = stat(&|(_, d)| d.per_cpu_second());
+        let (q, qlo, qhi) = stat(&|(b, d)| d.per_cpu_second() / b.per_cpu_second().max(1e-9));
+        let (open, _, open_hi) = stat(&|(_, d)| d.open_lists_peak);
+        let (brss, _, _) = stat(&|(b, _)| b.peak_rss as f64 / 1048576.0);
+        let (drss, _, _) = stat(&|(_, d)| d.peak_rss as f64 / 1048576.0);
+        let delays = if r.rounds.iter().any(|(b, _)| b.p99_delay_ms.is_some()) {
+            let (bd, _, _) = stat(&|(b, _)| b.p99_delay_ms.unwrap_or(f64::NAN));
+            let (dd, _, _) = stat(&|(_, d)| d.p99_delay_ms.unwrap_or(f64::NAN));
+            format!("{bd:.0} / {dd:.0} ms")
+        } else {
+            "".into()
+        };
+        out.push_str(&format!(
+            "| {} ({}) | {} | {:.0}k ({:.0}k–{:.0}k) | {:.0}k ({:.0}k–{:.0}k) | **{q:.2}** ({qlo:.2}–{qhi:.2}) | {open:.0} (max {open_hi:.0}; {:.0}) | {brss:.0} / {drss:.0} MiB | {delays} |\n",
+            r.name,
+            r.description,
+            r.messages,
+            b / 1e3,
+            blo / 1e3,
+            bhi / 1e3,
+            d / 1e3,
+            dlo / 1e3,
+            dhi / 1e3,
+            r.open_lists_needed,
+        ));
+    }
+    out.push_str(&format!(
+        "medians over {} rounds; ranges in parentheses\n",
+        reports.first().map_or(0, |r| r.rounds.len())
+    ));
+    out
+}
