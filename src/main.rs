@@ -32,7 +32,7 @@ enum Command {
     Loadgen(LoadgenArgs),
     /// Run the stream pipeline over a file of JSON events (one per line) and print the final /metrics exposition.
     Replay(ReplayArgs),
-    /// Measure throughput and memory on a reproducible event mix (see README, Performance).
+    /// Measure throughput and memory on a reproducible event mix (see docs/performance.md).
     /// The daemon runs with the defaults and any RANKPULSE__* environment overrides.
     Bench(BenchArgs),
 }
