@@ -17,6 +17,7 @@
 use crate::process::{CpuSampler, peak_rss, unix_ms};
 use crate::traffic::{JudgmentHeavy, MAX_JUDGMENT_DELAY_MS, Message, production_mix};
 use anyhow::{Context, bail};
+use rankpulse::bench::kafka::median;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -517,15 +518,6 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<ShapeReport>> {
         reports.push(live(opts, rate)?);
     }
     Ok(reports)
-}
-
-pub fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 /// The report's table: medians and ranges over rounds.
