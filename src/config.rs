@@ -122,8 +122,8 @@ pub struct KafkaConfig {
     /// can be inspected and replayed; empty: not forwarded (still counted).
     pub dead_letter_topic: String,
     /// How far (event time) one topic of a partition may run ahead of the
-    /// partition's slowest topic before it is paused until the others catch
-    /// up ("0s": never). Catching up on a backlog, judgments otherwise run
+    /// partition's slowest topic before it is held back (its queue not read)
+    /// until the others catch up ("0s": never). Catching up on a backlog, judgments otherwise run
     /// far ahead of their impressions and wait in open lists (see `align`).
     pub max_topic_drift: Span,
 }

@@ -29,16 +29,18 @@ use crate::assemble::{DimensionBudget, Source};
 use crate::config::Config;
 use crate::event::{Event, RejectReason};
 use crate::http::{self, Published};
-use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, RebalanceEvent, Sources};
+use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, RankpulseContext, RebalanceEvent, Sources};
 use crate::pipeline::{Clock, OpsCounters, PREFETCH_BATCH, Pipeline};
 use crate::publish::DaemonHealth;
 use crate::state::{Checkpoint, ShardCheckpoint, StateError, StateStore};
 use futures_util::StreamExt;
+use lanes::Lanes;
 pub use loop_gaps::LoopGaps;
 use publisher::{Done, Job, Publisher, ShardSnapshot, View};
+use rdkafka::consumer::stream_consumer::MessageStream;
 use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -47,6 +49,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 
+mod lanes;
 mod loop_gaps;
 mod publisher;
 
@@ -161,7 +164,7 @@ struct Shard {
     /// may its lists close on processing time. A backlog or a broker outage
     /// is not idleness.
     idle: bool,
-    /// Which of the partition's topics are paused for running ahead in
+    /// Which of the partition's topics are held back for running ahead in
     /// event time (`kafka.max_topic_drift`).
     alignment: Alignment,
 }
@@ -189,11 +192,11 @@ impl Shard {
         Ok(())
     }
 
-    /// The pauses and resumes due for this partition's topics (see
-    /// [`Alignment::check`]), onto `changes` as (topic, partition, pause).
-    fn align(&mut self, partition: i32, drift_ms: i64, now_ms: i64, changes: &mut Vec<(String, i32, bool)>) {
-        self.alignment.check(self.pipeline.assembler.lanes(), drift_ms, now_ms, &mut |lane, pause| {
-            changes.push((lane.to_string(), partition, pause))
+    /// Holds back or releases this partition's topics (see
+    /// [`Alignment::check`]), counting the holds onto `holds`.
+    fn align(&mut self, drift_ms: i64, now_ms: i64, holds: &mut u64) {
+        self.alignment.check(self.pipeline.assembler.lanes(), drift_ms, now_ms, &mut |_, hold| {
+            *holds += u64::from(hold);
         });
     }
 
@@ -252,12 +255,11 @@ struct Daemon {
     unhandled_done: Option<Done>,
     loop_gaps: LoopGaps,
     first_message_at: Option<std::time::Instant>,
-    /// `kafka.max_topic_drift` in ms; 0: topics are never paused.
+    /// `kafka.max_topic_drift` in ms; 0: topics are never held back.
     max_topic_drift_ms: i64,
-    /// Pauses (true) and resumes of (topic, partition) decided while
-    /// handling messages, rebalances or a tick, for the loop to apply to
-    /// the consumer (which the daemon's state does not hold).
-    lane_changes: Vec<(String, i32, bool)>,
+    /// Assignment changes applied to the shards but not yet to the
+    /// partition queues, which the loop owns (see `lanes`).
+    lane_events: Vec<RebalanceEvent>,
 }
 
 impl Daemon {
@@ -316,8 +318,23 @@ impl Daemon {
             }
         }
         if self.max_topic_drift_ms > 0 {
-            shard.align(partition, self.max_topic_drift_ms, now, &mut self.lane_changes);
+            shard.align(self.max_topic_drift_ms, now, &mut self.health.topic_pauses);
         }
+    }
+
+    /// The newest event time `topic` delivered to `partition`'s shard
+    /// (`i64::MIN`: none yet).
+    fn lane_time(&self, topic: &str, partition: i32) -> i64 {
+        self.shards
+            .get(&partition)
+            .and_then(|s| s.pipeline.assembler.lanes().iter().find(|(l, _)| l == topic))
+            .map_or(i64::MIN, |(_, t)| *t)
+    }
+
+    /// Whether the partition queue of (`topic`, `partition`) is held back
+    /// for running ahead in event time (`kafka.max_topic_drift`).
+    fn held(&self, topic: &str, partition: i32) -> bool {
+        self.shards.get(&partition).is_some_and(|s| s.alignment.is_held(topic))
     }
 
     /// Decodes a batch of messages and prefetches their lists
@@ -338,45 +355,17 @@ impl Daemon {
             .collect()
     }
 
-    /// Pauses ended by time (the slower topic stalled) are only noticed on
+    /// Holds ended by time (the slower topic stalled) are only noticed on
     /// the tick when no message of the partition comes.
     fn check_alignment(&mut self, now: i64) {
         if self.max_topic_drift_ms == 0 {
             return;
         }
-        for (partition, shard) in &mut self.shards {
-            if shard.alignment.any_paused() {
-                shard.align(*partition, self.max_topic_drift_ms, now, &mut self.lane_changes);
+        for shard in self.shards.values_mut() {
+            if shard.alignment.any_held() {
+                shard.align(self.max_topic_drift_ms, now, &mut self.health.topic_pauses);
             }
         }
-    }
-
-    /// Applies the pauses and resumes decided since the last call. A pause
-    /// drops what librdkafka prefetched of the topic-partition; a resume
-    /// fetches again from the next message to consume, so nothing is lost.
-    fn apply_lane_changes(&mut self, consumer: &Consumer) {
-        for pause in [true, false] {
-            let mut tpl = TopicPartitionList::new();
-            for (topic, partition, _) in self.lane_changes.iter().filter(|c| c.2 == pause) {
-                tpl.add_partition(topic, *partition);
-            }
-            if tpl.count() == 0 {
-                continue;
-            }
-            let result = if pause { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
-            match result {
-                Ok(()) if pause => self.health.topic_pauses += tpl.count() as u64,
-                Ok(()) => {}
-                // A partition revoked meanwhile: its assignment resets it.
-                Err(e) => {
-                    let verb = if pause { "pause" } else { "resume" };
-                    let tps: Vec<(String, i32)> =
-                        tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
-                    eprintln!("rankpulse: cannot {verb} {}: {e}", describe(&tps));
-                }
-            }
-        }
-        self.lane_changes.clear();
     }
 
     /// `session.max_open_lists` is per instance: each shard gets an equal
@@ -417,16 +406,17 @@ impl Daemon {
             Err(_) => return Ok(()),
         };
         for event in events {
-            match event {
+            match &event {
                 RebalanceEvent::Revoked(tps) => {
-                    eprintln!("rankpulse: partitions revoked: {}", describe(&tps));
+                    eprintln!("rankpulse: partitions revoked: {}", describe(tps));
                     self.revoke(tps.iter().map(|(_, p)| *p).collect())?
                 }
                 RebalanceEvent::Assigned(tps) => {
-                    eprintln!("rankpulse: partitions assigned: {}", describe(&tps));
-                    self.assign(&tps)
+                    eprintln!("rankpulse: partitions assigned: {}", describe(tps));
+                    self.assign(tps)
                 }
             }
+            self.lane_events.push(event);
         }
         Ok(())
     }
@@ -463,7 +453,6 @@ impl Daemon {
             if let Some(shard) = self.shards.get_mut(&p) {
                 shard.owned = false;
                 shard.idle = false;
-                // Paused or not in librdkafka, an assignment resumes it.
                 shard.alignment.reset();
             }
         }
@@ -534,11 +523,6 @@ impl Daemon {
             // what the broker kept during an outage arrives.
             shard.idle = false;
             shard.alignment.reset();
-        }
-        // Whatever librdkafka kept of an earlier pause of these partitions,
-        // they start unpaused, as the alignment state now says.
-        if self.max_topic_drift_ms > 0 {
-            self.lane_changes.extend(tps.iter().map(|(t, p)| (t.clone(), *p, false)));
         }
         self.share_open_list_cap();
     }
@@ -885,6 +869,84 @@ impl Daemon {
     }
 }
 
+/// Handles a batch of messages, read from the consumer queue or the
+/// partition queues, in order, and empties it; `more`: others are waiting
+/// (see [`LoopGaps`]).
+fn handle_batch<M: Message>(
+    daemon: &mut Daemon,
+    batch: &mut Vec<KafkaResult<M>>,
+    stream_errors: &mut kafka::RepeatedErrors,
+    more: bool,
+) {
+    // The clock is read once per batch (handled in well under a millisecond).
+    let now = wall_ms();
+    daemon.loop_gaps.batch_starts(std::time::Instant::now());
+    if daemon.first_message_at.is_none() && batch.iter().any(Result::is_ok) {
+        daemon.first_message_at = Some(std::time::Instant::now());
+    }
+    let decoded = daemon.prepare_batch(batch);
+    for (message, decoded) in batch.iter().zip(&decoded) {
+        match message {
+            Ok(m) => daemon.handle(m, decoded.as_ref(), now),
+            Err(KafkaError::PartitionEOF(p)) => daemon.partition_eof(*p),
+            Err(e) => {
+                if let Some(line) = stream_errors.note(&e.to_string(), std::time::Instant::now()) {
+                    eprintln!("rankpulse: kafka: {line}");
+                }
+            }
+        }
+    }
+    drop(decoded);
+    batch.clear();
+    daemon.loop_gaps.batch_ended(std::time::Instant::now(), more);
+}
+
+/// Adds to `batch`, up to `limit` messages, what the partition queues hold
+/// ready: the lane furthest behind in event time first, so that a
+/// partition's topics advance together and open lists stay few; a lane
+/// held back (`align`) is not read. `tried`: scratch, one per lane.
+fn fill_from_lanes<'a>(
+    daemon: &Daemon,
+    lanes: &Lanes,
+    streams: &mut [MessageStream<'a, RankpulseContext>],
+    tried: &mut [bool],
+    batch: &mut Vec<KafkaResult<BorrowedMessage<'a>>>,
+    limit: usize,
+) {
+    tried.fill(false);
+    while batch.len() < limit {
+        let behind = lanes
+            .iter()
+            .zip(streams.iter_mut())
+            .zip(tried.iter_mut())
+            .filter(|((lane, _), tried)| !**tried && !daemon.held(&lane.topic, lane.partition))
+            .min_by_key(|((lane, _), _)| daemon.lane_time(&lane.topic, lane.partition));
+        let Some(((_, stream), tried)) = behind else { break };
+        *tried = true;
+        while batch.len() < limit {
+            match ready_now(stream.next()).flatten() {
+                Some(m) => batch.push(m),
+                None => break,
+            }
+        }
+    }
+}
+
+/// The next message of any partition queue not held back; registers the
+/// task's waker with each of them when none has one.
+fn poll_lanes<'a>(
+    streams: &mut [MessageStream<'a, RankpulseContext>],
+    held: &[bool],
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<KafkaResult<BorrowedMessage<'a>>> {
+    for (stream, held) in streams.iter_mut().zip(held) {
+        if !*held && let std::task::Poll::Ready(Some(m)) = stream.poll_next_unpin(cx) {
+            return std::task::Poll::Ready(m);
+        }
+    }
+    std::task::Poll::Pending
+}
+
 /// Runs the daemon until `shutdown` resolves, then shuts down in order.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<RunSummary, DaemonError> {
     let listener = tokio::net::TcpListener::bind(&config.http.listen)
@@ -947,7 +1009,7 @@ pub async fn run_with(
         loop_gaps: LoopGaps::default(),
         first_message_at: None,
         max_topic_drift_ms,
-        lane_changes: Vec::new(),
+        lane_events: Vec::new(),
     };
     // Before subscribing: the restored counters are what /metrics shows first.
     daemon.restore_own()?;
@@ -982,28 +1044,80 @@ pub async fn run_with(
     // One stream for the whole run: `recv()` builds one per message, which
     // registers and unregisters a waker under a lock each time.
     let mut messages = consumer.stream();
-    // The messages of one batch (see below), reused.
-    let mut batch = Vec::with_capacity(PREFETCH_BATCH);
     // Errors the stream delivers repeat at every retry of a failing
     // connection, like those of the client context: collapsed the same way.
     let mut stream_errors = kafka::RepeatedErrors::default();
-    // A message read to learn whether more were waiting when a turn ended
-    // at its limit (see `LoopGaps`): the next turn starts with it.
+    // A message of the consumer queue read while a rebalance was pending,
+    // or to learn whether more were waiting when a turn ended at its
+    // limit (see `LoopGaps`): the next turn starts with it.
     let mut carried = None;
-    loop {
-        let next_message = async {
-            match carried.take() {
-                Some(m) => Some(m),
-                None => messages.next().await,
+    let mut lanes = Lanes::default();
+    // One pass per assignment: the partition queues change only between
+    // two passes, when no message read from them is in hand.
+    'run: loop {
+        for event in std::mem::take(&mut daemon.lane_events) {
+            for (topic, partition) in lanes.apply(&consumer, &event) {
+                eprintln!(
+                    "rankpulse: {topic}[{partition}] cannot be read from a queue of its own: it is not held back when it runs ahead"
+                );
             }
-        };
-        tokio::select! {
-            biased;
-            _ = &mut shutdown => break,
-            _ = tick.tick() => {
+        }
+        let mut streams = lanes.streams();
+        let mut batch = Vec::with_capacity(PREFETCH_BATCH);
+        // As `carried`, from a partition queue.
+        let mut carried_lane = None;
+        // Which lanes are held back, refreshed before each wait.
+        let mut held = vec![false; lanes.len()];
+        // Lanes found empty while a batch is filled.
+        let mut tried = vec![false; lanes.len()];
+        while daemon.lane_events.is_empty() {
+            // A rebalance is applied between two batches; a message read
+            // from a partition queue before it belongs to the assignment
+            // before it, and is handled first.
+            if daemon.signals.rebalance_pending.load(Ordering::Relaxed) {
+                if let Some(m) = carried_lane.take() {
+                    batch.push(m);
+                    handle_batch(&mut daemon, &mut batch, &mut stream_errors, false);
+                }
+                daemon.apply_rebalances()?;
+                continue;
+            }
+            for (h, lane) in held.iter_mut().zip(lanes.iter()) {
+                *h = daemon.held(&lane.topic, lane.partition);
+            }
+            let woken = tokio::select! {
+                biased;
+                _ = &mut shutdown => break 'run,
+                _ = tick.tick() => None,
+                Some(message) = async {
+                    match carried.take() {
+                        Some(m) => Some(m),
+                        None => messages.next().await,
+                    }
+                } => {
+                    // Its poll ran a rebalance callback: the message may
+                    // belong to a partition assigned by it, and is handled
+                    // once that is applied.
+                    if daemon.signals.rebalance_pending.load(Ordering::Relaxed) {
+                        carried = Some(message);
+                        continue;
+                    }
+                    Some(message)
+                }
+                message = async {
+                    match carried_lane.take() {
+                        Some(m) => m,
+                        None => std::future::poll_fn(|cx| poll_lanes(&mut streams, &held, cx)).await,
+                    }
+                } => Some(message),
+            };
+            let Some(first) = woken else {
+                if let Some(m) = carried_lane.take() {
+                    batch.push(m);
+                    handle_batch(&mut daemon, &mut batch, &mut stream_errors, false);
+                }
                 daemon.apply_rebalances()?;
                 daemon.check_alignment(wall_ms());
-                daemon.apply_lane_changes(&consumer);
                 daemon.finalize_expired();
                 // Copied out at once: a partition list kept alive would block
                 // the consumer's destruction at shutdown.
@@ -1030,76 +1144,68 @@ pub async fn run_with(
                 } else {
                     daemon.publish();
                 }
-            }
-            Some(message) = next_message => {
-                // Messages already fetched are drained without going back
-                // through select! (and the scheduler) for each one, a
-                // batch at a time: each batch is decoded, its lists'
-                // memory is requested all at once (so that their cache
-                // misses overlap), then its messages are applied in order.
-                let mut next = Some(message);
-                let mut drained = 0;
-                while next.is_some() {
-                    // A rebalance reported inside the stream's poll is acted
-                    // on before the first message it concerns: a batch ends
-                    // before the message whose poll reported one, and it is
-                    // applied before the next batch. Rebalance callbacks
-                    // only run inside a poll, so none comes while a batch is
-                    // handled.
-                    daemon.apply_rebalances()?;
-                    while let Some(message) = next.take() {
-                        batch.push(message);
-                        drained += 1;
-                        if drained == DRAIN_BATCH {
+                continue;
+            };
+            // Messages already fetched are drained without going back
+            // through select! (and the scheduler) for each one, a batch at
+            // a time: each batch is decoded, its lists' memory is requested
+            // all at once (so that their cache misses overlap), then its
+            // messages are applied in order.
+            let mut first = Some(first);
+            let mut drained = 0;
+            loop {
+                batch.extend(first.take());
+                // The consumer queue first: what it holds of a partition was
+                // fetched before the partition's queue was split (`lanes`).
+                let mut consumer_queue_empty = false;
+                while batch.len() < PREFETCH_BATCH {
+                    match ready_now(messages.next()).flatten() {
+                        // Its poll ran a rebalance callback: the message
+                        // may concern the new assignment, and is handled
+                        // once that is applied.
+                        Some(m) if daemon.signals.rebalance_pending.load(Ordering::Relaxed) => {
+                            carried = Some(m);
                             break;
                         }
-                        next = ready_now(messages.next()).flatten();
-                        if batch.len() == PREFETCH_BATCH
-                            || next.is_some() && daemon.signals.rebalance_pending.load(Ordering::Relaxed)
-                        {
+                        Some(m) => batch.push(m),
+                        None => {
+                            consumer_queue_empty = true;
                             break;
                         }
                     }
-                    // The clock is read once per batch (handled in well
-                    // under a millisecond).
-                    let now = wall_ms();
-                    daemon.loop_gaps.batch_starts(std::time::Instant::now());
-                    if daemon.first_message_at.is_none() && batch.iter().any(Result::is_ok) {
-                        daemon.first_message_at = Some(std::time::Instant::now());
-                    }
-                    let decoded = daemon.prepare_batch(&batch);
-                    for (message, decoded) in batch.iter().zip(&decoded) {
-                        match message {
-                            Ok(m) => daemon.handle(m, decoded.as_ref(), now),
-                            Err(KafkaError::PartitionEOF(p)) => daemon.partition_eof(*p),
-                            Err(e) => {
-                                if let Some(line) = stream_errors.note(&e.to_string(), std::time::Instant::now()) {
-                                    eprintln!("rankpulse: kafka: {line}");
-                                }
-                            }
-                        }
-                        // Before the next message: a topic paused now
-                        // should not deliver what was prefetched of it.
-                        if !daemon.lane_changes.is_empty() {
-                            daemon.apply_lane_changes(&consumer);
-                        }
-                    }
-                    drop(decoded);
-                    batch.clear();
-                    if next.is_none() && drained == DRAIN_BATCH {
-                        carried = ready_now(messages.next()).flatten();
-                    }
-                    daemon.loop_gaps.batch_ended(std::time::Instant::now(), next.is_some() || carried.is_some());
                 }
-                last_message_at = Some(std::time::Instant::now());
+                if consumer_queue_empty {
+                    fill_from_lanes(&daemon, &lanes, &mut streams, &mut tried, &mut batch, PREFETCH_BATCH);
+                }
+                if batch.is_empty() {
+                    daemon.loop_gaps.batch_ended(std::time::Instant::now(), false);
+                    break;
+                }
+                drained += batch.len();
+                handle_batch(&mut daemon, &mut batch, &mut stream_errors, true);
+                if carried.is_some() || daemon.signals.rebalance_pending.load(Ordering::Relaxed) {
+                    daemon.loop_gaps.batch_ended(std::time::Instant::now(), carried.is_some());
+                    break;
+                }
+                if drained >= DRAIN_BATCH {
+                    carried = ready_now(messages.next()).flatten();
+                    if carried.is_none() && !daemon.signals.rebalance_pending.load(Ordering::Relaxed) {
+                        fill_from_lanes(&daemon, &lanes, &mut streams, &mut tried, &mut batch, 1);
+                        carried_lane = batch.pop();
+                    }
+                    let more = carried.is_some() || carried_lane.is_some();
+                    daemon.loop_gaps.batch_ended(std::time::Instant::now(), more);
+                    break;
+                }
             }
+            last_message_at = Some(std::time::Instant::now());
         }
     }
 
     // Ordered shutdown. 1. Stop fetching: the loop above no longer polls.
     drop(carried);
-    drop(batch);
     drop(messages);
+    lanes.clear();
     published.set_ready(false);
     daemon.apply_rebalances()?;
     // The job in flight first: its checkpoint is superseded by the last.

@@ -30,7 +30,7 @@
 //!   retractable sums, kept per dimension values × time bucket.
 //! - [`window`]: rolling windows out of the buckets.
 //! - [`pipeline`]: the stages above without I/O, one shard.
-//! - [`kafka`], [`daemon`], [`http`]: `rankpulse run`; [`align`] pauses a
+//! - [`kafka`], [`daemon`], [`http`]: `rankpulse run`; [`align`] holds back a
 //!   topic of a partition that runs ahead of the others in event time.
 //! - [`state`]: checkpoints of the daemon's state with the offsets they
 //!   cover (exact restarts and partition hand-overs).

@@ -105,7 +105,7 @@ pub struct DaemonHealth {
     pub dead_letter_failures: u64,
     /// Messages skipped because a restored checkpoint already covers them.
     pub skipped_covered: u64,
-    /// Topic-partitions paused for running ahead of their partition's
+    /// Topic-partitions held back for running ahead of their partition's
     /// other topics in event time (`kafka.max_topic_drift`).
     pub topic_pauses: u64,
     /// Freshness of the consumed messages.
@@ -378,7 +378,7 @@ pub fn render(s: &Snapshot) -> String {
         f.counter(&format!("{PREFIX}kafka_outages_total"), "Broker outages since start", &[], h.kafka_outages as f64);
         f.counter(
             &format!("{PREFIX}topic_pauses_total"),
-            "Times a topic-partition was paused for running more than kafka.max_topic_drift ahead of its partition's slowest topic in event time",
+            "Times a topic-partition was held back (not read) for running more than kafka.max_topic_drift ahead of its partition's slowest topic in event time",
             &[],
             h.topic_pauses as f64,
         );

@@ -152,11 +152,11 @@ fn replay_of(config: &Config, evs: &[(String, String)]) -> String {
 }
 
 /// With a drift of 1 s and whole topics fetched at once, topics run ahead
-/// of each other all the time: they are paused and resumed again and
-/// again. A pause drops what librdkafka prefetched; every message must
+/// of each other all the time: they are held back and released again and
+/// again, their partition queues left unread meanwhile. Every message must
 /// still be consumed exactly once, and the metrics equal a replay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paused_and_resumed_topics_lose_and_repeat_nothing() {
+async fn held_back_topics_lose_and_repeat_nothing() {
     let (cluster, bootstrap) = cluster(PARTITIONS);
     let producer: FutureProducer =
         ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
@@ -171,7 +171,7 @@ async fn paused_and_resumed_topics_lose_and_repeat_nothing() {
     stop.send(()).unwrap();
     let summary =
         tokio::time::timeout(Duration::from_secs(10), daemon).await.expect("shutdown within 10 s").unwrap().unwrap();
-    assert!(sum_of(&body, "rankpulse_topic_pauses_total") > 0.0, "no topic was paused:\n{body}");
+    assert!(sum_of(&body, "rankpulse_topic_pauses_total") > 0.0, "no topic was held back:\n{body}");
     assert_eq!(summary.messages as f64, total, "a message was consumed twice or lost");
     let committed: i64 = summary.committed.values().sum();
     assert_eq!(committed as f64, total, "{:?}", summary.committed);
@@ -180,12 +180,12 @@ async fn paused_and_resumed_topics_lose_and_repeat_nothing() {
 }
 
 /// Judgments run far ahead of the only impressions there are: they are
-/// paused; the impressions deliver nothing more, and after
-/// `align::MAX_PAUSE_MS` the judgments flow again (a silent topic must not
+/// held back; the impressions deliver nothing more, and after
+/// `align::MAX_HOLD_MS` the judgments flow again (a silent topic must not
 /// hold the other back). The impressions produced later complete the
 /// lists: nothing closed early, the metrics equal a replay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_topic_does_not_hold_a_paused_one_back() {
+async fn a_stalled_topic_does_not_hold_the_other_back() {
     let (cluster, bootstrap) = cluster(1);
     let producer: FutureProducer =
         ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
@@ -208,14 +208,14 @@ async fn a_stalled_topic_does_not_hold_a_paused_one_back() {
     let (config, addr, stop, daemon) = start(&bootstrap, "30s").await;
     produce(&producer, &first).await;
     wait_consumed(&addr, first.len() as f64, 60).await;
-    // The judgments pass 31 s of event time halfway: paused there, with
-    // the rest unconsumed until the pause times out.
+    // The judgments pass 31 s of event time halfway: held back there,
+    // with the rest unconsumed until the hold times out.
     let produced = Instant::now();
     produce(&producer, &judgments).await;
     let body = wait_consumed(&addr, (first.len() + judgments.len()) as f64, 60).await;
-    assert!(sum_of(&body, "rankpulse_topic_pauses_total") >= 1.0, "the judgments were not paused:\n{body}");
+    assert!(sum_of(&body, "rankpulse_topic_pauses_total") >= 1.0, "the judgments were not held back:\n{body}");
     let took = produced.elapsed();
-    assert!(took >= Duration::from_millis(rankpulse::align::MAX_PAUSE_MS as u64), "paused for only {took:?}");
+    assert!(took >= Duration::from_millis(rankpulse::align::MAX_HOLD_MS as u64), "held back for only {took:?}");
     produce(&producer, &rest).await;
     wait_consumed(&addr, evs.len() as f64, 60).await;
     stop.send(()).unwrap();
