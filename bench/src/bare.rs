@@ -85,6 +85,21 @@ pub fn run(messages: u64, delays: bool) -> anyhow::Result<()> {
     let last_ms = crate::process::unix_ms();
     delays.sort_unstable();
     let p99 = delays.get((delays.len() * 99 / 100).min(delays.len().saturating_sub(1))).copied();
+    // The daemon's p99 is read from its histogram (`DELAY_BUCKETS`,
+    // interpolated within a bucket): the bare consumer's is also given
+    // that way, so that the two compare like with like.
+    let mut buckets: Vec<(f64, f64)> =
+        rankpulse::publish::DELAY_BUCKETS.iter().map(|&le| (le, 0.0)).chain([(f64::INFINITY, 0.0)]).collect();
+    for d in &delays {
+        let s = *d as f64 / 1000.0;
+        for (le, count) in buckets.iter_mut() {
+            if s <= *le {
+                *count += 1.0;
+            }
+        }
+    }
+    let p99_bucketed =
+        (!delays.is_empty()).then(|| crate::shapes::quantile_of_buckets(&buckets, 0.99).map(|s| s * 1000.0)).flatten();
     println!(
         "{}",
         serde_json::json!({
@@ -93,6 +108,7 @@ pub fn run(messages: u64, delays: bool) -> anyhow::Result<()> {
             "messages": seen,
             "decoded": decoded,
             "p99_delay_ms": p99,
+            "p99_delay_ms_bucketed": p99_bucketed,
         })
     );
     std::thread::sleep(Duration::from_millis(100));

@@ -45,6 +45,10 @@ enum Command {
         /// more, the judgments' delay; the rate holds from 20 s in).
         #[arg(long, default_value_t = 60.0)]
         live_seconds: f64,
+        /// S3's rate, messages per second (default: 70% of the daemon's
+        /// median S2 rate; given, S3 runs without S2).
+        #[arg(long)]
+        live_rate: Option<f64>,
         /// Shapes to run, comma separated (S3 runs S2 first for its rate).
         #[arg(long, default_value = "s1,s2,s3", value_delimiter = ',')]
         shapes: Vec<String>,
@@ -77,6 +81,7 @@ fn main() -> anyhow::Result<()> {
             s1_lists,
             s2_lists,
             live_seconds,
+            live_rate,
             shapes,
             seed,
             gap_seconds,
@@ -93,6 +98,7 @@ fn main() -> anyhow::Result<()> {
                 s1_lists,
                 s2_lists,
                 live_seconds,
+                live_rate,
                 shapes: shapes.iter().map(|s| s.to_ascii_lowercase()).collect(),
                 seed,
                 gap_seconds,

@@ -39,6 +39,9 @@ pub struct Options {
     pub s2_lists: usize,
     /// Length of the live tail (S3).
     pub live_seconds: f64,
+    /// S3's rate, messages per second; `None`: 70% of the daemon's median
+    /// S2 rate.
+    pub live_rate: Option<f64>,
     /// Which shapes to run ("s1", "s2", "s3"; S3 needs S2's rate).
     pub shapes: Vec<String>,
     pub seed: u64,
@@ -59,6 +62,10 @@ pub struct Reading {
     /// Live tail: p99 delay from the Kafka timestamp to the message read
     /// (the bare consumer) or applied (the daemon), ms.
     pub p99_delay_ms: Option<f64>,
+    /// The bare consumer's p99 delay from every delay it saw (the one
+    /// above is interpolated in the daemon's histogram buckets, as the
+    /// daemon's is).
+    pub p99_delay_exact_ms: Option<f64>,
 }
 
 impl Reading {
@@ -231,10 +238,17 @@ fn histogram_quantile(exposition: &str, name: &str, q: f64) -> Option<f64> {
         .map(|(le, v)| (if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or(f64::NAN) }, v))
         .collect();
     b.sort_by(|x, y| x.0.total_cmp(&y.0));
+    quantile_of_buckets(&b, q)
+}
+
+/// The quantile `q` of cumulative buckets (upper bound, count), sorted by
+/// bound and ending with +Inf, interpolated linearly within a bucket as
+/// Prometheus's `histogram_quantile` does.
+pub fn quantile_of_buckets(b: &[(f64, f64)], q: f64) -> Option<f64> {
     let total = b.last()?.1;
     let rank = q * total;
     let mut prev = (0.0, 0.0);
-    for (le, count) in b {
+    for &(le, count) in b {
         if count >= rank {
             if le.is_infinite() {
                 return Some(prev.0);
@@ -281,7 +295,11 @@ fn measure_bare(opts: &Options, topics: &Topics, total: u64, group: &str, delays
     let v: serde_json::Value =
         serde_json::from_str(out.trim()).with_context(|| format!("bare consumer said {out:?}"))?;
     let (first, last) = (v["first_ms"].as_i64().context("first_ms")?, v["last_ms"].as_i64().context("last_ms")?);
-    reading(&sampler, first, last, total, rss).map(|r| Reading { p99_delay_ms: v["p99_delay_ms"].as_f64(), ..r })
+    reading(&sampler, first, last, total, rss).map(|r| Reading {
+        p99_delay_ms: v["p99_delay_ms_bucketed"].as_f64(),
+        p99_delay_exact_ms: v["p99_delay_ms"].as_f64(),
+        ..r
+    })
 }
 
 fn reading(sampler: &CpuSampler, first: i64, last: i64, messages: u64, peak_rss: u64) -> anyhow::Result<Reading> {
@@ -462,10 +480,11 @@ fn live(opts: &Options, rate: f64) -> anyhow::Result<ShapeReport> {
         }
         report.messages = pair.0.messages;
         eprintln!(
-            "s3 round {}: {}; p99 delay bare {:?} ms, daemon {:?} ms",
+            "s3 round {}: {}; p99 delay (histogram buckets) bare {:?} ms (exact {:?} ms), daemon {:?} ms",
             round + 1,
             line(&pair.0, &pair.1),
             pair.0.p99_delay_ms,
+            pair.0.p99_delay_exact_ms,
             pair.1.p99_delay_ms
         );
         report.rounds.push(pair);
@@ -491,7 +510,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<ShapeReport>> {
         )?);
     }
     let mut s2_rate = None;
-    if wants("s2") || wants("s3") {
+    if wants("s2") || wants("s3") && opts.live_rate.is_none() {
         let span = 7_200_000.0;
         let spacing = span / opts.s2_lists as f64;
         let messages: Vec<Message> = JudgmentHeavy::new(opts.s2_lists, opts.seed, now - span as i64, spacing).collect();
@@ -511,7 +530,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<ShapeReport>> {
         }
     }
     if wants("s3") {
-        let rate = 0.7 * s2_rate.unwrap_or(f64::NAN);
+        let rate = opts.live_rate.unwrap_or(0.7 * s2_rate.unwrap_or(f64::NAN));
         if !rate.is_finite() || rate <= 0.0 {
             bail!("no S2 rate to pace the live tail by");
         }
@@ -523,7 +542,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<ShapeReport>> {
 /// The report's table: medians and ranges over rounds.
 pub fn table(reports: &[ShapeReport]) -> String {
     let mut out = String::from(
-        "| shape | messages | bare consumer, events per CPU-s | rankpulse run, events per CPU-s | ratio | rankpulse open lists, peak (gap needs) | peak RSS, bare / rankpulse | p99 delay, bare / rankpulse |\n|---|---|---|---|---|---|---|---|\n",
+        "| shape | messages | bare consumer, events per CPU-s | rankpulse run, events per CPU-s | ratio | rankpulse open lists, peak (gap needs) | peak RSS, bare / rankpulse | p99 delay (in the daemon's histogram buckets), bare / rankpulse |\n|---|---|---|---|---|---|---|---|\n",
     );
     for r in reports {
         let stat = |f: &dyn Fn(&(Reading, Reading)) -> f64| {
@@ -564,4 +583,27 @@ pub fn table(reports: &[ShapeReport]) -> String {
         reports.first().map_or(0, |r| r.rounds.len())
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate_within_a_bucket_as_prometheus_does() {
+        // 100 observations: 50 up to 0.1 s, 40 more up to 0.25 s, 10 more up
+        // to 0.5 s. The 0.99 rank (99) lies 9/10 of the way into the
+        // (0.25, 0.5] bucket: 0.25 + 0.25 * 0.9 = 0.475.
+        let b = [(0.1, 50.0), (0.25, 90.0), (0.5, 100.0), (f64::INFINITY, 100.0)];
+        assert!((quantile_of_buckets(&b, 0.99).unwrap() - 0.475).abs() < 1e-12);
+        // The median is the first bucket's bound: rank 50 is its count.
+        assert!((quantile_of_buckets(&b, 0.5).unwrap() - 0.1).abs() < 1e-12);
+        // Past the last finite bound: that bound, as histogram_quantile.
+        let tail = [(0.1, 10.0), (f64::INFINITY, 100.0)];
+        assert_eq!(quantile_of_buckets(&tail, 0.99), Some(0.1));
+        // The exposition form gives the same answer as the buckets.
+        let text =
+            "d_bucket{le=\"0.1\"} 50\nd_bucket{le=\"0.25\"} 90\nd_bucket{le=\"0.5\"} 100\nd_bucket{le=\"+Inf\"} 100\n";
+        assert_eq!(histogram_quantile(text, "d", 0.99), quantile_of_buckets(&b, 0.99));
+    }
 }
