@@ -1002,16 +1002,20 @@ impl Assembler {
     /// the at-least-once commit point is the lesser of this and the next
     /// offset to consume.
     pub fn min_open_offsets(&self) -> Vec<(u32, i64)> {
-        // A shard's lists come from a handful of sources (its partition of
-        // each topic): a linear search beats hashing once per list.
-        let mut min: Vec<(u32, i64)> = Vec::new();
+        let mut min = Vec::new();
         for o in self.open_lists.sources() {
-            match min.iter_mut().find(|(id, _)| *id == o.id) {
-                Some((_, m)) => *m = (*m).min(o.offset),
-                None => min.push((o.id, o.offset)),
-            }
+            store::fold_source(&mut min, o);
         }
-        min
+        min.into_iter().map(|o| (o.id, o.offset)).collect()
+    }
+
+    /// [`Self::min_open_offsets`] a slice of `lists` at a time, so that a
+    /// million open lists do not hold the consumer at once: `None` until
+    /// the walk is through, then never above what `min_open_offsets` would
+    /// say at that moment (see [`store::ListStore::scan_sources`]).
+    pub fn scan_min_open_offsets(&mut self, lists: usize) -> Option<Vec<(u32, i64)>> {
+        let min = self.open_lists.scan_sources(lists)?;
+        Some(min.into_iter().map(|o| (o.id, o.offset)).collect())
     }
 
     /// Finalizes every open list (shutdown without checkpoints, end of replay).

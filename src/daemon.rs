@@ -68,6 +68,17 @@ const DRAIN_BATCH: usize = 1024;
 /// at-least-once as every tick (a restart re-reads at most that much more).
 const COMMIT_INTERVAL: Duration = Duration::from_secs(2);
 
+/// Ticks a walk of the open lists for the commit point takes (see
+/// [`Daemon::walk_open_lists`]): 8 s at the 500 ms tick, so the commit
+/// point trails the oldest open list by up to that much more. Walked at
+/// once, 157k open lists held the consumer for 25 to 46 ms every
+/// [`COMMIT_INTERVAL`] (S3 of `rankpulse-bench shapes`), most of a tick's
+/// time and about an eighth of the daemon's CPU on that shape.
+const COMMIT_WALK_TICKS: usize = 16;
+/// Fewest lists a shard walks per tick: a small shard's walk ends in a
+/// tick or two.
+const MIN_COMMIT_WALK_SLICE: usize = 1024;
+
 /// The output of `future` if it is ready without waiting.
 fn ready_now<F: Future>(future: F) -> Option<F::Output> {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -167,6 +178,12 @@ struct Shard {
     /// Which of the partition's topics are held back for running ahead in
     /// event time (`kafka.max_topic_drift`).
     alignment: Alignment,
+    /// Without `state.dir`: the lowest offset per source that the last
+    /// complete walk of the open lists found, with the positions at the
+    /// walk's end folded in (see [`Daemon::walk_open_lists`]). Commits use
+    /// it; `None` until a walk ends after the last rebalance, and then a
+    /// commit walks the lists at once.
+    commit_floor: Option<Vec<(u32, i64)>>,
 }
 
 impl Shard {
@@ -177,6 +194,7 @@ impl Shard {
             owned: true,
             idle: false,
             alignment: Alignment::default(),
+            commit_floor: None,
         }
     }
 
@@ -405,6 +423,11 @@ impl Daemon {
             Ok(mut q) => std::mem::take(&mut *q),
             Err(_) => return Ok(()),
         };
+        // Offsets may go back (the group's committed ones): a floor found
+        // before is no longer known to hold.
+        for shard in self.shards.values_mut() {
+            shard.commit_floor = None;
+        }
         for event in events {
             match &event {
                 RebalanceEvent::Revoked(tps) => {
@@ -765,7 +788,15 @@ impl Daemon {
         }
         let mut held: BTreeMap<u32, i64> = BTreeMap::new();
         for shard in self.shards.values() {
-            for (id, offset) in shard.pipeline.assembler.min_open_offsets() {
+            let walked;
+            let floor = match &shard.commit_floor {
+                Some(floor) if !all => floor,
+                _ => {
+                    walked = shard.pipeline.assembler.min_open_offsets();
+                    &walked
+                }
+            };
+            for &(id, offset) in floor {
                 let e = held.entry(id).or_insert(offset);
                 *e = (*e).min(offset);
             }
@@ -845,6 +876,34 @@ impl Daemon {
         };
         let view = self.view();
         self.publisher.send(Job::Publish { taken, view });
+    }
+
+    /// Walks a slice of each owned shard's open lists for the commit point
+    /// (no `state.dir`): about a sixteenth per tick, so that a full walk
+    /// takes [`COMMIT_WALK_TICKS`] ticks and no tick holds the stream for
+    /// all of them. A walk's result is never above the open lists' lowest
+    /// offsets at its end; the positions then are folded in, since lists
+    /// opened later start at or after them.
+    fn walk_open_lists(&mut self) {
+        if self.store.is_some() {
+            return;
+        }
+        for (p, shard) in self.shards.iter_mut().filter(|(_, s)| s.owned) {
+            let slice = (shard.pipeline.open_lists() / COMMIT_WALK_TICKS).max(MIN_COMMIT_WALK_SLICE);
+            if let Some(mut floor) = shard.pipeline.assembler.scan_min_open_offsets(slice) {
+                for (id, source) in self.sources.entries.iter().enumerate() {
+                    if source.partition == *p
+                        && let Some(next) = source.next_offset
+                    {
+                        match floor.iter_mut().find(|(i, _)| *i == id as u32) {
+                            Some((_, o)) => *o = (*o).min(next),
+                            None => floor.push((id as u32, next)),
+                        }
+                    }
+                }
+                shard.commit_floor = Some(floor);
+            }
+        }
     }
 
     /// Retires time buckets no window can reach.
@@ -1128,6 +1187,7 @@ pub async fn run_with(
                 daemon.update_health();
                 published.set_ready(!daemon.assigned.is_empty() && daemon.health.kafka_connected);
                 daemon.prune();
+                daemon.walk_open_lists();
                 daemon.ticks += 1;
                 if let Some(done) = daemon.publisher.poll() {
                     daemon.note_done(done);
