@@ -1,9 +1,8 @@
 //! `rankpulse bench freshness --cpu-limit`: the daemon as a `rankpulse run`
 //! process held to a CPU quota, reading a paced production from librdkafka's
 //! mock cluster (in the bench's process, outside the quota). Creating the
-//! CPU cgroup needs root and a cgroup CPU controller; without them the
-//! bench refuses with a `--cpu-limit:` error, and this test says it
-//! measured nothing.
+//! CPU cgroup needs root and a cgroup CPU controller: the CPU-cgroup tier,
+//! ignored by a plain `cargo test`, failing without them when run.
 
 use std::process::Command;
 
@@ -15,6 +14,7 @@ fn number_after(text: &str, prefix: &str) -> Option<f64> {
 }
 
 #[test]
+#[ignore = "CPU-cgroup tier: needs root and a cgroup CPU controller, run with --ignored (.ci/run does where one exists)"]
 fn a_cpu_limited_daemon_reads_every_paced_message_and_reports_its_delay() {
     let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
         .args(["bench", "freshness", "--brokers", "mock", "--cpu-limit", "0.5", "--rate", "5000", "--seconds", "2"])
@@ -22,10 +22,6 @@ fn a_cpu_limited_daemon_reads_every_paced_message_and_reports_its_delay() {
         .output()
         .expect("run rankpulse bench freshness");
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    if !out.status.success() && stderr.contains("--cpu-limit:") {
-        eprintln!("not measured (no CPU cgroup here): {stderr}");
-        return;
-    }
     assert!(out.status.success(), "bench freshness failed:\n{stdout}\n{stderr}");
     // 5,000 messages/s for 2 s: 2,500 lists of 4 messages.
     assert!(stdout.contains("daemon, paced: 10000 messages"), "{stdout}");

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{free_port, http_get, sum_of};
+use common::{free_port, http_get, sum_of, wait_until};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -37,10 +37,16 @@ fn demo_shows_windowed_metrics_within_30_seconds() {
     eprintln!("windowed gauges after {:?}", started.elapsed());
     assert!(sum_of(&body, "rankpulse_events_rejected_total") > 0.0, "the demo sends some invalid events");
     assert!(sum_of(&body, "rankpulse_gauc") > 0.0);
-    // The status page charts what the daemon sampled (every 10 s).
-    std::thread::sleep(Duration::from_secs(11));
-    let (status, page) = http_get(&addr, "/").unwrap();
-    assert_eq!(status, 200);
+    // The status page charts what the daemon samples every 10 s: a line
+    // (an SVG path) once a sample is in.
+    let mut page = String::new();
+    wait_until("a charted line on the status page", Duration::from_secs(20), || {
+        page = match http_get(&addr, "/") {
+            Ok((200, body)) => body,
+            _ => String::new(),
+        };
+        page.contains("<path d=\"M")
+    });
     assert!(page.contains("<svg") && page.contains("candidate") && page.contains("control"), "{page}");
     let out = demo.wait_with_output().unwrap();
     assert!(out.status.success(), "{:?}", out.status);

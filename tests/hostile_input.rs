@@ -42,10 +42,6 @@ const GAP: &str = "2s";
 const YEAR_9999_MS: i64 = 253_402_300_799_000;
 const YEAR_1970_MS: i64 = 1_000;
 
-fn tansu() -> String {
-    std::env::var("RANKPULSE_TANSU").expect("this tier needs RANKPULSE_TANSU (a tansu binary; see docs/operations.md)")
-}
-
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
@@ -189,7 +185,7 @@ fn produce_skewed(producer: &BaseProducer, evs: &[(i32, (String, String))]) {
 #[test]
 #[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
 fn broken_clocks_change_nothing_then_restart_with_state() {
-    let tansu = tansu();
+    let tansu = common::tansu_binary();
     let port = free_port();
     let _broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
     let bootstrap = format!("127.0.0.1:{port}");
@@ -265,7 +261,7 @@ fn broken_clocks_change_nothing_then_restart_with_state() {
 #[test]
 #[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
 fn a_hot_key_among_normal_traffic_is_exact() {
-    let tansu = tansu();
+    let tansu = common::tansu_binary();
     let port = free_port();
     let _broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
     let bootstrap = format!("127.0.0.1:{port}");
@@ -344,7 +340,7 @@ fn rss_kib(pid: u32) -> u64 {
 #[test]
 #[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
 fn a_flood_of_dimension_combinations_is_capped() {
-    let tansu = tansu();
+    let tansu = common::tansu_binary();
     let port = free_port();
     let _broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
     let bootstrap = format!("127.0.0.1:{port}");
@@ -408,7 +404,7 @@ fn a_flood_of_dimension_combinations_is_capped() {
 #[test]
 #[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
 fn a_broker_frozen_for_20_s_mid_stream_changes_nothing_without_state() {
-    let tansu = tansu();
+    let tansu = common::tansu_binary();
     let port = free_port();
     let broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
     let bootstrap = format!("127.0.0.1:{port}");
@@ -464,23 +460,10 @@ fn a_broker_frozen_for_20_s_mid_stream_changes_nothing_without_state() {
     sigterm(&mut daemon);
 }
 
-/// Adds the counter lines of several expositions (name{labels} → value).
-fn add_counters(expositions: &[&str]) -> std::collections::BTreeMap<String, f64> {
-    let mut out = std::collections::BTreeMap::new();
-    for e in expositions {
-        for line in counter_lines(e) {
-            if let Some((series, value)) = line.rsplit_once(' ') {
-                *out.entry(series.to_string()).or_default() += value.parse::<f64>().unwrap();
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
 async fn partitions_handed_over_without_state_are_counted_by_their_new_owner_only() {
-    let tansu = tansu();
+    let tansu = common::tansu_binary();
     let port = free_port();
     let _broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
     let bootstrap = format!("127.0.0.1:{port}");
@@ -541,17 +524,9 @@ async fn partitions_handed_over_without_state_are_counted_by_their_new_owner_onl
     let _ = stop_b.send(());
     let b = task_b.await.unwrap().unwrap();
     assert!(a.lists_finalized > 0 && b.lists_finalized > 0, "{} {}", a.lists_finalized, b.lists_finalized);
-    let union = add_counters(&[&a.final_exposition, &b.final_exposition]);
-    let single = add_counters(&[&reference(&evs, &config)]);
-    assert_eq!(union.keys().collect::<Vec<_>>(), single.keys().collect::<Vec<_>>());
-    for (series, want) in &single {
-        let got = union[series];
-        if series.contains("_sum") {
-            // Each exposition prints an exact fixed-point sum as the
-            // nearest f64; the sum of two such prints is within a few ulps.
-            assert!((got - want).abs() <= 4.0 * f64::EPSILON * want.abs().max(1.0), "{series}: {got} vs {want}");
-        } else {
-            assert_eq!(got, *want, "{series}");
-        }
+    let union = common::add_counters(&[&a.final_exposition, &b.final_exposition]);
+    let single = common::add_counters(&[&reference(&evs, &config)]);
+    if let Err(differing) = common::counters_add_up(&union, &single, 10) {
+        panic!("the two instances' counters do not add up to the single pass: {differing}");
     }
 }

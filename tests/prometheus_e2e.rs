@@ -11,8 +11,9 @@
 //! that a regression shows within two minutes; the thresholds and guards are
 //! unchanged.
 //!
-//! Needs Prometheus (`prometheus` on PATH, Debian's package). Without it the
-//! test says so and passes, unless RANKPULSE_REQUIRE_PROMETHEUS=1 (set by `.ci/run`).
+//! The Prometheus tier: ignored by a plain `cargo test`; with `--ignored` it
+//! needs Prometheus (`prometheus` on PATH, Debian's package) and fails
+//! without it.
 
 mod common;
 
@@ -71,11 +72,10 @@ fn firing(addr: &str) -> Vec<(String, serde_json::Value)> {
 }
 
 #[test]
+#[ignore = "Prometheus tier: needs prometheus on PATH, run with --ignored (.ci/run does)"]
 fn regression_alert_fires_for_the_degraded_ranker_and_dashboards_have_data() {
-    if Command::new("prometheus").arg("--version").output().is_err() {
-        assert!(std::env::var("RANKPULSE_REQUIRE_PROMETHEUS").is_err(), "prometheus required but not found");
-        eprintln!("skipped: prometheus not found");
-        return;
+    if let Err(e) = Command::new("prometheus").arg("--version").output() {
+        panic!("the Prometheus tier needs `prometheus` on PATH (apt-get install prometheus): {e}");
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = std::env::temp_dir().join(format!("rankpulse-prom-{}", std::process::id()));

@@ -103,9 +103,10 @@ fn bad_config_is_refused_naming_the_key() {
 
 /// The exposition parses and lints clean with Prometheus's own checker,
 /// except for the `_sum`/`_count` counter names the contract fixes (promtool
-/// would like counters to end in `_total`). Needs `promtool` on PATH;
-/// `.ci/run` installs it and sets RANKPULSE_REQUIRE_PROMTOOL=1.
+/// would like counters to end in `_total`). The Prometheus tier: needs
+/// `promtool` on PATH (`.ci/run` installs it).
 #[test]
+#[ignore = "Prometheus tier: needs promtool on PATH, run with --ignored (.ci/run does)"]
 fn exposition_passes_promtool() {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
     let (_, text, _) = replay(&[], &file);
@@ -117,11 +118,7 @@ fn exposition_passes_promtool() {
         .spawn();
     let mut child = match child {
         Ok(c) => c,
-        Err(e) => {
-            assert!(std::env::var("RANKPULSE_REQUIRE_PROMTOOL").is_err(), "promtool required but not runnable: {e}");
-            eprintln!("skipped: promtool not found ({e})");
-            return;
-        }
+        Err(e) => panic!("the Prometheus tier needs `promtool` on PATH (apt-get install prometheus): {e}"),
     };
     use std::io::Write;
     child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();

@@ -47,10 +47,6 @@ fn tool(env: &str, fallback: &str) -> String {
     path
 }
 
-fn tansu() -> String {
-    std::env::var("RANKPULSE_TANSU").expect("the secured-broker tier needs RANKPULSE_TANSU (a tansu binary)")
-}
-
 /// A scratch directory for one test's certificates and logs.
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rankpulse-secure-{name}-{}", std::process::id()));
@@ -158,7 +154,7 @@ const OAUTH_SECRET: &str = "client-s3cret-not-to-be-logged";
 impl Stack {
     fn start(name: &str, tls: Tls, sasl: bool) -> Stack {
         let dir = scratch(name);
-        let tansu = tansu();
+        let tansu = common::tansu_binary();
         let broker_port = free_port();
         let gateway_port = if sasl { Some(free_port()) } else { None };
         let tls_port = if tls == Tls::None { None } else { Some(free_port()) };

@@ -38,6 +38,7 @@ struct Scenario {
     judgments: u64,
 }
 
+/// The session gap of the stream and of the scenario's timing.
 const GAP_MS: i64 = 30_000;
 
 fn scenario(seed: u64) -> Scenario {
@@ -62,7 +63,7 @@ fn scenario(seed: u64) -> Scenario {
         // interleaved with others'; a session holds several queries, and the
         // last list reuses the first list's key, well after its gap.
         let reuse = l + 1 == n_lists && n_lists > 2;
-        let base = 1_700_000_000_000 + l as i64 * 7_000 + if reuse { 45_000 } else { 0 };
+        let base = 1_700_000_000_000 + l as i64 * 7_000 + if reuse { GAP_MS + 15_000 } else { 0 };
         let session = if reuse { "s0".to_string() } else { format!("s{}", l / 3) };
         let query = if reuse { "q0".to_string() } else { format!("q{}", l % 3) };
         let ranker = rankers[rng.below(2) as usize];
@@ -189,7 +190,7 @@ fn windows(config: &Config, acc: &Accumulators, now_ms: i64) -> BTreeMap<(Arc<[S
 
 fn config(variant: u64) -> Config {
     let mut c = Config::default();
-    c.session.gap = "30s".parse().unwrap();
+    c.session.gap = format!("{}ms", GAP_MS).parse().unwrap();
     c.windows.spans = vec!["1m".parse().unwrap(), "5m".parse().unwrap(), "20m".parse().unwrap()];
     if variant % 2 == 1 {
         c.metrics.no_relevant = rankpulse::metrics::NoRelevant::Skip;
@@ -204,7 +205,6 @@ proptest! {
 
     #[test]
     fn stream_equals_batch(seed in any::<u64>(), order_seed in any::<u64>(), variant in 0u64..2) {
-        assert_eq!(GAP_MS, 30_000);
         let config = config(variant);
         let s = scenario(seed);
         let mut pipeline = Pipeline::new(&config);

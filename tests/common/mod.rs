@@ -2,6 +2,7 @@
 //! exposition reader, and a deterministic event generator.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -17,20 +18,52 @@ impl Drop for Guard {
     }
 }
 
-/// The Tansu binary of the standalone-broker tier (`RANKPULSE_TANSU`), or
-/// None to skip; a missing broker fails when `RANKPULSE_REQUIRE_BROKER` is set.
-pub fn tansu_binary() -> Option<String> {
-    match std::env::var("RANKPULSE_TANSU") {
-        Ok(t) => Some(t),
-        Err(_) => {
-            assert!(
-                std::env::var("RANKPULSE_REQUIRE_BROKER").is_err(),
-                "RANKPULSE_REQUIRE_BROKER is set but RANKPULSE_TANSU is not"
-            );
-            eprintln!("skipped: set RANKPULSE_TANSU to a tansu binary to run the standalone-broker tier");
-            None
+/// The Tansu binary of the standalone-broker tier (`RANKPULSE_TANSU`). The
+/// tier's tests are `#[ignore]`d, so a plain `cargo test` lists them as
+/// ignored; run with `--ignored`, a missing broker fails them.
+pub fn tansu_binary() -> String {
+    std::env::var("RANKPULSE_TANSU").expect(
+        "the standalone-broker tier needs RANKPULSE_TANSU=/path/to/tansu (.ci/run installs it; see docs/operations.md)",
+    )
+}
+
+/// Adds the counter lines of several expositions (name{labels} → value).
+pub fn add_counters(expositions: &[&str]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for e in expositions {
+        for line in counter_lines(e) {
+            if let Some((series, value)) = line.rsplit_once(' ') {
+                *out.entry(series.to_string()).or_default() += value.parse::<f64>().unwrap();
+            }
         }
     }
+    out
+}
+
+/// Whether counters added up over several expositions (`got`) equal the
+/// single-pass ones (`want`): the same series, counts equal, and each `_sum`
+/// within 4 ulps. An exposition prints an exact fixed-point sum as the
+/// nearest f64 (half an ulp off), and adding two such prints rounds once
+/// more: one and a half ulps of the total at most. The series that differ
+/// otherwise (at most `show` of them) are the error.
+pub fn counters_add_up(got: &BTreeMap<String, f64>, want: &BTreeMap<String, f64>, show: usize) -> Result<(), String> {
+    let mut differing = Vec::new();
+    for (series, w) in want {
+        let ok = match got.get(series) {
+            Some(g) if series.contains("_sum") => (g - w).abs() <= 4.0 * f64::EPSILON * w.abs().max(1.0),
+            Some(g) => g == w,
+            None => false,
+        };
+        if !ok {
+            differing.push(format!("{series}: {:?}, single pass {w}", got.get(series)));
+        }
+    }
+    differing.extend(got.keys().filter(|k| !want.contains_key(*k)).map(|k| format!("{k}: not in the single pass")));
+    if differing.is_empty() {
+        return Ok(());
+    }
+    differing.truncate(show);
+    Err(differing.join("; "))
 }
 
 /// SIGTERM, then waits for the exit; fails if it takes over 15 s.
