@@ -367,7 +367,9 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
         .with_context(|| format!("no first/last message line in {}", log_path.display()))?;
     let numbers: Vec<i64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
     let [first, last] = numbers[..] else { bail!("cannot read {line:?}") };
-    let _ = std::fs::remove_file(&log_path);
+    if std::env::var_os("RANKPULSE_BENCH_KEEP_LOGS").is_none() {
+        let _ = std::fs::remove_file(&log_path);
+    }
     let r = reading(&sampler, first, last, total, rss)?;
     Ok(Reading { open_lists_peak: open_peak, topic_pauses: pauses, p99_delay_ms: delay, ..r })
 }
