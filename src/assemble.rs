@@ -1001,21 +1001,20 @@ impl Assembler {
     /// For each source, the smallest offset still held by an open list:
     /// the at-least-once commit point is the lesser of this and the next
     /// offset to consume.
-    pub fn min_open_offsets(&self) -> Vec<(u32, i64)> {
+    pub fn min_open_offsets(&self) -> Vec<Source> {
         let mut min = Vec::new();
         for o in self.open_lists.sources() {
             store::fold_source(&mut min, o);
         }
-        min.into_iter().map(|o| (o.id, o.offset)).collect()
+        min
     }
 
     /// [`Self::min_open_offsets`] a slice of `lists` at a time, so that a
     /// million open lists do not hold the consumer at once: `None` until
     /// the walk is through, then never above what `min_open_offsets` would
     /// say at that moment (see [`store::ListStore::scan_sources`]).
-    pub fn scan_min_open_offsets(&mut self, lists: usize) -> Option<Vec<(u32, i64)>> {
-        let min = self.open_lists.scan_sources(lists)?;
-        Some(min.into_iter().map(|o| (o.id, o.offset)).collect())
+    pub fn scan_min_open_offsets(&mut self, lists: usize) -> Option<Vec<Source>> {
+        self.open_lists.scan_sources(lists)
     }
 
     /// Finalizes every open list (shutdown without checkpoints, end of replay).
@@ -1319,7 +1318,7 @@ mod tests {
         asm.finalize_expired(None, &mut |c| out.push(c.into()));
         assert_eq!(out.len(), 1, "list a closed by the watermark");
         assert_eq!(asm.open_lists(), 2);
-        assert_eq!(asm.min_open_offsets(), [(7, 42)]);
+        assert_eq!(asm.min_open_offsets(), [Source { id: 7, offset: 42 }]);
         asm.finalize_expired(Some(10_100), &mut |c| out.push(c.into()));
         assert_eq!(out.len(), 3, "idle: processing time closes the rest");
     }

@@ -25,6 +25,7 @@
 //! and everything open is finalized at shutdown.
 
 use crate::align::Alignment;
+use crate::assemble::store::fold_source;
 use crate::assemble::{DimensionBudget, Source};
 use crate::config::Config;
 use crate::event::{Event, RejectReason};
@@ -183,7 +184,7 @@ struct Shard {
     /// walk's end folded in (see [`Daemon::walk_open_lists`]). Commits use
     /// it; `None` until a walk ends after the last rebalance, and then a
     /// commit walks the lists at once.
-    commit_floor: Option<Vec<(u32, i64)>>,
+    commit_floor: Option<Vec<Source>>,
 }
 
 impl Shard {
@@ -789,14 +790,14 @@ impl Daemon {
         let mut held: BTreeMap<u32, i64> = BTreeMap::new();
         for shard in self.shards.values() {
             let walked;
-            let floor = match &shard.commit_floor {
+            let floor: &[Source] = match &shard.commit_floor {
                 Some(floor) if !all => floor,
                 _ => {
                     walked = shard.pipeline.assembler.min_open_offsets();
                     &walked
                 }
             };
-            for &(id, offset) in floor {
+            for &Source { id, offset } in floor {
                 let e = held.entry(id).or_insert(offset);
                 *e = (*e).min(offset);
             }
@@ -895,10 +896,7 @@ impl Daemon {
                     if source.partition == *p
                         && let Some(next) = source.next_offset
                     {
-                        match floor.iter_mut().find(|(i, _)| *i == id as u32) {
-                            Some((_, o)) => *o = (*o).min(next),
-                            None => floor.push((id as u32, next)),
-                        }
+                        fold_source(&mut floor, Source { id: id as u32, offset: next });
                     }
                 }
                 shard.commit_floor = Some(floor);
