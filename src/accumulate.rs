@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn rounding_matches_f64_round_in_the_quantized_range() {
-        let mut rng = crate::bench::Rng(5);
+        let mut rng = rankpulse_testkit::Rng::new(5);
         let mut cases: Vec<f64> = vec![0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, 0.49999999999999994, -0.49999999999999994];
         cases.extend([SCALE, -SCALE, SCALE - 0.5, 1e15 + 0.5, -(1e15 + 0.5)]);
         for _ in 0..200_000 {
@@ -225,7 +225,7 @@ mod tests {
     /// general form gives.
     #[test]
     fn shortcuts_match_the_general_form() {
-        let mut rng = crate::bench::Rng(11);
+        let mut rng = rankpulse_testkit::Rng::new(11);
         let (mut fast, mut general) = (Moments::default(), Moments::default());
         for i in 0..10_000 {
             let value = match i % 4 {
@@ -297,8 +297,8 @@ mod tests {
         let cutoffs = 2;
         let bucket_ms = 10_000;
         let dims: Arc<[String]> = vec!["control".to_string()].into();
-        let mut rng = crate::bench::Rng(9);
-        let score = |rng: &mut crate::bench::Rng| {
+        let mut rng = rankpulse_testkit::Rng::new(9);
+        let score = |rng: &mut rankpulse_testkit::Rng| {
             let mut s = ListScore::new(cutoffs);
             for v in s.values.iter_mut() {
                 *v = (rng.below(5) > 0).then(|| (rng.below(1_000_001) as f64) / 1e6 / 3.0);

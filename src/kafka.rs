@@ -279,7 +279,7 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     // When a partition's prefetch queue is full (above), librdkafka waits
     // this long before fetching it again: 1 s by default, which throttled
     // a catching-up consumer to a third of its rate here (68,000 → 236,000
-    // events/s, `rankpulse bench kafka`, README).
+    // events/s, `rankpulse-bench kafka`, README).
     ("fetch.queue.backoff.ms", "10"),
     ("client.id", "rankpulse"),
 ];

@@ -37,15 +37,15 @@
 //! - [`publish`]: the only place Prometheus metrics are defined.
 //! - [`replay`]: `rankpulse replay`.
 //! - [`eval`]: `rankpulse eval`, trec_eval-compatible.
-//! - [`bench`]: `rankpulse bench`, reproducible load and memory measurements
-//!   ([`bench::kafka`] through a broker, [`bench::scale`] with two instances).
+//!
+//! Benchmarks live in the `rankpulse-bench` crate, test support in
+//! `rankpulse-testkit`: neither is in the product.
 //!
 //! `src/main.rs` is only the command line.
 
 pub mod accumulate;
 pub mod align;
 pub mod assemble;
-pub mod bench;
 pub mod config;
 pub mod daemon;
 pub mod demo;

@@ -32,55 +32,6 @@ enum Command {
     Loadgen(LoadgenArgs),
     /// Run the stream pipeline over a file of JSON events (one per line) and print the final /metrics exposition.
     Replay(ReplayArgs),
-    /// Measure throughput and memory on a reproducible event mix (see docs/performance.md).
-    /// The daemon runs with the defaults and any RANKPULSE__* environment overrides.
-    Bench(BenchArgs),
-}
-
-#[derive(Args)]
-struct BenchArgs {
-    /// pipeline: decode → assemble → score → accumulate on one core, in list order and in the
-    /// order a consumer of the two topics reads the mix; memory: resident bytes per
-    /// open list; kafka: fill a broker, then a bare consumer and the daemon on the same data.
-    /// freshness: the daemon reading live while the mix is produced at --rate. scale: one
-    /// `rankpulse run` process, then two in one consumer group, on the same data.
-    /// hot-key: one list of 10,000 results and 10,000 judgments, then 1,000
-    /// late judgments for it, among normal traffic (5 rounds). loop-gap: the longest
-    /// time the consumer loop keeps fetched messages waiting, with 16 partitions and 200
-    /// combinations per shard over a 1 h window (in-process mock cluster; --lists defaults
-    /// to 16 × 200 × 360 there).
-    #[arg(value_parser = ["pipeline", "memory", "kafka", "freshness", "scale", "hot-key", "loop-gap"])]
-    what: String,
-    /// Lists in the mix (each: one impression of 10 results and 3 judgments).
-    #[arg(long, default_value_t = 250_000)]
-    lists: usize,
-    /// Seed of the mix.
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
-    /// Kafka bootstrap servers (kafka, freshness, scale); `mock` (freshness): librdkafka's in-process mock cluster.
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    brokers: String,
-    /// Skip producing (kafka, scale): the topics already hold the mix of these --lists and --seed.
-    #[arg(long)]
-    no_fill: bool,
-    /// Messages per second produced (freshness).
-    #[arg(long, default_value_t = 50_000.0)]
-    rate: f64,
-    /// Seconds of production (freshness).
-    #[arg(long, default_value_t = 20.0)]
-    seconds: f64,
-    /// Rounds of ceiling then daemon on the same data (kafka): each round's
-    /// ratio pairs measurements seconds apart, and the median over rounds is
-    /// printed; a shared machine's noise moves single rounds by ±0.1.
-    #[arg(long, default_value_t = 1)]
-    rounds: usize,
-    /// Holds each `rankpulse run` instance (scale), or the daemon
-    /// (freshness, then a `rankpulse run` process), to this many cores, in a
-    /// CPU cgroup of its own, as a container's CPU limit would (needs root):
-    /// on a machine with fewer cores than the instances, the producer and
-    /// the broker need, what keeps them off each other's cores.
-    #[arg(long)]
-    cpu_limit: Option<f64>,
 }
 
 #[derive(Args)]
@@ -206,7 +157,6 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Bench(args) => report("bench", bench_command(args)),
         Command::Replay(args) => match replay_command(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -225,141 +175,6 @@ fn report(command: &str, result: anyhow::Result<()>) -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-fn bench_command(args: BenchArgs) -> anyhow::Result<()> {
-    use rankpulse::bench;
-    // Defaults and RANKPULSE__* overrides, as `rankpulse run` without --config.
-    let config = Config::load(None)?;
-    if args.cpu_limit.is_some() && !matches!(args.what.as_str(), "scale" | "freshness") {
-        anyhow::bail!(
-            "--cpu-limit applies to `bench scale` and `bench freshness` (their daemons are processes of their own)"
-        );
-    }
-    if let Some(cores) = args.cpu_limit
-        && !(cores.is_finite() && cores >= 0.01)
-    {
-        anyhow::bail!("--cpu-limit: {cores} is not a number of cores of at least 0.01");
-    }
-    match args.what.as_str() {
-        "pipeline" => {
-            let messages = bench::mix(0, args.lists, args.seed, 1_763_780_000_000, bench::PIPELINE_SPACING_MS);
-            let (imp, jdg) = bench::mean_sizes(&messages);
-            eprintln!(
-                "mix: {} messages ({} lists; impressions {imp:.0} B, judgments {jdg:.0} B on average)",
-                messages.len(),
-                args.lists
-            );
-            let partitions = bench::CONSUMER_ORDER_PARTITIONS;
-            let lag = (bench::CONSUMER_ORDER_LAG_MS / bench::PIPELINE_SPACING_MS) as usize;
-            let order = bench::consumer_order(&messages, partitions, lag);
-            for run in 1..=3 {
-                let decode = bench::decode_throughput(&config, &messages);
-                let rate = bench::pipeline_throughput(&config, &messages);
-                let (in_order, late) = bench::pipeline_throughput_in_order(&config, &order, partitions);
-                if late > 0 {
-                    eprintln!("warning: {late} judgments came after their list was final in the consumer's order");
-                }
-                println!(
-                    "run {run}: decode only {decode:.0} events/s, full pipeline {rate:.0} events/s on one core ({:.2}); \
-                     in a consumer's order ({partitions} partitions, judgments {:.0} s behind): {in_order:.0} events/s",
-                    rate / decode,
-                    bench::CONSUMER_ORDER_LAG_MS / 1000.0
-                );
-            }
-        }
-        "hot-key" => {
-            let mut totals = Vec::new();
-            for round in 1..=5 {
-                let h = bench::hot_key(&config);
-                if h.refused > 0 {
-                    anyhow::bail!("{} events of the hot key were not applied", h.refused);
-                }
-                println!(
-                    "round {round}: 50 pages (10,000 results) + 10,000 judgments {:.1} ms; \
-                     1,000 late judgments (amend) {:.1} ms; total {:.1} ms",
-                    h.open_ms,
-                    h.late_ms,
-                    h.open_ms + h.late_ms
-                );
-                totals.push(h.open_ms + h.late_ms);
-            }
-            totals.sort_by(f64::total_cmp);
-            println!("median total {:.1} ms (decode, assemble, score, accumulate; one core)", totals[2]);
-        }
-        "memory" => {
-            let m = bench::open_list_memory(&config, args.lists);
-            println!(
-                "{} open lists of 10 results: resident {:.1} MiB before, {:.1} MiB after: {:.0} bytes per open list",
-                args.lists,
-                m.before as f64 / 1048576.0,
-                m.after as f64 / 1048576.0,
-                m.per_list
-            );
-            println!(
-                "tick with none due: {:.2} ms (event-time expiry); walk of every list (idle-partition expiry): {:.1} ms",
-                m.tick_ms, m.walk_ms
-            );
-        }
-        "freshness" => {
-            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-            // `--brokers mock`: librdkafka's in-process mock cluster.
-            let (_cluster, brokers) = match args.brokers.as_str() {
-                "mock" => {
-                    let (cluster, bootstrap) = bench::kafka::mock_cluster()?;
-                    (Some(cluster), bootstrap)
-                }
-                other => (None, other.to_string()),
-            };
-            let report = runtime.block_on(bench::kafka::freshness(
-                &config,
-                &brokers,
-                args.rate,
-                args.seconds,
-                args.seed,
-                args.cpu_limit,
-            ))?;
-            println!("{report}");
-        }
-        "loop-gap" => {
-            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-            let lists = if args.lists == 250_000 { 16 * 200 * 360 } else { args.lists };
-            println!(
-                "loop gap: {lists} lists (an impression of 5 results and a click each) over the last hour, {} partitions, {} combinations per shard, windows {:?} at {} buckets",
-                bench::loop_gap::PARTITIONS,
-                bench::loop_gap::COMBINATIONS,
-                config.windows.spans.iter().map(|w| w.text.as_str()).collect::<Vec<_>>(),
-                config.windows.bucket.text
-            );
-            for report in runtime.block_on(bench::loop_gap::run(&config, lists, args.seed))? {
-                println!("{report}");
-            }
-        }
-        "scale" => {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            let report = runtime.block_on(bench::scale::run(
-                &args.brokers,
-                args.lists,
-                args.seed,
-                !args.no_fill,
-                args.cpu_limit,
-            ))?;
-            println!("{report}");
-        }
-        _ => {
-            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-            let report = runtime.block_on(bench::kafka::run(
-                &config,
-                &args.brokers,
-                args.lists,
-                args.seed,
-                !args.no_fill,
-                args.rounds,
-            ))?;
-            println!("{report}");
-        }
-    }
-    Ok(())
 }
 
 fn demo_command(args: DemoArgs) -> anyhow::Result<()> {

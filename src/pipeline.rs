@@ -340,7 +340,7 @@ fn fold(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::mix;
+    use rankpulse_testkit::mix;
 
     const BASE_MS: i64 = 1_763_780_000_000;
 
@@ -445,7 +445,7 @@ mod tests {
         let (mut kept, mut taken) = (Pipeline::new(&config), Pipeline::new(&config));
         let mut total = Accumulators::new(kept.accumulators.cutoffs, kept.accumulators.bucket_ms);
         let normal = mix(0, 3_000, 11, BASE_MS, 200.0);
-        let mut rng = crate::bench::Rng(7);
+        let mut rng = rankpulse_testkit::Rng::new(7);
         for (i, m) in normal.iter().enumerate() {
             let now = BASE_MS + (i / 4) as i64 * 200 + 2_000;
             let clock = Clock::Live { now_ms: now, message_ms: Some(now) };

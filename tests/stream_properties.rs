@@ -17,7 +17,7 @@ use rankpulse::window::window_cell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use rankpulse::bench::Rng;
+use rankpulse_testkit::Rng;
 
 /// Ground truth of one list, as the batch computation sees it.
 struct TrueList {
@@ -42,7 +42,7 @@ struct Scenario {
 const GAP_MS: i64 = 30_000;
 
 fn scenario(seed: u64) -> Scenario {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let mut s = Scenario {
         events: Vec::new(),
         lists: Vec::new(),
@@ -159,7 +159,7 @@ fn scenario(seed: u64) -> Scenario {
 /// Arrival order: sorted by event time plus a jitter below 20 s (less than
 /// the gap, as a partition's producers would reorder).
 fn arrival_order(events: &[(i64, String)], seed: u64) -> Vec<&str> {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut keyed: Vec<(i64, u64, &str)> =
         events.iter().map(|(t, e)| (t + rng.below(20_000) as i64, rng.next(), e.as_str())).collect();
     keyed.sort();

@@ -3,12 +3,9 @@
 //! kept out of the product. See docs/performance.md for the figures and
 //! the commands that reproduce them.
 
-mod bare;
-mod process;
-mod shapes;
-mod traffic;
-
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use rankpulse::config::Config;
+use rankpulse_bench::{bare, engine, kafka, loop_gap, scale, shapes};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -20,6 +17,24 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Decode → assemble → score → accumulate on one core, in list order and in the
+    /// order a consumer of the two topics reads the mix.
+    Pipeline(MixArgs),
+    /// Resident bytes per open list, and the cost of a tick over them.
+    Memory(MixArgs),
+    /// Fill a broker, then a bare consumer and the daemon (in this process) on the same data.
+    Kafka(MixArgs),
+    /// The daemon reading live while the mix is produced at --rate.
+    Freshness(MixArgs),
+    /// One `rankpulse run` process, then two in one consumer group, on the same data.
+    Scale(MixArgs),
+    /// One list of 10,000 results and 10,000 judgments, then 1,000 late
+    /// judgments for it, among normal traffic (5 rounds).
+    HotKey(MixArgs),
+    /// The longest time the consumer loop keeps fetched messages waiting, with 16
+    /// partitions and 200 combinations per shard over a 1 h window (in-process mock
+    /// cluster; --lists defaults to 16 × 200 × 360 there).
+    LoopGap(MixArgs),
     /// `rankpulse run` against a bare consumer on three traffic shapes
     /// (S1 production mix, S2 judgment-heavy backlog, S3 live tail at 70%
     /// of S2's rate), through the broker at --brokers, alternating which
@@ -70,8 +85,51 @@ enum Command {
     },
 }
 
+/// The options of the measurements on the seeded mix (S1). The daemon
+/// runs with the defaults and any RANKPULSE__* environment overrides.
+#[derive(Args)]
+struct MixArgs {
+    /// Lists in the mix (each: one impression of 10 results and 3 judgments).
+    #[arg(long, default_value_t = 250_000)]
+    lists: usize,
+    /// Seed of the mix.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Kafka bootstrap servers (kafka, freshness, scale); `mock` (freshness): librdkafka's in-process mock cluster.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    brokers: String,
+    /// Skip producing (kafka, scale): the topics already hold the mix of these --lists and --seed.
+    #[arg(long)]
+    no_fill: bool,
+    /// Messages per second produced (freshness).
+    #[arg(long, default_value_t = 50_000.0)]
+    rate: f64,
+    /// Seconds of production (freshness).
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+    /// Rounds of ceiling then daemon on the same data (kafka): each round's
+    /// ratio pairs measurements seconds apart, and the median over rounds is
+    /// printed; a shared machine's noise moves single rounds by ±0.1.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// Holds each `rankpulse run` instance (scale), or the daemon
+    /// (freshness, then a `rankpulse run` process), to this many cores, in a
+    /// CPU cgroup of its own, as a container's CPU limit would (needs root):
+    /// on a machine with fewer cores than the instances, the producer and
+    /// the broker need, what keeps them off each other's cores.
+    #[arg(long)]
+    cpu_limit: Option<f64>,
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Pipeline(args) => measure("pipeline", args),
+        Command::Memory(args) => measure("memory", args),
+        Command::Kafka(args) => measure("kafka", args),
+        Command::Freshness(args) => measure("freshness", args),
+        Command::Scale(args) => measure("scale", args),
+        Command::HotKey(args) => measure("hot-key", args),
+        Command::LoopGap(args) => measure("loop-gap", args),
         Command::Bare { messages, delays } => bare::run(messages, delays),
         Command::Shapes {
             brokers,
@@ -88,7 +146,7 @@ fn main() -> anyhow::Result<()> {
         } => {
             let rankpulse = match rankpulse {
                 Some(p) => p,
-                None => std::env::current_exe()?.with_file_name("rankpulse"),
+                None => rankpulse_bench::rankpulse_exe()?,
             };
             let opts = shapes::Options {
                 brokers,
@@ -108,4 +166,133 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn measure(what: &str, args: MixArgs) -> anyhow::Result<()> {
+    // Defaults and RANKPULSE__* overrides, as `rankpulse run` without --config.
+    let config = Config::load(None)?;
+    if args.cpu_limit.is_some() && !matches!(what, "scale" | "freshness") {
+        anyhow::bail!("--cpu-limit applies to `scale` and `freshness` (their daemons are processes of their own)");
+    }
+    if let Some(cores) = args.cpu_limit
+        && !(cores.is_finite() && cores >= 0.01)
+    {
+        anyhow::bail!("--cpu-limit: {cores} is not a number of cores of at least 0.01");
+    }
+    match what {
+        "pipeline" => {
+            let messages =
+                rankpulse_testkit::mix(0, args.lists, args.seed, 1_763_780_000_000, engine::PIPELINE_SPACING_MS);
+            let (imp, jdg) = rankpulse_testkit::mean_sizes(&messages);
+            eprintln!(
+                "mix: {} messages ({} lists; impressions {imp:.0} B, judgments {jdg:.0} B on average)",
+                messages.len(),
+                args.lists
+            );
+            let partitions = engine::CONSUMER_ORDER_PARTITIONS;
+            let lag = (engine::CONSUMER_ORDER_LAG_MS / engine::PIPELINE_SPACING_MS) as usize;
+            let order = engine::consumer_order(&messages, partitions, lag);
+            for run in 1..=3 {
+                let decode = engine::decode_throughput(&config, &messages);
+                let rate = engine::pipeline_throughput(&config, &messages);
+                let (in_order, late) = engine::pipeline_throughput_in_order(&config, &order, partitions);
+                if late > 0 {
+                    eprintln!("warning: {late} judgments came after their list was final in the consumer's order");
+                }
+                println!(
+                    "run {run}: decode only {decode:.0} events/s, full pipeline {rate:.0} events/s on one core ({:.2}); \
+                     in a consumer's order ({partitions} partitions, judgments {:.0} s behind): {in_order:.0} events/s",
+                    rate / decode,
+                    engine::CONSUMER_ORDER_LAG_MS / 1000.0
+                );
+            }
+        }
+        "hot-key" => {
+            let mut totals = Vec::new();
+            for round in 1..=5 {
+                let h = engine::hot_key(&config);
+                if h.refused > 0 {
+                    anyhow::bail!("{} events of the hot key were not applied", h.refused);
+                }
+                println!(
+                    "round {round}: 50 pages (10,000 results) + 10,000 judgments {:.1} ms; \
+                     1,000 late judgments (amend) {:.1} ms; total {:.1} ms",
+                    h.open_ms,
+                    h.late_ms,
+                    h.open_ms + h.late_ms
+                );
+                totals.push(h.open_ms + h.late_ms);
+            }
+            totals.sort_by(f64::total_cmp);
+            println!("median total {:.1} ms (decode, assemble, score, accumulate; one core)", totals[2]);
+        }
+        "memory" => {
+            let m = engine::open_list_memory(&config, args.lists);
+            println!(
+                "{} open lists of 10 results: resident {:.1} MiB before, {:.1} MiB after: {:.0} bytes per open list",
+                args.lists,
+                m.before as f64 / 1048576.0,
+                m.after as f64 / 1048576.0,
+                m.per_list
+            );
+            println!(
+                "tick with none due: {:.2} ms (event-time expiry); walk of every list (idle-partition expiry): {:.1} ms",
+                m.tick_ms, m.walk_ms
+            );
+        }
+        "freshness" => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            // `--brokers mock`: librdkafka's in-process mock cluster.
+            let (_cluster, brokers) = match args.brokers.as_str() {
+                "mock" => {
+                    let (cluster, bootstrap) = kafka::mock_cluster()?;
+                    (Some(cluster), bootstrap)
+                }
+                other => (None, other.to_string()),
+            };
+            let report = runtime.block_on(kafka::freshness(
+                &config,
+                &brokers,
+                args.rate,
+                args.seconds,
+                args.seed,
+                args.cpu_limit,
+            ))?;
+            println!("{report}");
+        }
+        "loop-gap" => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            let lists = if args.lists == 250_000 { 16 * 200 * 360 } else { args.lists };
+            println!(
+                "loop gap: {lists} lists (an impression of 5 results and a click each) over the last hour, {} partitions, {} combinations per shard, windows {:?} at {} buckets",
+                loop_gap::PARTITIONS,
+                loop_gap::COMBINATIONS,
+                config.windows.spans.iter().map(|w| w.text.as_str()).collect::<Vec<_>>(),
+                config.windows.bucket.text
+            );
+            for report in runtime.block_on(loop_gap::run(&config, lists, args.seed))? {
+                println!("{report}");
+            }
+        }
+        "scale" => {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let report =
+                runtime.block_on(scale::run(&args.brokers, args.lists, args.seed, !args.no_fill, args.cpu_limit))?;
+            println!("{report}");
+        }
+        "kafka" => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            let report = runtime.block_on(kafka::run(
+                &config,
+                &args.brokers,
+                args.lists,
+                args.seed,
+                !args.no_fill,
+                args.rounds,
+            ))?;
+            println!("{report}");
+        }
+        other => anyhow::bail!("no measurement named {other}"),
+    }
+    Ok(())
 }

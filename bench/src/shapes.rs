@@ -14,10 +14,10 @@
 //! read; memory is their peak resident set (`VmHWM`). The daemon's open
 //! lists and topic pauses are read from its `/metrics`.
 
+use crate::kafka::median;
 use crate::process::{CpuSampler, peak_rss, unix_ms};
 use crate::traffic::{JudgmentHeavy, MAX_JUDGMENT_DELAY_MS, Message, production_mix};
 use anyhow::{Context, bail};
-use rankpulse::bench::kafka::median;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;

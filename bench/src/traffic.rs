@@ -14,7 +14,7 @@
 //!   to 0.5 s, so they are out of order by at most that;
 //! - three rankers, four markets.
 
-use rankpulse::bench::Rng;
+use rankpulse_testkit::Rng;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -59,7 +59,7 @@ struct Pending {
 impl JudgmentHeavy {
     pub fn new(lists: usize, seed: u64, base_ms: i64, spacing_ms: f64) -> Self {
         JudgmentHeavy {
-            rng: Rng(seed | 1),
+            rng: Rng::new(seed),
             next_list: 0,
             lists,
             base_ms,
@@ -148,10 +148,10 @@ impl Iterator for JudgmentHeavy {
     }
 }
 
-/// S1: the mix `rankpulse bench kafka` measures, as [`Message`]s, one list
+/// S1: the mix `rankpulse-bench kafka` measures, as [`Message`]s, one list
 /// per ms of event time ending now.
 pub fn production_mix(lists: usize, seed: u64, now_ms: i64) -> Vec<Message> {
-    rankpulse::bench::mix(0, lists, seed, now_ms - lists as i64, 1.0)
+    rankpulse_testkit::mix(0, lists, seed, now_ms - lists as i64, 1.0)
         .into_iter()
         .map(|m| Message {
             judgment: m.judgment,

@@ -1171,7 +1171,7 @@ mod tests {
     use super::*;
 
     fn list(seed: u64, shown: usize, positions: impl Fn(usize) -> u32, scores: bool, judged: usize) -> OpenList {
-        let mut rng = crate::bench::Rng(seed | 1);
+        let mut rng = rankpulse_testkit::Rng::new(seed);
         OpenList {
             last_event_ms: rng.next() as i64,
             last_arrival_ms: -(rng.below(1 << 40) as i64),
@@ -1247,7 +1247,7 @@ mod tests {
     #[test]
     fn due_finds_exactly_the_lists_at_or_before_a_time() {
         let mut store = ListStore::default();
-        let mut rng = crate::bench::Rng(7);
+        let mut rng = rankpulse_testkit::Rng::new(7);
         let mut model: FxHashMap<ListKey, i64> = FxHashMap::default();
         let mut clock = 0i64;
         for step in 0..200_000u64 {
@@ -1300,7 +1300,7 @@ mod tests {
     #[test]
     fn growing_moving_removing_and_compacting_keep_every_list() {
         let mut store = ListStore::default();
-        let mut rng = crate::bench::Rng(99);
+        let mut rng = rankpulse_testkit::Rng::new(99);
         let mut model: FxHashMap<ListKey, OpenList> = FxHashMap::default();
         let mut out = OpenList::default();
         for step in 0..60_000u64 {
@@ -1409,7 +1409,7 @@ mod tests {
     /// that runs move and the arena is compacted.
     #[test]
     fn judgments_in_place_match_decoding_and_storing_back() {
-        let mut rng = crate::bench::Rng(2024);
+        let mut rng = rankpulse_testkit::Rng::new(2024);
         let (mut in_place, mut general) = (ListStore::default(), ListStore::default());
         let mut keys = Vec::new();
         for seed in 0..2_000u64 {
@@ -1431,7 +1431,7 @@ mod tests {
             let (key, l) = (&key, &l);
             let mut now = OpenList::default();
             assert!(general.load(*key, &mut now));
-            let pick = |rng: &mut crate::bench::Rng, known: &[u64]| match known {
+            let pick = |rng: &mut rankpulse_testkit::Rng, known: &[u64]| match known {
                 [] => rng.next(),
                 _ if rng.below(2) == 0 => known[rng.below(known.len() as u64) as usize],
                 _ => rng.next(),

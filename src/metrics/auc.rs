@@ -160,7 +160,7 @@ mod tests {
     /// counting every (positive, negative) pair directly.
     #[test]
     fn every_score_order_matches_counting_pairs() {
-        let mut rng = crate::bench::Rng(11);
+        let mut rng = rankpulse_testkit::Rng::new(11);
         let mut scratch = Vec::new();
         for case in 0..3_000u64 {
             let n = 1 + rng.below(12) as usize;

@@ -1,4 +1,4 @@
-//! `rankpulse bench freshness --cpu-limit`: the daemon as a `rankpulse run`
+//! `rankpulse-bench freshness --cpu-limit`: the daemon as a `rankpulse run`
 //! process held to a CPU quota, reading a paced production from librdkafka's
 //! mock cluster (in the bench's process, outside the quota). Creating the
 //! CPU cgroup needs root and a cgroup CPU controller: the CPU-cgroup tier,
@@ -16,11 +16,11 @@ fn number_after(text: &str, prefix: &str) -> Option<f64> {
 #[test]
 #[ignore = "CPU-cgroup tier: needs root and a cgroup CPU controller, run with --ignored (.ci/run does where one exists)"]
 fn a_cpu_limited_daemon_reads_every_paced_message_and_reports_its_delay() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
-        .args(["bench", "freshness", "--brokers", "mock", "--cpu-limit", "0.5", "--rate", "5000", "--seconds", "2"])
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse-bench"))
+        .args(["freshness", "--brokers", "mock", "--cpu-limit", "0.5", "--rate", "5000", "--seconds", "2"])
         .env("RANKPULSE__KAFKA__PROPERTIES__FETCH_WAIT_MAX_MS", "10")
         .output()
-        .expect("run rankpulse bench freshness");
+        .expect("run rankpulse-bench freshness");
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "bench freshness failed:\n{stdout}\n{stderr}");
     // 5,000 messages/s for 2 s: 2,500 lists of 4 messages.

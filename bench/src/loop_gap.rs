@@ -1,4 +1,4 @@
-//! `rankpulse bench loop-gap`: how long the consumer loop keeps the stream
+//! `rankpulse-bench loop-gap`: how long the consumer loop keeps the stream
 //! waiting while the state is large. 16 partitions, 200 dimension
 //! combinations in every partition's shard, lists spread over the last hour
 //! so that each shard holds a cell in every 10 s bucket of the 1 h window
@@ -9,9 +9,9 @@
 //! messages handled while more were already fetched), with and without
 //! `state.dir`.
 
-use super::Rng;
-use super::kafka::{BenchError, consumed, scrape_path};
-use crate::config::Config;
+use crate::kafka::{BenchError, consumed, scrape_path};
+use rankpulse::config::Config;
+use rankpulse_testkit::Rng;
 use rdkafka::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use std::sync::Arc;
@@ -75,7 +75,7 @@ fn fill(brokers: &str, lists: usize, seed: u64, consumed: &AtomicU64) -> Result<
         .set("queue.buffering.max.messages", "2000000")
         .set("queue.buffering.max.kbytes", "2097151")
         .create()?;
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let start_ms = wall_ms() - HOUR_MS;
     let spacing = (HOUR_MS - 60_000) as f64 / lists.max(1) as f64;
     let mut sent = 0;
@@ -165,7 +165,7 @@ async fn measure(
     let runtime = tokio::runtime::Handle::current();
     // On a thread of its own, as `rankpulse run` drives it (see `bench::kafka`).
     let task = tokio::task::spawn_blocking(move || {
-        runtime.block_on(crate::daemon::run_on(config, listener, async move {
+        runtime.block_on(rankpulse::daemon::run_on(config, listener, async move {
             let _ = stopped.await;
         }))
     });

@@ -10,7 +10,7 @@ use rankpulse::metrics::{
     count_relevant, dcg, err, precision, rr,
 };
 
-use rankpulse::bench::Rng;
+use rankpulse_testkit::Rng;
 
 /// A grade, mostly non-relevant like real judgments.
 fn grade(rng: &mut Rng) -> Grade {
@@ -24,7 +24,7 @@ struct List {
 }
 
 fn lists(n: usize, len: usize) -> Vec<List> {
-    let mut rng = Rng(0x5eed);
+    let mut rng = Rng::new(0x5eed);
     (0..n)
         .map(|_| {
             let shown: Vec<Grade> = (0..len).map(|_| grade(&mut rng)).collect();
@@ -98,7 +98,7 @@ fn engine(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("accumulate");
     let values: Vec<(f64, u32)> = {
-        let mut rng = Rng(7);
+        let mut rng = Rng::new(7);
         (0..4096).map(|_| ((rng.next() % 10_000) as f64 / 10_000.0, 1 + (rng.next() % 10) as u32)).collect()
     };
     group.throughput(Throughput::Elements(values.len() as u64));
@@ -114,13 +114,13 @@ fn engine(c: &mut Criterion) {
     group.finish();
 }
 
-/// The stream stages on the production-shaped mix of `rankpulse bench`:
+/// The stream stages on the production-shaped mix of `rankpulse-bench`:
 /// decoding each message type, and the whole pipeline (decode, assemble,
 /// finalize, score, accumulate) per event.
 fn stream(c: &mut Criterion) {
-    use rankpulse::bench::mix;
     use rankpulse::config::Config;
     use rankpulse::event::{DecodeLimits, decode};
+    use rankpulse_bench::engine::mix;
     let config = Config::default();
     let limits = DecodeLimits::from_config(&config);
     let messages = mix(0, 20_000, 42, 1_763_780_000_000, 4.0);
@@ -134,7 +134,7 @@ fn stream(c: &mut Criterion) {
     group.throughput(Throughput::Elements(messages.len() as u64));
     group.sample_size(10);
     group.bench_function("pipeline_mix_20000_lists", |b| {
-        b.iter(|| rankpulse::bench::pipeline_throughput(&config, black_box(&messages)))
+        b.iter(|| rankpulse_bench::engine::pipeline_throughput(&config, black_box(&messages)))
     });
     group.finish();
 }

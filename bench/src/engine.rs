@@ -1,4 +1,4 @@
-//! `rankpulse bench`: reproducible load measurements of the stream path.
+//! `rankpulse-bench pipeline|memory|hot-key`: reproducible load measurements of the stream path.
 //!
 //! Beside the data flow, for measuring it: a seeded event mix shaped like
 //! production traffic (one impression of 10 results, about 760 bytes, per
@@ -8,100 +8,18 @@
 //! a bare consumer, freshness under a paced production (see [`kafka`]),
 //! and what a second instance adds (see [`scale`]).
 
-use crate::config::Config;
-use crate::pipeline::{Clock, Pipeline};
+use rankpulse::config::Config;
+use rankpulse::pipeline::{Clock, Pipeline};
+pub use rankpulse_testkit::{MixMessage, mean_sizes, mix};
 use std::time::Instant;
-
-pub mod kafka;
-pub mod loop_gap;
-pub mod scale;
-
-/// One message of the mix.
-#[derive(Debug, Clone)]
-pub struct MixMessage {
-    pub judgment: bool,
-    /// The session id: the Kafka key.
-    pub key: String,
-    pub payload: Vec<u8>,
-}
-
-/// A xorshift64 generator: reproducible inputs for benchmarks and property
-/// tests without a random-number crate. The state must not be 0.
-pub struct Rng(pub u64);
-
-impl Rng {
-    #[allow(clippy::should_implement_trait)]
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// A value in 0..n (0 when n is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-const RANKERS: [&str; 2] = ["control", "candidate"];
-const MARKETS: [&str; 4] = ["us", "de", "jp", "br"];
-const ACTIONS: [&str; 3] = ["click", "add_to_cart", "purchase"];
-
-/// Lists `first..first + lists`, each an impression of 10 results followed
-/// by 3 judgments, in event-time order from `base_ms` (one list per
-/// `spacing_ms`); the same arguments give the same bytes.
-pub fn mix(first: usize, lists: usize, seed: u64, base_ms: i64, spacing_ms: f64) -> Vec<MixMessage> {
-    let mut rng = Rng((seed ^ (first as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1);
-    let mut out = Vec::with_capacity(lists * 4);
-    for i in first..first + lists {
-        let t = base_ms + ((i - first) as f64 * spacing_ms) as i64;
-        let session = format!("sess-{:010}-{:04x}", i, rng.next() % 0xffff);
-        let query = format!("q-{:08}", rng.next() % 100_000_000);
-        let ranker = RANKERS[(rng.next() % 2) as usize];
-        let market = MARKETS[(rng.next() % 4) as usize];
-        let docs: Vec<u64> = (0..10).map(|_| rng.next() % 10_000_000).collect();
-        let results: Vec<String> = docs
-            .iter()
-            .enumerate()
-            .map(|(p, d)| {
-                format!(r#"{{"doc_id":"doc-{d:010}","position":{},"score":{:.6}}}"#, p + 1, 30.0 - p as f64 * 1.37)
-            })
-            .collect();
-        let impression = format!(
-            r#"{{"type":"impression","event_id":"imp-{i:012}","session_id":"{session}","query_id":"{query}","timestamp":{t},"results":[{}],"dimensions":{{"ranker":"{ranker}","market":"{market}","device":"mobile"}}}}"#,
-            results.join(",")
-        );
-        out.push(MixMessage { judgment: false, key: session.clone(), payload: impression.into_bytes() });
-        for j in 0..3 {
-            let doc = docs[(rng.next() % 10) as usize];
-            let action = ACTIONS[(rng.next() % 3) as usize];
-            let judgment = format!(
-                r#"{{"type":"judgment","event_id":"jdg-{i:012}-{j}","session_id":"{session}","query_id":"{query}","doc_id":"doc-{doc:010}","action":"{action}","timestamp":{}}}"#,
-                t + 500 + j * 700
-            );
-            out.push(MixMessage { judgment: true, key: session.clone(), payload: judgment.into_bytes() });
-        }
-    }
-    out
-}
-
-/// Mean payload sizes (impressions, judgments), for the report.
-pub fn mean_sizes(messages: &[MixMessage]) -> (f64, f64) {
-    let mean = |judgment: bool| {
-        let sizes: Vec<usize> = messages.iter().filter(|m| m.judgment == judgment).map(|m| m.payload.len()).collect();
-        sizes.iter().sum::<usize>() as f64 / sizes.len().max(1) as f64
-    };
-    (mean(false), mean(true))
-}
 
 /// Decoding alone, on one core: events per second.
 pub fn decode_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
-    let limits = crate::event::DecodeLimits::from_config(config);
+    let limits = rankpulse::event::DecodeLimits::from_config(config);
     let started = Instant::now();
     let mut ok = 0u64;
     for m in messages {
-        if crate::event::decode(&m.payload, &limits).is_ok() {
+        if rankpulse::event::decode(&m.payload, &limits).is_ok() {
             ok += 1;
         }
     }
@@ -144,7 +62,7 @@ pub struct HotKey {
 pub fn hot_key(config: &Config) -> HotKey {
     let base = 1_763_780_000_000i64;
     let mut config = config.clone();
-    config.late.policy = crate::config::LatePolicy::Amend;
+    config.late.policy = rankpulse::config::LatePolicy::Amend;
     // 11,050 events of one list: past the default bound of 10,000, which
     // would reject the last ones instead of timing them.
     config.input.max_events_per_list = config.input.max_events_per_list.max(20_000);
@@ -252,8 +170,8 @@ pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessag
     let clock = Clock::replay();
     let started = Instant::now();
     // As the daemon reads: a batch decoded and its lists prefetched, then applied.
-    let mut decoded = Vec::with_capacity(crate::pipeline::PREFETCH_BATCH);
-    for batch in order.chunks(crate::pipeline::PREFETCH_BATCH) {
+    let mut decoded = Vec::with_capacity(rankpulse::pipeline::PREFETCH_BATCH);
+    for batch in order.chunks(rankpulse::pipeline::PREFETCH_BATCH) {
         decoded.clear();
         for (p, m) in batch {
             decoded.push(shards.get(*p).map(|shard| shard.prepare(&m.payload)));
@@ -309,7 +227,7 @@ pub fn open_list_memory(config: &Config, lists: usize) -> OpenListMemory {
         for (i, m) in mix(done, n, 7, 1_763_780_000_000, 0.01).iter().filter(|m| !m.judgment).enumerate() {
             // Each list holds its source offset, as in the daemon without
             // checkpoints (the at-least-once commit point).
-            let source = crate::assemble::Source { id: 0, offset: (done + i) as i64 };
+            let source = rankpulse::assemble::Source { id: 0, offset: (done + i) as i64 };
             let _ = pipeline.ingest("search-impressions", &m.payload, clock, Some(source));
         }
         done += n;

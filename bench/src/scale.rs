@@ -1,7 +1,7 @@
-//! `rankpulse bench scale`: what a second instance in the same consumer
+//! `rankpulse-bench scale`: what a second instance in the same consumer
 //! group adds.
 //!
-//! The topics hold the mix (filled by `rankpulse bench kafka`, or here).
+//! The topics hold the mix (filled by `rankpulse-bench kafka`, or here).
 //! One `rankpulse run` process consumes all of it in a fresh group; then two
 //! processes share another fresh group. Each is scraped every second; the
 //! rate is taken over the window in which every instance of the run is
@@ -15,7 +15,7 @@
 //! instance bringing its own budget) from the instances fighting for the
 //! same cores.
 
-use crate::bench::kafka::{BenchError, consumed, cpu_seconds_of, fill_topics, scrape_path};
+use crate::kafka::{BenchError, consumed, cpu_seconds_of, fill_topics, scrape_path};
 use std::fmt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -220,7 +220,7 @@ pub(crate) fn start(
 ) -> Result<Instance, BenchError> {
     let limit = cpu_limit.map(|(cores, name)| CpuCgroup::create(&name, cores)).transpose()?;
     let http = free_addr()?;
-    let child = Command::new(std::env::current_exe()?)
+    let child = Command::new(crate::rankpulse_exe()?)
         .arg("run")
         .envs(env.iter().copied())
         .env("RANKPULSE__KAFKA__BROKERS", brokers)

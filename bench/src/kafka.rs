@@ -1,4 +1,4 @@
-//! `rankpulse bench kafka`: end to end through a real broker, side by side
+//! `rankpulse-bench kafka`: end to end through a real broker, side by side
 //! with a ceiling measured in the same run.
 //!
 //! 1. Fill: the seeded mix is produced to `search-impressions` and
@@ -17,9 +17,9 @@
 //! leaves out the bench's driver thread, which scrapes `/metrics` as
 //! Prometheus would from another process; serving the scrape is counted.
 
-use crate::bench::{MixMessage, mean_sizes, mix};
-use crate::config::Config;
-use crate::event::{DecodeLimits, decode};
+use rankpulse::config::Config;
+use rankpulse::event::{DecodeLimits, decode};
+use rankpulse_testkit::{MixMessage, mean_sizes, mix};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -36,7 +36,7 @@ pub enum BenchError {
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error(transparent)]
-    Daemon(#[from] crate::daemon::DaemonError),
+    Daemon(#[from] rankpulse::daemon::DaemonError),
     #[error("{what} did not finish in {secs} s ({done} of {total} messages)")]
     Timeout { what: &'static str, secs: u64, done: u64, total: u64 },
     #[error("{0}")]
@@ -260,7 +260,7 @@ fn fill(brokers: &str, messages: &[MixMessage]) -> Result<f64, BenchError> {
 
 /// The daemon's consumer defaults, then the `[kafka.properties]` of `config`.
 fn consumer_settings(cc: &mut ClientConfig, config: &Config) {
-    for (key, value) in crate::kafka::CONSUMER_DEFAULTS {
+    for (key, value) in rankpulse::kafka::CONSUMER_DEFAULTS {
         cc.set(*key, *value);
     }
     for (key, value) in &config.kafka.properties {
@@ -447,7 +447,7 @@ pub(crate) fn consumed(exposition: &str) -> u64 {
     (sum(exposition, "rankpulse_events_total") + sum(exposition, "rankpulse_events_rejected_total")) as u64
 }
 
-type DaemonTask = tokio::task::JoinHandle<Result<crate::daemon::RunSummary, crate::daemon::DaemonError>>;
+type DaemonTask = tokio::task::JoinHandle<Result<rankpulse::daemon::RunSummary, rankpulse::daemon::DaemonError>>;
 
 /// An in-process daemon on a free loopback port: its /metrics address, the
 /// sender that stops it, and its task.
@@ -467,7 +467,7 @@ async fn start_daemon(
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let runtime = tokio::runtime::Handle::current();
     let task = tokio::task::spawn_blocking(move || {
-        runtime.block_on(crate::daemon::run_on(config, listener, async move {
+        runtime.block_on(rankpulse::daemon::run_on(config, listener, async move {
             let _ = stopped.await;
         }))
     });
@@ -682,7 +682,7 @@ fn bare_freshness(
     let started_ms = wall_ms();
     let b = brokers.to_string();
     let producer = std::thread::spawn(move || paced(&b, &messages, rate));
-    let mut delays = crate::publish::DelayHistogram::default();
+    let mut delays = rankpulse::publish::DelayHistogram::default();
     let deadline = Instant::now() + Duration::from_secs_f64(seconds + 120.0);
     while delays.count < total && Instant::now() < deadline {
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
@@ -710,7 +710,7 @@ enum FreshDaemon {
     /// A `rankpulse run` child held to a CPU quota: the producer and the
     /// broker (outside its cgroup) cannot take its cores, as they would on
     /// a machine of its own.
-    Limited { instance: crate::bench::scale::Instance, cores: f64 },
+    Limited { instance: crate::scale::Instance, cores: f64 },
 }
 
 impl FreshDaemon {
@@ -766,7 +766,7 @@ impl FreshDaemon {
 /// consumer, then the daemon (each reading from the end of the topics)
 /// consume it, and reads the daemon's ingest-delay histogram. With
 /// `cpu_limit`, the daemon is a `rankpulse run` process held to that many
-/// cores in a CPU cgroup (see [`crate::bench::scale`]).
+/// cores in a CPU cgroup (see [`crate::scale`]).
 pub async fn freshness(
     base: &Config,
     brokers: &str,
@@ -791,7 +791,7 @@ pub async fn freshness(
         }
         Some(cores) => {
             let env = [("RANKPULSE__KAFKA__PROPERTIES__AUTO_OFFSET_RESET", "latest")];
-            let instance = crate::bench::scale::start(brokers, &group, Some((cores, group.clone())), &env)?;
+            let instance = crate::scale::start(brokers, &group, Some((cores, group.clone())), &env)?;
             FreshDaemon::Limited { instance, cores }
         }
     };
