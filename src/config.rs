@@ -20,8 +20,11 @@ use thiserror::Error;
 /// Prefix of environment overrides; sections and keys are separated by `__`.
 pub const ENV_PREFIX: &str = "RANKPULSE__";
 
+use crate::assemble::AssemblyLimits;
 /// Most dimension labels (the assembler keeps a tuple of them on the stack).
-pub const MAX_DIMENSION_LABELS: usize = 16;
+pub use crate::assemble::{LatePolicy, MAX_DIMENSION_LABELS};
+use crate::event::DecodeLimits;
+use crate::pipeline::PipelineSettings;
 
 /// Label names rankpulse itself puts on series; dimension labels may not reuse them.
 pub const RESERVED_LABELS: &[&str] =
@@ -204,16 +207,6 @@ pub struct InputConfig {
     /// Events one list takes; further events of it are rejected
     /// (`list_too_large`), so one hot key cannot hold unbounded memory.
     pub max_events_per_list: usize,
-}
-
-/// What happens to a judgment for a list that is already final.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LatePolicy {
-    /// Retract the list's contribution, apply the judgment, add it again.
-    Amend,
-    /// Ignore the judgment (counted).
-    Drop,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -532,6 +525,38 @@ impl Config {
     }
 
     /// The cutoffs in ascending order (the engine's one-pass functions need that).
+    /// What decoding needs.
+    pub fn decode_limits(&self) -> DecodeLimits {
+        DecodeLimits {
+            max_message_bytes: self.input.max_message_bytes,
+            max_results: self.input.max_results,
+            max_grade: self.metrics.max_grade,
+            actions: self.judgments.actions.clone(),
+        }
+    }
+
+    /// What the core's stages are built from.
+    pub fn pipeline_settings(&self) -> PipelineSettings {
+        PipelineSettings {
+            decode: self.decode_limits(),
+            assembly: AssemblyLimits {
+                gap_ms: self.session.gap.ms(),
+                max_open_lists: self.session.max_open_lists,
+                late_policy: self.late.policy,
+                late_horizon_ms: self.late.horizon.ms(),
+                max_events_per_list: self.input.max_events_per_list,
+            },
+            dimension_labels: self.dimensions.labels.clone(),
+            max_dimension_values: self.dimensions.max_values,
+            max_combinations: self.dimensions.max_combinations,
+            conventions: self.conventions(),
+            cutoffs: self.sorted_cutoffs(),
+            bucket_ms: self.windows.bucket.ms(),
+            longest_window_ms: self.windows.spans.iter().map(|s| s.ms()).max().unwrap_or(0),
+            max_future_skew_ms: self.input.max_future_skew.ms(),
+        }
+    }
+
     pub fn sorted_cutoffs(&self) -> Vec<usize> {
         let mut c = self.metrics.cutoffs.clone();
         c.sort_unstable();
@@ -615,6 +640,13 @@ fn is_text_key(defaults: &toml::Table, path: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The core's defaults (what its tests and fuzz targets run with) are
+    /// the configuration's: a default changed on one side only fails here.
+    #[test]
+    fn the_cores_defaults_are_the_configurations() {
+        assert_eq!(Config::default().pipeline_settings(), PipelineSettings::default());
+    }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()

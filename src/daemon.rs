@@ -190,7 +190,7 @@ struct Shard {
 impl Shard {
     fn new(config: &Config, budget: &Arc<Mutex<DimensionBudget>>) -> Shard {
         Shard {
-            pipeline: Pipeline::with_budget(config, budget.clone()),
+            pipeline: Pipeline::with_budget(&config.pipeline_settings(), budget.clone()),
             next_offsets: BTreeMap::new(),
             owned: true,
             idle: false,
@@ -1041,7 +1041,7 @@ pub async fn run_with(
     let consumer: Arc<Consumer> =
         Arc::new(kafka::create_consumer(&config, signals.clone()).map_err(DaemonError::Consumer)?);
     let dead_letters = DeadLetters::create(&config).map_err(DaemonError::DeadLetters)?;
-    let budget = Arc::new(Mutex::new(DimensionBudget::from_config(&config)));
+    let budget = Arc::new(Mutex::new(config.pipeline_settings().dimension_budget()));
     let max_topic_drift_ms = config.kafka.max_topic_drift.ms();
     let mut daemon = Daemon {
         config,

@@ -379,7 +379,7 @@ mod tests {
 
     #[test]
     fn simulated_events_decode_and_candidate_degrades() {
-        let limits = crate::event::DecodeLimits::from_config(&Config::default());
+        let limits = Config::default().decode_limits();
         let mut rng = Rng(3);
         let mut clicks = 0;
         for n in 0..200 {

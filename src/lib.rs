@@ -19,44 +19,34 @@
 //! replay:  JSON lines → the online pipeline without Kafka
 //! ```
 //!
-//! - [`config`]: typed settings, environment overrides, validation.
-//! - [`event`]: the event schema, decoding and reject reasons.
-//! - [`assemble`]: open lists per (session_id, query_id) and their finalization;
-//!   [`assemble::store`] keeps them compact (one run of words per list in a
-//!   per-shard arena).
-//! - [`metrics`]: the engine. Pure per-list functions, one file per metric
-//!   family, [`metrics::Conventions`] and [`metrics::list::ListScorer`].
-//! - [`accumulate`]: [`accumulate::Moments`], exactly mergeable and
-//!   retractable sums, kept per dimension values × time bucket.
-//! - [`window`]: rolling windows out of the buckets.
-//! - [`pipeline`]: the stages above without I/O, one shard.
+//! The stages without I/O (`event`, `assemble`, `metrics`, `accumulate`,
+//! `window`, `pipeline`, `eval`) are the `rankpulse-core` crate, re-exported
+//! here under the same names. This crate is what does I/O around them:
+//!
+//! - [`config`]: typed settings, environment overrides, validation; it
+//!   makes the core's [`pipeline::PipelineSettings`].
 //! - [`kafka`], [`daemon`], [`http`]: `rankpulse run`; [`align`] holds back a
 //!   topic of a partition that runs ahead of the others in event time.
 //! - [`state`]: checkpoints of the daemon's state with the offsets they
 //!   cover (exact restarts and partition hand-overs).
-//! - [`publish`]: the only place Prometheus metrics are defined.
-//! - [`replay`]: `rankpulse replay`.
-//! - [`eval`]: `rankpulse eval`, trec_eval-compatible.
+//! - [`publish`]: the only place Prometheus metrics are defined;
+//!   [`status`]: the status page.
+//! - [`replay`]: `rankpulse replay`; [`demo`]: `rankpulse demo` and `loadgen`.
 //!
 //! Benchmarks live in the `rankpulse-bench` crate, test support in
 //! `rankpulse-testkit`: neither is in the product.
 //!
 //! `src/main.rs` is only the command line.
 
-pub mod accumulate;
+pub use rankpulse_core::{accumulate, assemble, eval, event, metrics, pipeline, window};
+
 pub mod align;
-pub mod assemble;
 pub mod config;
 pub mod daemon;
 pub mod demo;
-pub mod eval;
-pub mod event;
 pub mod http;
 pub mod kafka;
-pub mod metrics;
-pub mod pipeline;
 pub mod publish;
 pub mod replay;
 pub mod state;
 pub mod status;
-pub mod window;

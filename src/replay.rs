@@ -14,7 +14,7 @@ pub const REPLAY_TOPIC: &str = "replay";
 
 /// Runs the pipeline over `input` and returns the final pipeline.
 pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<Pipeline> {
-    let mut pipeline = Pipeline::new(config);
+    let mut pipeline = Pipeline::new(&config.pipeline_settings());
     let clock = Clock::replay();
     let mut line = Vec::new();
     let mut input = input;

@@ -207,7 +207,7 @@ proptest! {
     fn stream_equals_batch(seed in any::<u64>(), order_seed in any::<u64>(), variant in 0u64..2) {
         let config = config(variant);
         let s = scenario(seed);
-        let mut pipeline = Pipeline::new(&config);
+        let mut pipeline = Pipeline::new(&config.pipeline_settings());
         for message in arrival_order(&s.events, order_seed) {
             prop_assert!(pipeline.ingest("t", message.as_bytes(), rankpulse::pipeline::Clock::replay(), None).is_ok(), "{message}");
             pipeline.finalize_expired(None);

@@ -119,10 +119,10 @@ fn engine(c: &mut Criterion) {
 /// finalize, score, accumulate) per event.
 fn stream(c: &mut Criterion) {
     use rankpulse::config::Config;
-    use rankpulse::event::{DecodeLimits, decode};
+    use rankpulse::event::decode;
     use rankpulse_bench::engine::mix;
     let config = Config::default();
-    let limits = DecodeLimits::from_config(&config);
+    let limits = config.decode_limits();
     let messages = mix(0, 20_000, 42, 1_763_780_000_000, 4.0);
     let impression = messages.iter().find(|m| !m.judgment).map(|m| m.payload.clone()).unwrap_or_default();
     let judgment = messages.iter().find(|m| m.judgment).map(|m| m.payload.clone()).unwrap_or_default();

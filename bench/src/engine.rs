@@ -15,7 +15,7 @@ use std::time::Instant;
 
 /// Decoding alone, on one core: events per second.
 pub fn decode_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
-    let limits = rankpulse::event::DecodeLimits::from_config(config);
+    let limits = config.decode_limits();
     let started = Instant::now();
     let mut ok = 0u64;
     for m in messages {
@@ -29,7 +29,7 @@ pub fn decode_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
 
 /// The pipeline alone, on one core: events per second.
 pub fn pipeline_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
-    let mut pipeline = Pipeline::new(config);
+    let mut pipeline = Pipeline::new(&config.pipeline_settings());
     let clock = Clock::replay();
     let started = Instant::now();
     // Lists past their gap are finalized inside `ingest`, as the
@@ -95,7 +95,7 @@ pub fn hot_key(config: &Config) -> HotKey {
     // 5 s after the hot list's last event: late once the normal traffic
     // has moved the watermark past that event plus the gap.
     let late: Vec<Vec<u8>> = (0..1_000).map(|i| judgment(20_000 + i, 1 + i * 13 % 15_000, base + 16_000)).collect();
-    let mut pipeline = Pipeline::new(&config);
+    let mut pipeline = Pipeline::new(&config.pipeline_settings());
     let mut refused = 0;
     let feed = |pipeline: &mut Pipeline, topic: &str, m: &[u8]| {
         let before = pipeline.counters.duplicates.values().sum::<u64>();
@@ -166,7 +166,8 @@ pub fn consumer_order(messages: &[MixMessage], partitions: usize, lag_lists: usi
 /// after their list was final (0 unless the lag exceeds the gap, which
 /// would time the late-judgment path instead).
 pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessage)], partitions: usize) -> (f64, u64) {
-    let mut shards: Vec<Pipeline> = (0..partitions.max(1)).map(|_| Pipeline::new(config)).collect();
+    let mut shards: Vec<Pipeline> =
+        (0..partitions.max(1)).map(|_| Pipeline::new(&config.pipeline_settings())).collect();
     let clock = Clock::replay();
     let started = Instant::now();
     // As the daemon reads: a batch decoded and its lists prefetched, then applied.
@@ -215,7 +216,7 @@ pub struct OpenListMemory {
 pub fn open_list_memory(config: &Config, lists: usize) -> OpenListMemory {
     let mut config = config.clone();
     config.session.gap = "1h".parse().unwrap_or(config.session.gap);
-    let mut pipeline = Pipeline::new(&config);
+    let mut pipeline = Pipeline::new(&config.pipeline_settings());
     let clock = Clock::replay();
     // Generated in small chunks so that the input, freed after each, adds
     // next to nothing to the resident size.

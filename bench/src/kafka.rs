@@ -18,7 +18,7 @@
 //! Prometheus would from another process; serving the scrape is counted.
 
 use rankpulse::config::Config;
-use rankpulse::event::{DecodeLimits, decode};
+use rankpulse::event::decode;
 use rankpulse_testkit::{MixMessage, mean_sizes, mix};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -284,7 +284,7 @@ fn bare_consumer(config: &Config, brokers: &str, name: &str, reset: &str) -> Res
 }
 
 fn bare(config: Config, brokers: &str, total: u64, round: usize) -> Result<Measured, BenchError> {
-    let limits = DecodeLimits::from_config(&config);
+    let limits = config.decode_limits();
     let consumer = bare_consumer(&config, brokers, &format!("bare-{round}"), "earliest")?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut seen, mut decoded) = (0u64, 0u64);
@@ -663,7 +663,7 @@ fn bare_freshness(
     seconds: f64,
     seed: u64,
 ) -> Result<BareFreshness, BenchError> {
-    let limits = DecodeLimits::from_config(&config);
+    let limits = config.decode_limits();
     let consumer = bare_consumer(&config, brokers, "fresh-bare", "latest")?;
     // Assigned, and positioned at the end, before producing.
     let deadline = Instant::now() + Duration::from_secs(120);

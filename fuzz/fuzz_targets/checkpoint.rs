@@ -16,7 +16,7 @@ static CONFIG: LazyLock<Config> = LazyLock::new(Config::default);
 fuzz_target!(|data: &[u8]| {
     let Ok(checkpoint) = state::decode(data) else { return };
     for shard in checkpoint.shards {
-        let mut pipeline = Pipeline::new(&CONFIG);
+        let mut pipeline = Pipeline::new(&CONFIG.pipeline_settings());
         // As the daemon: a shard whose numbers do not decode is refused.
         let (Ok(accumulators), Ok(counters)) = (shard.accumulators.into_accumulators(), shard.counters.into_counters())
         else {

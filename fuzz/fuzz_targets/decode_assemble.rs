@@ -33,7 +33,7 @@ static CONFIG: LazyLock<Config> = LazyLock::new(|| {
 });
 
 fuzz_target!(|data: &[u8]| {
-    let mut pipeline = Pipeline::new(&CONFIG);
+    let mut pipeline = Pipeline::new(&CONFIG.pipeline_settings());
     let mut fed: u64 = 0;
     let mut arrival_ms = START_MS;
     for (i, payload) in data.split(|&b| b == b'\n').take(MAX_MESSAGES).enumerate() {

@@ -26,7 +26,7 @@ use crate::assemble::AssemblerSnapshot;
 use crate::config::Config;
 use crate::http::Published;
 use crate::kafka::DeliveryTracker;
-use crate::pipeline::{OpsCounters, bucket_range};
+use crate::pipeline::OpsCounters;
 use crate::publish::{DaemonHealth, PartitionState, Snapshot, render};
 use crate::state::{AccumulatorsState, Checkpoint, CountersState, ShardCheckpoint, StateStore};
 use std::collections::BTreeMap;
@@ -171,7 +171,7 @@ struct Worker {
 impl Worker {
     fn new(config: Config, published: Arc<Published>, store: Option<Arc<StateStore>>) -> Self {
         let mut total = Accumulators::new(config.sorted_cutoffs().len(), config.windows.bucket.ms());
-        total.range = bucket_range(&config);
+        total.range = config.pipeline_settings().bucket_range();
         Worker {
             config,
             published,

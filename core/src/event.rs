@@ -139,8 +139,10 @@ impl Event<'_> {
     }
 }
 
-/// What decoding needs from the configuration.
-#[derive(Debug, Clone)]
+/// What decoding needs from the configuration (`input.*`,
+/// `metrics.max_grade`, `judgments.actions`); the defaults are the
+/// configuration's.
+#[derive(Debug, Clone, PartialEq)]
 pub struct DecodeLimits {
     pub max_message_bytes: usize,
     pub max_results: usize,
@@ -149,13 +151,14 @@ pub struct DecodeLimits {
     pub actions: BTreeMap<String, Grade>,
 }
 
-impl DecodeLimits {
-    pub fn from_config(c: &crate::config::Config) -> Self {
+impl Default for DecodeLimits {
+    fn default() -> Self {
+        let actions = [("click", 1), ("add_to_cart", 2), ("purchase", 3)];
         DecodeLimits {
-            max_message_bytes: c.input.max_message_bytes,
-            max_results: c.input.max_results,
-            max_grade: c.metrics.max_grade,
-            actions: c.judgments.actions.clone(),
+            max_message_bytes: 1 << 20,
+            max_results: 200,
+            max_grade: crate::metrics::Conventions::default().max_grade,
+            actions: actions.into_iter().map(|(a, g)| (a.to_string(), g)).collect(),
         }
     }
 }
@@ -493,7 +496,7 @@ mod tests {
     use super::*;
 
     fn limits() -> DecodeLimits {
-        DecodeLimits::from_config(&crate::config::Config::default())
+        DecodeLimits::default()
     }
 
     fn reason(json: &str) -> RejectReason {

@@ -7,8 +7,8 @@
 
 use crate::accumulate::{Accumulators, BucketRange};
 use crate::assemble::{Applied, Assembler, AssemblyLimits, Closed, DimensionBudget, Source};
-use crate::config::Config;
 use crate::event::{DecodeLimits, Event, RejectReason, decode};
+use crate::metrics::Conventions;
 use crate::metrics::list::{ListScore, ListScorer};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -61,11 +61,57 @@ impl Clock {
     }
 }
 
-/// The buckets a shard keeps: back to the longest window and one bucket
-/// (what `prune` always kept), ahead by the future skew.
-pub fn bucket_range(config: &Config) -> BucketRange {
-    let keep = config.windows.spans.iter().map(|s| s.ms()).max().unwrap_or(0) + config.windows.bucket.ms();
-    BucketRange::new(keep, config.input.max_future_skew.ms())
+/// Everything a pipeline is built from: the part of the configuration the
+/// stages without I/O read. The daemon's configuration makes one
+/// (`Config::pipeline_settings`); the defaults are the configuration's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineSettings {
+    pub decode: DecodeLimits,
+    pub assembly: AssemblyLimits,
+    /// `dimensions.labels`, in their configured order.
+    pub dimension_labels: Vec<String>,
+    /// `dimensions.max_values` and `dimensions.max_combinations`.
+    pub max_dimension_values: usize,
+    pub max_combinations: usize,
+    pub conventions: Conventions,
+    /// `metrics.cutoffs`, ascending.
+    pub cutoffs: Vec<usize>,
+    /// `windows.bucket`, ms.
+    pub bucket_ms: i64,
+    /// The longest of `windows.spans`, ms.
+    pub longest_window_ms: i64,
+    /// `input.max_future_skew`, ms.
+    pub max_future_skew_ms: i64,
+}
+
+impl Default for PipelineSettings {
+    fn default() -> Self {
+        PipelineSettings {
+            decode: DecodeLimits::default(),
+            assembly: AssemblyLimits::default(),
+            dimension_labels: vec!["ranker".into(), "market".into()],
+            max_dimension_values: 100,
+            max_combinations: 500,
+            conventions: Conventions::default(),
+            cutoffs: vec![1, 3, 5, 10],
+            bucket_ms: 10_000,
+            longest_window_ms: 3_600_000,
+            max_future_skew_ms: 300_000,
+        }
+    }
+}
+
+impl PipelineSettings {
+    /// The buckets a shard keeps: back to the longest window and one bucket
+    /// (what `prune` always kept), ahead by the future skew.
+    pub fn bucket_range(&self) -> BucketRange {
+        BucketRange::new(self.longest_window_ms + self.bucket_ms, self.max_future_skew_ms)
+    }
+
+    /// An empty budget of dimension values for an instance's shards.
+    pub fn dimension_budget(&self) -> DimensionBudget {
+        DimensionBudget::new(self.dimension_labels.len(), self.max_dimension_values, self.max_combinations)
+    }
 }
 
 fn wall_ms() -> i64 {
@@ -137,33 +183,31 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(config: &Config) -> Self {
-        let budget = DimensionBudget::from_config(config);
-        Self::with_budget(config, Arc::new(Mutex::new(budget)))
+    pub fn new(settings: &PipelineSettings) -> Self {
+        Self::with_budget(settings, Arc::new(Mutex::new(settings.dimension_budget())))
     }
 
     /// A shard whose dimension values count against a budget shared with
     /// the instance's other shards.
-    pub fn with_budget(config: &Config, budget: Arc<Mutex<DimensionBudget>>) -> Self {
-        let cutoffs = config.sorted_cutoffs();
-        let n = cutoffs.len();
+    pub fn with_budget(settings: &PipelineSettings, budget: Arc<Mutex<DimensionBudget>>) -> Self {
+        let n = settings.cutoffs.len();
         Pipeline {
-            limits: DecodeLimits::from_config(config),
+            limits: settings.decode.clone(),
             assembler: Assembler::with_limits(
-                AssemblyLimits::from_config(config),
-                config.dimensions.labels.clone(),
+                settings.assembly,
+                settings.dimension_labels.clone(),
                 Some(budget.clone()),
             ),
-            scorer: ListScorer::new(config.conventions(), cutoffs),
+            scorer: ListScorer::new(settings.conventions, settings.cutoffs.clone()),
             score: ListScore::new(n),
             accumulators: {
-                let mut a = Accumulators::new(n, config.windows.bucket.ms());
-                a.range = bucket_range(config);
+                let mut a = Accumulators::new(n, settings.bucket_ms);
+                a.range = settings.bucket_range();
                 a
             },
             counters: OpsCounters::default(),
             budget,
-            max_future_skew_ms: config.input.max_future_skew.ms(),
+            max_future_skew_ms: settings.max_future_skew_ms,
             newest_event_ms: i64::MIN,
         }
     }
@@ -369,7 +413,7 @@ mod tests {
     /// start and every 500 messages. (An event within the skew moves the
     /// watermark like any other: that is what the skew allows.)
     fn run(hostile: bool) -> Pipeline {
-        let config = Config::default();
+        let config = PipelineSettings::default();
         let mut p = Pipeline::new(&config);
         let normal = mix(0, 3_000, 5, BASE_MS, 200.0);
         for (i, m) in normal.iter().enumerate() {
@@ -440,8 +484,8 @@ mod tests {
     /// lists, broken clocks and pruning.
     #[test]
     fn accumulations_taken_and_merged_equal_those_kept() {
-        let mut config = Config::default();
-        config.late.policy = crate::config::LatePolicy::Amend;
+        let mut config = PipelineSettings::default();
+        config.assembly.late_policy = crate::assemble::LatePolicy::Amend;
         let (mut kept, mut taken) = (Pipeline::new(&config), Pipeline::new(&config));
         let mut total = Accumulators::new(kept.accumulators.cutoffs, kept.accumulators.bucket_ms);
         let normal = mix(0, 3_000, 11, BASE_MS, 200.0);
@@ -494,7 +538,7 @@ mod tests {
     /// counted here.
     #[test]
     fn dropped_lists_leave_the_windows_as_counted() {
-        let config = Config::default();
+        let config = PipelineSettings::default();
         let mut p = Pipeline::new(&config);
         let clock = Clock::replay();
         let [(it, i), (jt, j)] = skewed(1, BASE_MS);
@@ -519,7 +563,7 @@ mod tests {
 
     #[test]
     fn a_replay_rejects_events_ahead_of_the_wall_clock() {
-        let config = Config::default();
+        let config = PipelineSettings::default();
         let mut p = Pipeline::new(&config);
         let clock = Clock::replay();
         let now = wall_ms();

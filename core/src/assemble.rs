@@ -25,7 +25,6 @@
 //! hashes, never copies of the strings, dimension values are interned, and
 //! a resting list is one run of words in a per-shard arena ([`store`]).
 
-use crate::config::LatePolicy;
 use crate::event::{Event, Impression, Judgment};
 use crate::metrics::Grade;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -69,12 +68,6 @@ impl DimensionBudget {
             max_combinations,
             combinations: FxHashSet::default(),
         }
-    }
-
-    /// The budget of `config`'s dimensions.
-    pub fn from_config(config: &crate::config::Config) -> Self {
-        let d = &config.dimensions;
-        Self::new(d.labels.len(), d.max_values, d.max_combinations)
     }
 
     /// Whether the combination `values` may be a series; admits it if
@@ -160,7 +153,7 @@ impl Dimensions {
     /// combination past the budget ([`Closed::CombinationOverflow`]).
     pub fn intern(&mut self, impression: &Impression, overflow: &mut impl FnMut(Closed<'static>)) -> DimsId {
         // Dimension labels are few; a small stack array avoids a Vec.
-        let mut values: [&str; crate::config::MAX_DIMENSION_LABELS] = [""; crate::config::MAX_DIMENSION_LABELS];
+        let mut values: [&str; MAX_DIMENSION_LABELS] = [""; MAX_DIMENSION_LABELS];
         let n = self.labels.len().min(values.len());
         for (slot, label) in values.iter_mut().zip(&self.labels) {
             *slot = Self::value(label, impression);
@@ -375,8 +368,23 @@ pub enum Applied {
     TooLarge,
 }
 
-/// Limits of one assembler.
-#[derive(Debug, Clone, Copy)]
+/// Dimension labels a configuration may declare: each multiplies the
+/// series count, and an impression's values are gathered on the stack.
+pub const MAX_DIMENSION_LABELS: usize = 16;
+
+/// What happens to a judgment for a list that is already final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LatePolicy {
+    /// Retract the list's contribution, apply the judgment, add it again.
+    Amend,
+    /// Ignore the judgment (counted).
+    Drop,
+}
+
+/// Limits of one assembler (`session.*`, `late.*`,
+/// `input.max_events_per_list`); the defaults are the configuration's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AssemblyLimits {
     pub gap_ms: i64,
     /// Open lists past which the oldest are finalized early.
@@ -388,6 +396,18 @@ pub struct AssemblyLimits {
     pub max_events_per_list: usize,
 }
 
+impl Default for AssemblyLimits {
+    fn default() -> Self {
+        AssemblyLimits {
+            gap_ms: 30_000,
+            max_open_lists: 2_000_000,
+            late_policy: LatePolicy::Amend,
+            late_horizon_ms: 60_000,
+            max_events_per_list: 10_000,
+        }
+    }
+}
+
 impl AssemblyLimits {
     pub fn gap_only(gap_ms: i64) -> Self {
         AssemblyLimits {
@@ -396,16 +416,6 @@ impl AssemblyLimits {
             late_policy: LatePolicy::Drop,
             late_horizon_ms: 0,
             max_events_per_list: usize::MAX,
-        }
-    }
-
-    pub fn from_config(config: &crate::config::Config) -> Self {
-        AssemblyLimits {
-            gap_ms: config.session.gap.ms(),
-            max_open_lists: config.session.max_open_lists,
-            late_policy: config.late.policy,
-            late_horizon_ms: config.late.horizon.ms(),
-            max_events_per_list: config.input.max_events_per_list,
         }
     }
 }
@@ -1205,7 +1215,7 @@ mod tests {
     }
 
     fn ev(json: &str) -> Event<'_> {
-        decode(json.as_bytes(), &DecodeLimits::from_config(&crate::config::Config::default())).unwrap()
+        decode(json.as_bytes(), &DecodeLimits::default()).unwrap()
     }
 
     fn imp(id: &str, session: &str, ts: i64, docs: &[(&str, u32)]) -> String {
