@@ -108,6 +108,7 @@ pub struct Config {
     pub input: InputConfig,
     pub late: LateConfig,
     pub state: StateConfig,
+    pub log: LogConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -183,6 +184,32 @@ pub struct WindowsConfig {
     pub spans: Vec<Span>,
     /// Time-bucket width: windows are exact up to one bucket at their old edge.
     pub bucket: Span,
+}
+
+/// How the daemon logs (to stderr).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A `tracing` filter: a level (`error`, `warn`, `info`, `debug`,
+    /// `trace`) or per-module directives (`info,rankpulse::daemon=debug`).
+    /// `RUST_LOG`, when set, takes precedence.
+    pub level: String,
+    /// `text`, one human-readable line per event, or `json`, one JSON
+    /// object per line for a log pipeline.
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { level: "info".into(), format: LogFormat::Text }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -330,6 +357,7 @@ impl Default for Config {
             input: InputConfig::default(),
             late: LateConfig::default(),
             state: StateConfig::default(),
+            log: LogConfig::default(),
         }
     }
 }
@@ -417,6 +445,9 @@ impl Config {
                 "kafka.dead_letter_topic",
                 format!("{:?} is also an input topic in kafka.topics", k.dead_letter_topic),
             ));
+        }
+        if let Err(message) = crate::logging::valid_filter(&self.log.level) {
+            return Err(ConfigError::key("log.level", format!("{:?} is not a log filter: {message}", self.log.level)));
         }
         if !self.state.dir.is_empty() && self.state.interval.duration < Duration::from_millis(100) {
             return Err(ConfigError::key("state.interval", "must be at least 100ms"));

@@ -432,11 +432,11 @@ impl Daemon {
         for event in events {
             match &event {
                 RebalanceEvent::Revoked(tps) => {
-                    eprintln!("rankpulse: partitions revoked: {}", describe(tps));
+                    tracing::info!("partitions revoked: {}", describe(tps));
                     self.revoke(tps.iter().map(|(_, p)| *p).collect())?
                 }
                 RebalanceEvent::Assigned(tps) => {
-                    eprintln!("rankpulse: partitions assigned: {}", describe(tps));
+                    tracing::info!("partitions assigned: {}", describe(tps));
                     self.assign(tps)
                 }
             }
@@ -508,8 +508,8 @@ impl Daemon {
             // The counters of the lists finished here stay.
             for (p, shard) in self.shards.iter_mut().filter(|(p, s)| !s.owned && !partitions.contains(p)) {
                 if shard.pipeline.open_lists() > 0 || !shard.next_offsets.is_empty() {
-                    eprintln!(
-                        "rankpulse: partition {p} went to another instance: its {} open list(s) are left to it",
+                    tracing::info!(
+                        "partition {p} went to another instance: its {} open list(s) are left to it",
                         shard.pipeline.open_lists()
                     );
                 }
@@ -533,7 +533,7 @@ impl Daemon {
                 && c.progress() >= shard.next_offsets.values().sum::<i64>()
                 && let Err(reason) = shard.restore(c, false)
             {
-                eprintln!("rankpulse: cannot take over partition {p} from a checkpoint: {reason}");
+                tracing::warn!("cannot take over partition {p} from a checkpoint: {reason}");
             }
             // Every topic of the partition is a lane: event time closes
             // lists only once each has delivered.
@@ -595,7 +595,7 @@ impl Daemon {
                 .map(|(p, _)| *p)
                 .collect();
             for p in handed_over {
-                eprintln!("rankpulse: partition {p} is durably handed over: its shard is dropped");
+                tracing::info!("partition {p} is durably handed over: its shard is dropped");
                 self.retire(p);
             }
             self.share_open_list_cap();
@@ -651,7 +651,7 @@ impl Daemon {
             shard.owned = false;
             self.shards.insert(p, shard);
         }
-        eprintln!("rankpulse: restored {} partition shard(s) from {}", self.shards.len(), store.path().display());
+        tracing::info!("restored {} partition shard(s) from {}", self.shards.len(), store.path().display());
         self.share_open_list_cap();
         Ok(())
     }
@@ -838,7 +838,7 @@ impl Daemon {
         } else if self.outage_since_ms.is_none() {
             self.outage_since_ms = Some(now);
             self.health.kafka_outages += 1;
-            eprintln!("rankpulse: no Kafka broker reachable; consumption resumes when one is");
+            tracing::warn!("no Kafka broker reachable; consumption resumes when one is");
         }
         self.health.kafka_connected = connected;
         self.health.kafka_outage_seconds = self.outage_since_ms.map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0);
@@ -948,7 +948,7 @@ fn handle_batch<M: Message>(
             Err(KafkaError::PartitionEOF(p)) => daemon.partition_eof(*p),
             Err(e) => {
                 if let Some(line) = stream_errors.note(&e.to_string(), std::time::Instant::now()) {
-                    eprintln!("rankpulse: kafka: {line}");
+                    tracing::warn!("kafka: {line}");
                 }
             }
         }
@@ -1075,9 +1075,9 @@ pub async fn run_with(
     consumer
         .subscribe(&topics)
         .map_err(|cause| DaemonError::Subscribe { topics: config.kafka.topics.clone(), cause })?;
-    eprintln!("rankpulse: {} with {}", env!("CARGO_PKG_VERSION"), kafka::librdkafka_build());
-    eprintln!(
-        "rankpulse: consuming {:?} from {} as group {:?}{}{}; /metrics on http://{}",
+    tracing::info!("{} with {}", env!("CARGO_PKG_VERSION"), kafka::librdkafka_build());
+    tracing::info!(
+        "consuming {:?} from {} as group {:?}{}{}; /metrics on http://{}",
         config.kafka.topics,
         config.kafka.brokers,
         config.kafka.group_id,
@@ -1114,8 +1114,8 @@ pub async fn run_with(
     'run: loop {
         for event in std::mem::take(&mut daemon.lane_events) {
             for (topic, partition) in lanes.apply(&consumer, &event) {
-                eprintln!(
-                    "rankpulse: {topic}[{partition}] cannot be read from a queue of its own: it is not held back when it runs ahead"
+                tracing::warn!(
+                    "{topic}[{partition}] cannot be read from a queue of its own: it is not held back when it runs ahead"
                 );
             }
         }
@@ -1314,8 +1314,8 @@ pub async fn run_with(
         let commit = tokio::task::spawn_blocking(move || c.commit(&tpl, CommitMode::Sync));
         match tokio::time::timeout(FINAL_COMMIT_TIMEOUT, commit).await {
             Ok(Ok(Ok(()))) => daemon.mark_committed(&moved),
-            Ok(Ok(Err(e))) => eprintln!("rankpulse: final commit failed: {e}"),
-            _ => eprintln!("rankpulse: final commit timed out"),
+            Ok(Ok(Err(e))) => tracing::error!("final commit failed: {e}"),
+            _ => tracing::error!("final commit timed out"),
         }
     }
     for s in &daemon.sources.entries {
@@ -1335,7 +1335,7 @@ pub async fn run_with(
     drop(daemon);
     let close = tokio::task::spawn_blocking(move || drop(consumer));
     if tokio::time::timeout(CONSUMER_CLOSE_TIMEOUT, close).await.is_err() {
-        eprintln!("rankpulse: the Kafka consumer did not close in {CONSUMER_CLOSE_TIMEOUT:?}; exiting anyway");
+        tracing::warn!("the Kafka consumer did not close in {CONSUMER_CLOSE_TIMEOUT:?}; exiting anyway");
     }
     Ok(summary)
 }

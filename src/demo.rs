@@ -195,7 +195,7 @@ pub async fn generate(producer: &FutureProducer, traffic: &Traffic, stop: impl F
 fn send(producer: &FutureProducer, topic: &str, key: &str, payload: String) {
     let record = FutureRecord::to(topic).key(key).payload(&payload);
     if let Err((e, _)) = producer.send_result(record) {
-        eprintln!("rankpulse: produce to {topic} failed: {e}");
+        tracing::warn!("produce to {topic} failed: {e}");
     }
 }
 

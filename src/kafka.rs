@@ -202,7 +202,7 @@ impl ClientContext for RankpulseContext {
             Err(_) => Some(text),
         };
         if let Some(line) = line {
-            eprintln!("rankpulse: kafka: {line}");
+            tracing::warn!("kafka: {line}");
         }
     }
 
@@ -438,7 +438,7 @@ impl DeadLetters {
                     let _ = self.producer.flush(Duration::from_millis(100));
                 }
                 Err((e, _)) => {
-                    eprintln!("rankpulse: dead-letter copy failed: {e}");
+                    tracing::error!("dead-letter copy failed: {e}");
                     self.failures.fetch_add(1, Ordering::Relaxed);
                     self.tracker.finished(seq);
                     return;

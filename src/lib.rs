@@ -31,6 +31,7 @@
 //!   cover (exact restarts and partition hand-overs).
 //! - [`publish`]: the only place Prometheus metrics are defined;
 //!   [`status`]: the status page.
+//! - [`logging`]: text or JSON log lines through `tracing`.
 //! - [`replay`]: `rankpulse replay`; [`demo`]: `rankpulse demo` and `loadgen`.
 //!
 //! Benchmarks live in the `rankpulse-bench` crate, test support in
@@ -46,6 +47,7 @@ pub mod daemon;
 pub mod demo;
 pub mod http;
 pub mod kafka;
+pub mod logging;
 pub mod publish;
 pub mod replay;
 pub mod state;

@@ -148,8 +148,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Eval(args) => eval_command(args),
-        Command::Demo(args) => report("demo", demo_command(args)),
-        Command::Loadgen(args) => report("loadgen", loadgen_command(args)),
+        Command::Demo(args) => {
+            rankpulse::logging::init(&Default::default());
+            report("demo", demo_command(args))
+        }
+        Command::Loadgen(args) => {
+            rankpulse::logging::init(&Default::default());
+            report("loadgen", loadgen_command(args))
+        }
         Command::Run(args) => match run_command(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -205,7 +211,7 @@ fn loadgen_command(args: LoadgenArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let producer = producer(&args.brokers)?;
-        eprintln!("rankpulse loadgen: {} lists/s to {} ({} / {})", traffic.lists_per_second, args.brokers, traffic.impressions_topic, traffic.judgments_topic);
+        tracing::info!("loadgen: {} lists/s to {} ({} / {})", traffic.lists_per_second, args.brokers, traffic.impressions_topic, traffic.judgments_topic);
         let duration = args.duration;
         let stop = async move {
             tokio::select! {
@@ -216,7 +222,7 @@ fn loadgen_command(args: LoadgenArgs) -> anyhow::Result<()> {
         let lists = generate(&producer, &traffic, stop).await;
         // Deliver what is queued before exiting.
         let _ = tokio::task::spawn_blocking(move || rdkafka::producer::Producer::flush(&producer, std::time::Duration::from_secs(10))).await;
-        eprintln!("rankpulse loadgen: produced {lists} lists");
+        tracing::info!("loadgen: produced {lists} lists");
         anyhow::Ok(())
     })
 }
@@ -227,14 +233,17 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
         print!("{}", config.redacted_toml());
         return Ok(());
     }
+    rankpulse::logging::init(&config.log);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(rankpulse::daemon::run(config, shutdown_signal()));
     // Do not wait for a consumer close that the daemon already gave up on.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     let summary = result?;
-    eprintln!(
-        "rankpulse: stopped after {} messages, {} lists finalized, offsets committed: {:?}",
-        summary.messages, summary.lists_finalized, summary.committed
+    tracing::info!(
+        "stopped after {} messages, {} lists finalized, offsets committed: {:?}",
+        summary.messages,
+        summary.lists_finalized,
+        summary.committed
     );
     // When the messages came (Unix ms), for whoever measures the run from
     // outside, as `rankpulse-bench` does.
@@ -246,7 +255,7 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_millis())
         };
-        eprintln!("rankpulse: first message at {} ms, last at {} ms (Unix time)", unix_ms(first), unix_ms(last));
+        tracing::info!("first message at {} ms, last at {} ms (Unix time)", unix_ms(first), unix_ms(last));
     }
     Ok(())
 }
@@ -271,7 +280,7 @@ async fn shutdown_signal() {
         _ = ctrl_c => {}
         _ = term => {}
     }
-    eprintln!("rankpulse: shutting down: stop fetching, finalize, commit");
+    tracing::info!("shutting down: stop fetching, finalize, commit");
 }
 
 fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {

@@ -323,12 +323,10 @@ impl StateStore {
             }
             match read(&path) {
                 Ok(c) if c.fingerprint == self.fingerprint => out.push(c),
-                Ok(c) => eprintln!(
-                    "rankpulse: ignoring checkpoint {} (other metric settings: {})",
-                    path.display(),
-                    c.fingerprint
-                ),
-                Err(e) => eprintln!("rankpulse: ignoring checkpoint: {e}"),
+                Ok(c) => {
+                    tracing::warn!("ignoring checkpoint {} (other metric settings: {})", path.display(), c.fingerprint)
+                }
+                Err(e) => tracing::warn!("ignoring checkpoint: {e}"),
             }
         }
         out

@@ -363,7 +363,7 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
     let log = std::fs::read_to_string(&log_path)?;
     let line = log
         .lines()
-        .find(|l| l.starts_with("rankpulse: first message at "))
+        .find_map(|l| l.split_once("first message at ").map(|(_, rest)| rest))
         .with_context(|| format!("no first/last message line in {}", log_path.display()))?;
     let numbers: Vec<i64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
     let [first, last] = numbers[..] else { bail!("cannot read {line:?}") };

@@ -217,7 +217,7 @@ impl Worker {
         if let Some((tracker, seq)) = barrier
             && !tracker.wait_settled_before(seq, DEAD_LETTER_SETTLE_TIMEOUT)
         {
-            eprintln!("rankpulse: dead-letter copies not acknowledged; checkpoint postponed");
+            tracing::warn!("dead-letter copies not acknowledged; checkpoint postponed");
             self.checkpoint_failures += 1;
             return Done::NotWritten;
         }
@@ -238,7 +238,7 @@ impl Worker {
             })
             .collect();
         if let Err(e) = store.write(&checkpoint) {
-            eprintln!("rankpulse: {e}");
+            tracing::error!("{e}");
             self.checkpoint_failures += 1;
             return Done::NotWritten;
         }

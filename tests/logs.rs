@@ -1,0 +1,85 @@
+//! The daemon's log as an operator sees it: against a broker port nobody
+//! listens on, librdkafka retries several times a second, and each retry
+//! is an error it reports; the log must stay a handful of lines, with the
+//! outage said once. With `log.format = "json"` every line is one JSON
+//! object. These need no broker: the port is closed.
+
+mod common;
+
+use common::{Guard, free_port};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `rankpulse run` against a closed port, its stderr piped.
+fn daemon_against_a_closed_port(extra_env: &[(&str, &str)]) -> Guard {
+    let closed = free_port();
+    let http = free_port();
+    Guard(
+        Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+            .arg("run")
+            .env("RANKPULSE__KAFKA__BROKERS", format!("127.0.0.1:{closed}"))
+            .env("RANKPULSE__HTTP__LISTEN", format!("127.0.0.1:{http}"))
+            .env_remove("RUST_LOG")
+            .envs(extra_env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rankpulse run"),
+    )
+}
+
+/// SIGTERM, the exit within 10 s, then everything the daemon logged.
+fn stop_and_read_log(daemon: &mut Guard) -> String {
+    let ok = Command::new("kill").args(["-TERM", &daemon.0.id().to_string()]).status().unwrap();
+    assert!(ok.success());
+    let started = Instant::now();
+    while daemon.0.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "rankpulse did not exit within 10 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut log = String::new();
+    daemon.0.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    log
+}
+
+#[test]
+fn twenty_seconds_against_a_closed_port_log_a_handful_of_lines() {
+    let mut daemon = daemon_against_a_closed_port(&[]);
+    // The span is what is measured, not a wait for something to happen.
+    std::thread::sleep(Duration::from_secs(20));
+    let log = stop_and_read_log(&mut daemon);
+    let lines: Vec<&str> = log.lines().collect();
+    // Startup (version, what it consumes), librdkafka's two alternating
+    // errors once each, the outage, the shutdown and its summary.
+    assert!(lines.len() <= 10, "{} lines in 20 s:\n{log}", lines.len());
+    let refused: Vec<&&str> = lines.iter().filter(|l| l.contains("Connection refused")).collect();
+    assert_eq!(refused.len(), 1, "librdkafka's error is shown, once:\n{log}");
+    assert!(refused[0].contains("WARN"), "a failed connection is a warning:\n{log}");
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let mut daemon = daemon_against_a_closed_port(&[("RANKPULSE__LOG__FORMAT", "json")]);
+    // Until librdkafka's first failed connection is logged.
+    let started = Instant::now();
+    let mut stderr = daemon.0.stderr.take().unwrap();
+    let mut log = String::new();
+    let mut buf = [0u8; 4096];
+    while !log.contains("Connection refused") {
+        assert!(started.elapsed() < Duration::from_secs(30), "no failed connection logged in 30 s:\n{log}");
+        let n = stderr.read(&mut buf).unwrap();
+        assert!(n > 0, "stderr closed early:\n{log}");
+        log.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    daemon.0.stderr = Some(stderr);
+    log.push_str(&stop_and_read_log(&mut daemon));
+    let mut levels = Vec::new();
+    for line in log.lines() {
+        let object: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON object ({e}): {line}"));
+        levels.push(object["level"].as_str().unwrap_or_else(|| panic!("no level: {line}")).to_string());
+        assert!(object["fields"]["message"].is_string(), "no message: {line}");
+    }
+    assert!(levels.iter().any(|l| l == "WARN") && levels.iter().any(|l| l == "INFO"), "{levels:?}\n{log}");
+}
