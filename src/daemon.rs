@@ -30,7 +30,7 @@ use crate::assemble::{DimensionBudget, Source};
 use crate::config::Config;
 use crate::event::{Event, RejectReason};
 use crate::http::{self, Published};
-use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, RankpulseContext, RebalanceEvent, Sources};
+use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, Outages, RankpulseContext, RebalanceEvent, Sources};
 use crate::pipeline::{Clock, OpsCounters, PREFETCH_BATCH, Pipeline};
 use crate::publish::DaemonHealth;
 use crate::state::{Checkpoint, ShardCheckpoint, StateError, StateStore};
@@ -248,9 +248,7 @@ struct Daemon {
     budget: Arc<Mutex<DimensionBudget>>,
     store: Option<Arc<StateStore>>,
     health: DaemonHealth,
-    /// Start of the current broker outage (wall ms); set from start until
-    /// the first connection.
-    outage_since_ms: Option<i64>,
+    outages: Outages,
     dead_letters: Option<DeadLetters>,
     last_checkpoint: Option<tokio::time::Instant>,
     /// Last commit attempt without checkpoints (see [`COMMIT_INTERVAL`]).
@@ -833,15 +831,13 @@ impl Daemon {
     fn update_health(&mut self) {
         let now = wall_ms();
         let connected = self.signals.connected.load(Ordering::Relaxed);
-        if connected {
-            self.outage_since_ms = None;
-        } else if self.outage_since_ms.is_none() {
-            self.outage_since_ms = Some(now);
-            self.health.kafka_outages += 1;
+        let observed = self.signals.observed.load(Ordering::Relaxed);
+        if self.outages.update(connected, observed, now) {
             eprintln!("rankpulse: no Kafka broker reachable; consumption resumes when one is");
         }
         self.health.kafka_connected = connected;
-        self.health.kafka_outage_seconds = self.outage_since_ms.map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0);
+        self.health.kafka_outages = self.outages.total;
+        self.health.kafka_outage_seconds = self.outages.seconds(now);
         if let Some(dl) = &self.dead_letters {
             self.health.dead_letters = dl.sent;
             self.health.dead_letter_failures = dl.failures.load(Ordering::Relaxed);
@@ -1053,7 +1049,7 @@ pub async fn run_with(
         budget,
         store,
         health: DaemonHealth::default(),
-        outage_since_ms: Some(wall_ms()),
+        outages: Outages::starting(wall_ms()),
         dead_letters,
         last_checkpoint: None,
         last_commit: None,
