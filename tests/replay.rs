@@ -101,6 +101,65 @@ fn bad_config_is_refused_naming_the_key() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A scratch file of `bytes`, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str, bytes: &[u8]) -> Scratch {
+        let path = std::env::temp_dir().join(format!("rankpulse-replay-{}-{name}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        Scratch(path)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A binary file, or any file of something else, is not an exposition of
+/// zeros: the replay fails, saying how many lines were rejected and why
+/// the first one was.
+#[test]
+fn a_file_without_a_valid_event_fails_with_its_first_reject() {
+    let mut bytes = vec![0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, b'\n', b'\n'];
+    bytes.extend_from_slice(b"{\"type\":\"click\"}\r\nnot json\n");
+    let file = Scratch::new("binary", &bytes);
+    let (code, out, err) = replay(&[], &file.0);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(out, "", "nothing printed");
+    assert!(err.contains(file.0.to_str().unwrap()), "{err}");
+    assert!(err.contains("no line is a valid event: 3 line(s) rejected, the first (line 1) as invalid_utf8"), "{err}");
+    // One valid event among them is enough: the rest are counted.
+    let valid = r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":1,"timestamp":1}"#;
+    bytes.extend_from_slice(valid.as_bytes());
+    let file = Scratch::new("one-valid", &bytes);
+    let (code, out, err) = replay(&[], &file.0);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="invalid_utf8"}"#), 1.0);
+    assert_eq!(value(&out, r#"rankpulse_events_total{topic="replay",type="judgment"}"#), 1.0);
+}
+
+/// An empty input (a file, blank lines, an empty pipe) is refused too.
+#[test]
+fn an_empty_input_fails() {
+    for (name, bytes) in [("empty", &b""[..]), ("blank", &b"\n\r\n\n"[..])] {
+        let file = Scratch::new(name, bytes);
+        let (code, out, err) = replay(&[], &file.0);
+        assert_eq!((code, out.as_str()), (2, ""), "{name}: {err}");
+        assert!(err.contains("no event to replay: the input is empty or holds only blank lines"), "{name}: {err}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["replay", "-"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("standard input: no event to replay"), "{err}");
+}
+
 /// The exposition parses and lints clean with Prometheus's own checker,
 /// except for the `_sum`/`_count` counter names the contract fixes (promtool
 /// would like counters to end in `_total`). The Prometheus tier: needs
