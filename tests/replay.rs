@@ -160,6 +160,60 @@ fn an_empty_input_fails() {
     assert!(err.contains("standard input: no event to replay"), "{err}");
 }
 
+/// A 64 MiB line (a log file, a dump without newlines) between two valid
+/// events: rejected as `too_large`, the events around it counted, and the
+/// replay's peak memory far below the line's size: it is read past, not
+/// into memory.
+#[test]
+fn a_line_past_the_message_limit_is_skipped_without_holding_it() {
+    use std::io::{Read, Write};
+    let judgment = |id: &str| {
+        format!(r#"{{"type":"judgment","event_id":"{id}","session_id":"s","doc_id":"d","grade":1,"timestamp":1}}"#)
+    };
+    let file = Scratch::new("long-line", b"");
+    {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&file.0).unwrap());
+        writeln!(out, "{}", judgment("before")).unwrap();
+        let chunk = vec![b'a'; 1 << 20];
+        for _ in 0..64 {
+            out.write_all(&chunk).unwrap();
+        }
+        writeln!(out, "\n{}", judgment("after")).unwrap();
+        out.flush().unwrap();
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .arg("replay")
+        .arg(&file.0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut out, mut err) = (String::new(), String::new());
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    // wait4 rather than Child::wait: it reports this child's own peak
+    // resident size, whatever other tests' children used.
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    // SAFETY: the pid is this test's own unreaped child; status and usage are valid, writable.
+    let reaped = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, child.id() as libc::pid_t);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{err}");
+    assert_eq!(value(&out, r#"rankpulse_events_total{topic="replay",type="judgment"}"#), 2.0);
+    assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="too_large"}"#), 1.0);
+    assert_eq!(sum_rejected(&out), 1.0, "{out}");
+    let peak_mib = usage.ru_maxrss as f64 / 1024.0;
+    assert!(peak_mib < 32.0, "peak resident {peak_mib:.1} MiB while skipping a 64 MiB line");
+    eprintln!("peak resident {peak_mib:.1} MiB");
+}
+
+fn sum_rejected(exposition: &str) -> f64 {
+    exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("rankpulse_events_rejected_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The exposition parses and lints clean with Prometheus's own checker,
 /// except for the `_sum`/`_count` counter names the contract fixes (promtool
 /// would like counters to end in `_total`). The Prometheus tier: needs
