@@ -27,3 +27,22 @@ fn a_missing_file_says_its_os_error_once() {
         assert!(stderr.contains(missing), "{args:?} should name the file: {stderr}");
     }
 }
+
+/// An environment override's unknown key says that it came from the
+/// environment, and from which variable.
+#[test]
+fn an_unknown_environment_key_names_its_variable() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["run", "--print-config"])
+        .env("RANKPULSE__KAFKA__NOPE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "rankpulse run: environment variable RANKPULSE__KAFKA__NOPE: config key kafka.nope: unknown field"
+        ),
+        "{stderr}"
+    );
+}
