@@ -6,7 +6,8 @@
 //! environment variables `RANKPULSE__SECTION__KEY` (for example
 //! `RANKPULSE__SESSION__GAP=45s` or `RANKPULSE__METRICS__CUTOFFS=[1,3,10]`;
 //! a value is read as a TOML value when it parses as one, else as a string).
-//! Unknown keys and bad values are refused with a message naming the key.
+//! Unknown keys and bad values are refused with a message naming the key,
+//! and for an environment override the variable that set it.
 
 use crate::metrics::{Conventions, Gain, GaucWeight, Grade, IdealScope, NoRelevant};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -40,6 +41,8 @@ pub enum ConfigError {
     Key { key: String, message: String },
     #[error("environment variable {var}: {message}")]
     Env { var: String, message: String },
+    #[error("environment variable {var}: config key {key}: {message}")]
+    EnvKey { var: String, key: String, message: String },
 }
 
 impl ConfigError {
@@ -384,13 +387,19 @@ impl Config {
         };
         // The built-in defaults tell which keys hold text (see `apply_env`).
         let defaults = toml::Table::try_from(Config::default()).unwrap_or_default();
+        let mut overrides = Vec::new();
         for (var, value) in env {
             let Some(rest) = var.strip_prefix(ENV_PREFIX) else { continue };
             apply_env(&mut table, &defaults, &var, rest, &value)?;
+            overrides.push((var, value));
         }
-        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-            let key = e.path().to_string();
-            ConfigError::Key { key, message: e.into_inner().to_string() }
+        let config: Config = deserialize(table).map_err(|(key, message)| {
+            // Merged, a key has lost where it came from: an override that
+            // is wrong on its own says it is one, and which.
+            overrides
+                .iter()
+                .find_map(|(var, value)| env_key_error(&defaults, var, value))
+                .unwrap_or(ConfigError::Key { key, message })
         })?;
         config.validate()?;
         Ok(config)
@@ -655,6 +664,23 @@ fn apply_env(
     Ok(())
 }
 
+/// The typed configuration in `table`, or the failing key and why.
+fn deserialize(table: toml::Table) -> Result<Config, (String, String)> {
+    serde_path_to_error::deserialize(toml::Value::Table(table))
+        .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))
+}
+
+/// The error of the override `var=value` on the defaults alone, if any.
+fn env_key_error(defaults: &toml::Table, var: &str, value: &str) -> Option<ConfigError> {
+    let mut table = defaults.clone();
+    let rest = var.strip_prefix(ENV_PREFIX)?;
+    if let Err(e) = apply_env(&mut table, defaults, var, rest, value) {
+        return Some(e);
+    }
+    let (key, message) = deserialize(table).err()?;
+    Some(ConfigError::EnvKey { var: var.to_string(), key, message })
+}
+
 /// Whether the built-in default at `path` is text.
 fn is_text_key(defaults: &toml::Table, path: &[String]) -> bool {
     let Some((last, sections)) = path.split_last() else { return false };
@@ -738,7 +764,41 @@ mod tests {
         assert_eq!(c.kafka.properties["sasl.mechanism"], "PLAIN");
         assert_eq!(c.judgments.actions["like"], 2);
         let e = Config::load_with_env(None, env(&[("RANKPULSE__METRICS__MAX_GRADE", "many")])).unwrap_err();
-        assert!(e.to_string().starts_with("config key metrics.max_grade:"), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.starts_with("environment variable RANKPULSE__METRICS__MAX_GRADE: config key metrics.max_grade:"),
+            "{e}"
+        );
+    }
+
+    /// An override's unknown key or bad value names the key and the
+    /// variable it came from; a file's bad key is still the file's.
+    #[test]
+    fn environment_errors_name_their_variable() {
+        let e = Config::load_with_env(None, env(&[("RANKPULSE__KAFKA__NOPE", "1")])).unwrap_err().to_string();
+        assert!(
+            e.starts_with("environment variable RANKPULSE__KAFKA__NOPE: config key kafka.nope: unknown field `nope`"),
+            "{e}"
+        );
+        let e = Config::load_with_env(
+            None,
+            env(&[
+                ("RANKPULSE__SESSION__GAP", "45s"),
+                ("RANKPULSE__NOPE__GAP", "1"),
+                ("RANKPULSE__KAFKA__BROKERS", "b:1"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("environment variable RANKPULSE__NOPE__GAP: config key nope: unknown field `nope`"),
+            "{e}"
+        );
+        let dir = std::env::temp_dir().join(format!("rankpulse-config-env-{}", std::process::id()));
+        std::fs::write(&dir, "[session]\ngapp = \"30s\"\n").unwrap();
+        let e = Config::load_with_env(Some(&dir), env(&[("RANKPULSE__SESSION__GAP", "45s")])).unwrap_err().to_string();
+        let _ = std::fs::remove_file(&dir);
+        assert!(e.starts_with("config key session.gapp: unknown field `gapp`"), "{e}");
     }
 
     /// A text key takes a value that looks like a number or a boolean as
@@ -760,7 +820,8 @@ mod tests {
         assert_eq!(c.kafka.dead_letter_topic, "2.5");
         assert_eq!(c.metrics.max_grade, 3);
         let e = Config::load_with_env(None, env(&[("RANKPULSE__SESSION__GAP", "soon")])).unwrap_err();
-        assert!(e.to_string().starts_with("config key session.gap:"), "{e}");
+        let e = e.to_string();
+        assert!(e.starts_with("environment variable RANKPULSE__SESSION__GAP: config key session.gap:"), "{e}");
     }
 
     #[test]

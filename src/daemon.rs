@@ -30,7 +30,7 @@ use crate::assemble::{DimensionBudget, Source};
 use crate::config::Config;
 use crate::event::{Event, RejectReason};
 use crate::http::{self, Published};
-use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, RankpulseContext, RebalanceEvent, Sources};
+use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, Outages, RankpulseContext, RebalanceEvent, Sources};
 use crate::pipeline::{Clock, OpsCounters, PREFETCH_BATCH, Pipeline};
 use crate::publish::DaemonHealth;
 use crate::state::{Checkpoint, ShardCheckpoint, StateError, StateStore};
@@ -200,13 +200,11 @@ impl Shard {
     }
 
     fn restore(&mut self, c: ShardCheckpoint, whole: bool) -> Result<(), String> {
-        if whole {
-            let range = self.pipeline.accumulators.range;
-            self.pipeline.accumulators = c.accumulators.into_accumulators()?;
-            self.pipeline.accumulators.range = range;
-            self.pipeline.counters = c.counters.into_counters()?;
-        }
-        self.pipeline.assembler.restore(c.assembler);
+        let sums = match whole {
+            true => Some((c.accumulators.into_accumulators()?, c.counters.into_counters()?)),
+            false => None,
+        };
+        self.pipeline.restore(c.assembler, sums);
         self.next_offsets = c.offsets;
         Ok(())
     }
@@ -214,7 +212,7 @@ impl Shard {
     /// Holds back or releases this partition's topics (see
     /// [`Alignment::check`]), counting the holds onto `holds`.
     fn align(&mut self, drift_ms: i64, now_ms: i64, holds: &mut u64) {
-        self.alignment.check(self.pipeline.assembler.lanes(), drift_ms, now_ms, &mut |_, hold| {
+        self.alignment.check(self.pipeline.assembler().lanes(), drift_ms, now_ms, &mut |_, hold| {
             *holds += u64::from(hold);
         });
     }
@@ -227,9 +225,9 @@ impl Shard {
             partition,
             owned: self.owned,
             offsets: self.next_offsets.clone(),
-            assembler: self.pipeline.assembler.snapshot(),
-            accumulators: self.pipeline.accumulators.clone(),
-            counters: self.pipeline.counters.clone(),
+            assembler: self.pipeline.assembler().snapshot(),
+            accumulators: self.pipeline.accumulators().clone(),
+            counters: self.pipeline.counters().clone(),
         }
     }
 }
@@ -248,9 +246,7 @@ struct Daemon {
     budget: Arc<Mutex<DimensionBudget>>,
     store: Option<Arc<StateStore>>,
     health: DaemonHealth,
-    /// Start of the current broker outage (wall ms); set from start until
-    /// the first connection.
-    outage_since_ms: Option<i64>,
+    outages: Outages,
     dead_letters: Option<DeadLetters>,
     last_checkpoint: Option<tokio::time::Instant>,
     /// Last commit attempt without checkpoints (see [`COMMIT_INTERVAL`]).
@@ -326,7 +322,7 @@ impl Daemon {
             Some(decoded) => shard.pipeline.ingest_decoded(topic, decoded, clock, source),
             None => shard.pipeline.ingest(topic, payload, clock, source),
         };
-        let watermark = shard.pipeline.assembler.watermark_ms();
+        let watermark = shard.pipeline.assembler().watermark_ms();
         if let (Err(reason), Some(dl)) = (result, self.dead_letters.as_mut()) {
             dl.send(key, payload, reason.as_str(), topic, partition, offset);
         }
@@ -346,7 +342,7 @@ impl Daemon {
     fn lane_time(&self, topic: &str, partition: i32) -> i64 {
         self.shards
             .get(&partition)
-            .and_then(|s| s.pipeline.assembler.lanes().iter().find(|(l, _)| l == topic))
+            .and_then(|s| s.pipeline.assembler().lanes().iter().find(|(l, _)| l == topic))
             .map_or(i64::MIN, |(_, t)| *t)
     }
 
@@ -396,7 +392,7 @@ impl Daemon {
         let owned = self.shards.values().filter(|s| s.owned).count();
         let share = self.config.session.max_open_lists.div_ceil(owned.max(1)).max(1);
         for shard in self.shards.values_mut() {
-            shard.pipeline.assembler.limits.max_open_lists = share;
+            shard.pipeline.set_max_open_lists(share);
         }
     }
 
@@ -405,7 +401,7 @@ impl Daemon {
     fn partition_eof(&mut self, partition: i32) {
         if let Some(shard) = self.shards.get_mut(&partition) {
             shard.idle = true;
-            shard.pipeline.assembler.resume_clock(wall_ms());
+            shard.pipeline.resume_clock(wall_ms());
         }
     }
 
@@ -538,7 +534,7 @@ impl Daemon {
             // Every topic of the partition is a lane: event time closes
             // lists only once each has delivered.
             let topics = tps.iter().filter(|(_, tp)| *tp == p).map(|(t, _)| t.as_str());
-            shard.pipeline.assembler.expect_lanes(topics);
+            shard.pipeline.expect_lanes(topics);
             shard.owned = true;
             // Its end was reached before, perhaps; since this assignment
             // the messages from the committed offset on are a backlog
@@ -559,8 +555,7 @@ impl Daemon {
         let (config, budget) = (&self.config, &self.budget);
         let retired = self.shards.entry(RETIRED).or_insert_with(|| Shard::new(config, budget));
         retired.owned = false;
-        retired.pipeline.accumulators.merge(&shard.pipeline.accumulators);
-        retired.pipeline.counters.merge(&shard.pipeline.counters);
+        retired.pipeline.merge_sums(&shard.pipeline);
     }
 
     /// With `state.dir`, a revoked partition's shard keeps its last
@@ -793,7 +788,7 @@ impl Daemon {
             let floor: &[Source] = match &shard.commit_floor {
                 Some(floor) if !all => floor,
                 _ => {
-                    walked = shard.pipeline.assembler.min_open_offsets();
+                    walked = shard.pipeline.assembler().min_open_offsets();
                     &walked
                 }
             };
@@ -833,15 +828,13 @@ impl Daemon {
     fn update_health(&mut self) {
         let now = wall_ms();
         let connected = self.signals.connected.load(Ordering::Relaxed);
-        if connected {
-            self.outage_since_ms = None;
-        } else if self.outage_since_ms.is_none() {
-            self.outage_since_ms = Some(now);
-            self.health.kafka_outages += 1;
+        let observed = self.signals.observed.load(Ordering::Relaxed);
+        if self.outages.update(connected, observed, now) {
             tracing::warn!("no Kafka broker reachable; consumption resumes when one is");
         }
         self.health.kafka_connected = connected;
-        self.health.kafka_outage_seconds = self.outage_since_ms.map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0);
+        self.health.kafka_outages = self.outages.total;
+        self.health.kafka_outage_seconds = self.outages.seconds(now);
         if let Some(dl) = &self.dead_letters {
             self.health.dead_letters = dl.sent;
             self.health.dead_letter_failures = dl.failures.load(Ordering::Relaxed);
@@ -852,7 +845,7 @@ impl Daemon {
     fn view(&self) -> View {
         let mut counters = OpsCounters::default();
         for shard in self.shards.values() {
-            counters.merge(&shard.pipeline.counters);
+            counters.merge(shard.pipeline.counters());
         }
         let mut partitions = self.sources.partition_states(&self.signals.lag);
         partitions.retain(|tp, _| self.assigned.contains(tp));
@@ -871,7 +864,7 @@ impl Daemon {
             return;
         }
         let taken = if self.store.is_some() {
-            self.shards.values().map(|s| s.pipeline.accumulators.clone()).collect()
+            self.shards.values().map(|s| s.pipeline.accumulators().clone()).collect()
         } else {
             self.shards.values_mut().map(|s| s.pipeline.take_accumulated()).collect()
         };
@@ -891,7 +884,7 @@ impl Daemon {
         }
         for (p, shard) in self.shards.iter_mut().filter(|(_, s)| s.owned) {
             let slice = (shard.pipeline.open_lists() / COMMIT_WALK_TICKS).max(MIN_COMMIT_WALK_SLICE);
-            if let Some(mut floor) = shard.pipeline.assembler.scan_min_open_offsets(slice) {
+            if let Some(mut floor) = shard.pipeline.scan_min_open_offsets(slice) {
                 for (id, source) in self.sources.entries.iter().enumerate() {
                     if source.partition == *p
                         && let Some(next) = source.next_offset
@@ -909,12 +902,12 @@ impl Daemon {
         let now = wall_ms();
         let part = self.ticks as usize % PRUNE_PARTS;
         for shard in self.shards.values_mut() {
-            shard.pipeline.accumulators.prune_part(now, part, PRUNE_PARTS);
+            shard.pipeline.prune_part(now, part, PRUNE_PARTS);
         }
     }
 
     fn lists_finalized(&self) -> i64 {
-        self.shards.values().flat_map(|s| s.pipeline.accumulators.series.values()).map(|s| s.lists()).sum()
+        self.shards.values().flat_map(|s| s.pipeline.accumulators().series.values()).map(|s| s.lists()).sum()
     }
 
     fn open_lists(&self) -> usize {
@@ -1053,7 +1046,7 @@ pub async fn run_with(
         budget,
         store,
         health: DaemonHealth::default(),
-        outage_since_ms: Some(wall_ms()),
+        outages: Outages::starting(wall_ms()),
         dead_letters,
         last_checkpoint: None,
         last_commit: None,

@@ -50,7 +50,8 @@ pub struct KafkaSignals {
     pub rebalance_pending: AtomicBool,
     /// Whether a broker connection is up (statistics, and the all-brokers-down error).
     pub connected: AtomicBool,
-    /// Set by the first statistics report: before it, "not connected" is not an outage.
+    /// Set by the first statistics report: before it, "not connected" is
+    /// not an outage yet (see [`Outages`]).
     pub observed: AtomicBool,
     /// Until when every broker is known to have answered what it was
     /// asked (librdkafka's monotonic clock, µs; 0 before the first
@@ -67,6 +68,60 @@ impl KafkaSignals {
     pub fn answered_at_ms(&self, now_ms: i64) -> Option<i64> {
         let answered = self.answered_mono_us.load(Ordering::Relaxed);
         (answered > 0).then(|| now_ms - (monotonic_us() - answered).max(0) / 1_000)
+    }
+}
+
+/// Broker outages as `/metrics` counts them, decided at each tick from
+/// [`KafkaSignals`].
+///
+/// Before the first connection the daemon is starting, not in an outage:
+/// librdkafka needs a moment to connect. That wait becomes an outage, dated
+/// from the start, as soon as librdkafka has reported (`observed`) that no
+/// broker is up; a connection first ends it without one. A broker that
+/// is down when the daemon starts is therefore an outage like any other,
+/// counted once however long it lasts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outages {
+    /// Start of the current outage, or of the wait for the first
+    /// connection (wall ms); `None` while connected.
+    since_ms: Option<i64>,
+    /// The time since `since_ms` is an outage (not only the start-up wait).
+    counted: bool,
+    /// Outages since start.
+    pub total: u64,
+}
+
+impl Outages {
+    /// Starting at `now_ms`, not yet connected.
+    pub fn starting(now_ms: i64) -> Self {
+        Outages { since_ms: Some(now_ms), counted: false, total: 0 }
+    }
+
+    /// Notes what the signals say at `now_ms`; true when an outage has
+    /// just begun (for the one log line about it).
+    pub fn update(&mut self, connected: bool, observed: bool, now_ms: i64) -> bool {
+        if connected {
+            self.since_ms = None;
+            self.counted = false;
+            return false;
+        }
+        match self.since_ms {
+            None => self.since_ms = Some(now_ms),
+            Some(_) if self.counted || !observed => return false,
+            Some(_) => {}
+        }
+        self.counted = true;
+        self.total += 1;
+        true
+    }
+
+    /// How long the current outage has lasted at `now_ms`, in seconds (0
+    /// when connected or still starting).
+    pub fn seconds(&self, now_ms: i64) -> f64 {
+        match self.since_ms {
+            Some(since) if self.counted => (now_ms - since).max(0) as f64 / 1000.0,
+            _ => 0.0,
+        }
     }
 }
 
@@ -596,6 +651,36 @@ mod tests {
         assert_eq!(answered_until(ts, [("DOWN", 1, 40_000_000), ("UP", 1, 0)].into_iter()), Some(ts));
         // A connection that never received anything has answered nothing.
         assert_eq!(answered_until(ts, [("UP", 1, -1), ("UP", 1, 0)].into_iter()), None);
+    }
+
+    /// A broker down from the start: the wait for the first connection
+    /// becomes an outage, dated from the start and counted once, as soon
+    /// as librdkafka has reported no broker up; a later loss is another.
+    #[test]
+    fn an_outage_before_the_first_connection_counts_once() {
+        let mut outages = Outages::starting(10_000);
+        assert!(!outages.update(false, false, 10_500), "no report yet: still starting");
+        assert!(outages.update(false, true, 11_000), "the first report says no broker is up");
+        assert_eq!((outages.total, outages.seconds(11_000)), (1, 1.0));
+        for now in [11_500, 20_000, 70_000] {
+            assert!(!outages.update(false, true, now));
+        }
+        assert_eq!((outages.total, outages.seconds(70_000)), (1, 60.0));
+        assert!(!outages.update(true, true, 71_000));
+        assert_eq!((outages.total, outages.seconds(71_000)), (1, 0.0));
+        assert!(outages.update(false, true, 80_000), "connected, then lost");
+        assert_eq!((outages.total, outages.seconds(82_000)), (2, 2.0));
+    }
+
+    /// Connecting takes librdkafka a moment: no outage when the first
+    /// report finds a broker up.
+    #[test]
+    fn connecting_at_start_is_no_outage() {
+        let mut outages = Outages::starting(0);
+        assert!(!outages.update(false, false, 500));
+        assert_eq!((outages.total, outages.seconds(500)), (0, 0.0), "starting is no outage yet");
+        assert!(!outages.update(true, true, 1_000));
+        assert_eq!((outages.total, outages.seconds(1_000)), (0, 0.0));
     }
 
     #[test]

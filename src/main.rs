@@ -31,6 +31,11 @@ enum Command {
     /// Produce the demo's traffic to an external Kafka.
     Loadgen(LoadgenArgs),
     /// Run the stream pipeline over a file of JSON events (one per line) and print the final /metrics exposition.
+    ///
+    /// Invalid lines are counted in rankpulse_events_rejected_total, by reason. A file in which no
+    /// line is a valid event fails (exit 2, nothing printed), saying how many lines were rejected
+    /// and why the first one was; so does an empty file (or one of blank lines only): an exposition
+    /// of zeros would hide a wrong file.
     Replay(ReplayArgs),
 }
 
@@ -285,15 +290,22 @@ async fn shutdown_signal() {
 
 fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
     use anyhow::Context;
+    use rankpulse::replay::{ReplayError, replay_events};
     use std::io::Write;
     let config = Config::load(args.config.as_deref())?;
-    let text = if args.file.as_os_str() == "-" {
-        rankpulse::replay::replay(&config, std::io::stdin().lock())
+    let stdin = args.file.as_os_str() == "-";
+    let result = if stdin {
+        replay_events(&config, std::io::stdin().lock())
     } else {
         let file = std::fs::File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?;
-        rankpulse::replay::replay(&config, std::io::BufReader::with_capacity(1 << 16, file))
-    }
-    .with_context(|| format!("cannot read {}", args.file.display()))?;
+        replay_events(&config, std::io::BufReader::with_capacity(1 << 16, file))
+    };
+    let name = if stdin { "standard input".to_string() } else { args.file.display().to_string() };
+    let text = match result {
+        Ok(text) => text,
+        Err(ReplayError::Read(cause)) => anyhow::bail!("cannot read {name}: {cause}"),
+        Err(e) => anyhow::bail!("{name}: {e}"),
+    };
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(())
 }

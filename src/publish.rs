@@ -93,7 +93,7 @@ pub struct DaemonHealth {
     pub kafka_connected: bool,
     /// Seconds since the current broker outage began (0 when connected).
     pub kafka_outage_seconds: f64,
-    /// Broker outages since start (connected → no broker up).
+    /// Broker outages since start (connected, or starting, → no broker up).
     pub kafka_outages: u64,
     /// Checkpoints written and failed (state.dir set).
     pub checkpoints: u64,

@@ -2,38 +2,139 @@
 //! event per line), without Kafka. Deterministic: "now" for the windows is
 //! the newest event time in the file, lists close on event time only, and
 //! the output is the exposition `/metrics` would show at that moment.
+//!
+//! A line longer than `input.max_message_bytes` is rejected (`too_large`)
+//! as it is read, without being held in memory whole.
+//!
+//! `rankpulse replay` ([`replay_events`]) refuses an input in which no line
+//! is a valid event: an exposition of zeros would hide a wrong file (a
+//! binary file, another format, an empty pipe).
 
 use crate::config::Config;
+use crate::event::RejectReason;
 use crate::pipeline::{Clock, Pipeline};
 use crate::publish::{Snapshot, render};
 use std::collections::BTreeMap;
 use std::io::BufRead;
+use thiserror::Error;
 
 /// The `topic` label value of events read by a replay.
 pub const REPLAY_TOPIC: &str = "replay";
 
+/// Why `rankpulse replay` has nothing to show.
+#[derive(Debug, Error)]
+pub enum ReplayError {
+    // No `source()`: the message already quotes the OS error, and a chain
+    // printer would say it twice.
+    #[error("{0}")]
+    Read(std::io::Error),
+    #[error(
+        "no line is a valid event: {rejected} line(s) rejected, the first (line {first_line}) as {first_reason} \
+         (expected one JSON event per line, see docs/event.schema.json)"
+    )]
+    NoValidEvent { rejected: u64, first_line: u64, first_reason: RejectReason },
+    #[error("no event to replay: the input is empty or holds only blank lines")]
+    Empty,
+}
+
+/// A replay's final pipeline, and what its input held.
+pub struct Replayed {
+    pub pipeline: Pipeline,
+    /// Lines other than blank ones.
+    pub lines: u64,
+    /// Lines the pipeline took as events (duplicates included).
+    pub accepted: u64,
+    /// The first rejected line (1-based, blank lines counted) and why.
+    pub first_reject: Option<(u64, RejectReason)>,
+}
+
 /// Runs the pipeline over `input` and returns the final pipeline.
-pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<Pipeline> {
+pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<Replayed> {
     let mut pipeline = Pipeline::new(&config.pipeline_settings());
     let clock = Clock::replay();
     let mut line = Vec::new();
     let mut input = input;
+    let (mut number, mut lines, mut accepted, mut first_reject) = (0, 0, 0, None);
+    // One more byte than a message may have: the `\r` of a CRLF line.
+    let limit = config.input.max_message_bytes.saturating_add(1);
     loop {
-        line.clear();
-        if input.read_until(b'\n', &mut line)? == 0 {
-            break;
-        }
+        let too_long = match read_line(&mut input, &mut line, limit)? {
+            Line::End => break,
+            Line::Read => false,
+            Line::TooLong => true,
+        };
+        number += 1;
         let message = trim_line(&line);
-        if message.is_empty() {
+        if message.is_empty() && !too_long {
             continue;
         }
+        lines += 1;
         // Processing time is not used in a replay: it would make the result
         // depend on how fast the file is read. Lists past their gap in
         // event time are finalized by the ingest itself, as in the daemon.
-        let _ = pipeline.ingest(REPLAY_TOPIC, message, clock, None);
+        let result = if too_long {
+            pipeline.ingest_decoded(REPLAY_TOPIC, &Err(RejectReason::TooLarge), clock, None)
+        } else {
+            pipeline.ingest(REPLAY_TOPIC, message, clock, None)
+        };
+        match result {
+            Ok(()) => accepted += 1,
+            Err(reason) => {
+                first_reject.get_or_insert((number, reason));
+            }
+        }
     }
     pipeline.finalize_all();
-    Ok(pipeline)
+    Ok(Replayed { pipeline, lines, accepted, first_reject })
+}
+
+/// What [`read_line`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// The input has no more lines.
+    End,
+    /// A line, in the buffer without its `\n`.
+    Read,
+    /// A line longer than the limit: skipped, the buffer left empty.
+    TooLong,
+}
+
+/// Reads the next line into `line`, without its `\n`. A line of more than
+/// `limit` bytes is read past, up to its newline, in pieces of the input's
+/// buffer: a file of one endless line must not be held in memory whole.
+fn read_line(input: &mut impl BufRead, line: &mut Vec<u8>, limit: usize) -> std::io::Result<Line> {
+    line.clear();
+    let (mut any, mut too_long) = (false, false);
+    loop {
+        let buffer = match input.fill_buf() {
+            Ok(buffer) => buffer,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buffer.is_empty() {
+            break;
+        }
+        any = true;
+        let newline = memchr::memchr(b'\n', buffer);
+        let piece = &buffer[..newline.unwrap_or(buffer.len())];
+        if !too_long && line.len() + piece.len() > limit {
+            too_long = true;
+            line.clear();
+        }
+        if !too_long {
+            line.extend_from_slice(piece);
+        }
+        let used = newline.map_or(buffer.len(), |at| at + 1);
+        input.consume(used);
+        if newline.is_some() {
+            break;
+        }
+    }
+    Ok(match (any, too_long) {
+        (false, _) => Line::End,
+        (true, false) => Line::Read,
+        (true, true) => Line::TooLong,
+    })
 }
 
 fn trim_line(line: &[u8]) -> &[u8] {
@@ -44,18 +145,95 @@ fn trim_line(line: &[u8]) -> &[u8] {
     &line[..end]
 }
 
-/// Runs a replay and renders the final exposition.
+/// Runs a replay and renders the final exposition, whatever the input held.
 pub fn replay(config: &Config, input: impl BufRead) -> std::io::Result<String> {
-    let pipeline = replay_pipeline(config, input)?;
-    let now_ms = pipeline.assembler.watermark_ms().max(0);
+    Ok(exposition(config, &replay_pipeline(config, input)?.pipeline))
+}
+
+/// `rankpulse replay`: as [`replay`], but an input without a single valid
+/// event is an error rather than an exposition of zeros.
+pub fn replay_events(config: &Config, input: impl BufRead) -> Result<String, ReplayError> {
+    let replayed = replay_pipeline(config, input).map_err(ReplayError::Read)?;
+    match replayed.first_reject {
+        _ if replayed.accepted > 0 => Ok(exposition(config, &replayed.pipeline)),
+        Some((first_line, first_reason)) => {
+            Err(ReplayError::NoValidEvent { rejected: replayed.lines, first_line, first_reason })
+        }
+        None => Err(ReplayError::Empty),
+    }
+}
+
+/// The exposition `/metrics` would show once `pipeline` has read everything.
+fn exposition(config: &Config, pipeline: &Pipeline) -> String {
+    let now_ms = pipeline.assembler().watermark_ms().max(0);
     let partitions = BTreeMap::new();
-    Ok(render(&Snapshot {
+    render(&Snapshot {
         config,
         now_ms,
-        accumulators: &pipeline.accumulators,
-        counters: &pipeline.counters,
+        accumulators: pipeline.accumulators(),
+        counters: pipeline.counters(),
         open_lists: pipeline.open_lists(),
         partitions: &partitions,
         health: None,
-    }))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufReader;
+
+    /// Every line of `input` as `read_line` sees it through a buffer of
+    /// `capacity` bytes, with a limit of 5.
+    fn lines(input: &[u8], capacity: usize) -> Vec<(Line, String)> {
+        let mut reader = BufReader::with_capacity(capacity, input);
+        let mut line = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            let found = read_line(&mut reader, &mut line, 5).unwrap();
+            if found == Line::End {
+                return out;
+            }
+            out.push((found, String::from_utf8_lossy(&line).into_owned()));
+        }
+    }
+
+    /// Lines at, below and above the limit, split over the reader's buffer
+    /// in every way: a long line is skipped up to its newline, and the
+    /// lines around it are read whole.
+    #[test]
+    fn lines_past_the_limit_are_skipped_to_their_newline() {
+        let input = b"abcde\nabcdef\n\nxy\r\n0123456789abcdef\nlast";
+        let want = vec![
+            (Line::Read, "abcde".to_string()),
+            (Line::TooLong, String::new()),
+            (Line::Read, String::new()),
+            (Line::Read, "xy\r".to_string()),
+            (Line::TooLong, String::new()),
+            (Line::Read, "last".to_string()),
+        ];
+        for capacity in [1, 2, 3, 5, 7, 64] {
+            assert_eq!(lines(input, capacity), want, "buffer of {capacity}");
+        }
+        assert_eq!(lines(b"0123456789", 4), vec![(Line::TooLong, String::new())], "a long last line");
+        assert_eq!(lines(b"", 4), vec![]);
+    }
+
+    /// A line too long to read is a `too_large` reject like a message over
+    /// `input.max_message_bytes`, at the same length: a line of exactly
+    /// the limit is read, with or without a CRLF's `\r`.
+    #[test]
+    fn a_line_too_long_is_rejected_as_too_large() {
+        let mut config = Config::default();
+        config.input.max_message_bytes = 256;
+        let valid = r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":1,"timestamp":1}"#;
+        // JSON allows trailing spaces: the same event, exactly as long as a message may be.
+        let at_limit = format!("{valid:<256}");
+        let input = format!("{}\n{at_limit}\r\n{at_limit} \n{at_limit}\n", "a".repeat(10_000));
+        let replayed = replay_pipeline(&config, input.as_bytes()).unwrap();
+        assert_eq!((replayed.lines, replayed.accepted), (4, 2));
+        assert_eq!(replayed.first_reject, Some((1, RejectReason::TooLarge)));
+        assert_eq!(replayed.pipeline.counters().rejected.get(&RejectReason::TooLarge), Some(&2));
+        assert_eq!(replayed.pipeline.counters().rejected.len(), 1);
+    }
 }

@@ -518,9 +518,9 @@ mod tests {
             partition: 0,
             owned: true,
             offsets: BTreeMap::from([("t".to_string(), 7)]),
-            assembler: p.assembler.state(),
-            accumulators: AccumulatorsState::from_accumulators(&p.accumulators),
-            counters: CountersState::from_counters(&p.counters),
+            assembler: p.assembler().state(),
+            accumulators: AccumulatorsState::from_accumulators(p.accumulators()),
+            counters: CountersState::from_counters(p.counters()),
         }
     }
 
@@ -558,15 +558,14 @@ mod tests {
         assert_eq!(restored.shards[0].offsets["t"], 7);
         let mut second = Pipeline::new(&cfg.pipeline_settings());
         let shard = restored.shards.into_iter().next().unwrap();
-        second.assembler.restore(shard.assembler);
-        second.accumulators = shard.accumulators.into_accumulators().unwrap();
-        second.counters = shard.counters.into_counters().unwrap();
+        let sums = (shard.accumulators.into_accumulators().unwrap(), shard.counters.into_counters().unwrap());
+        second.restore(shard.assembler, Some(sums));
         for e in &evs[37..] {
             let _ = second.ingest("t", e.as_bytes(), crate::pipeline::Clock::replay(), None);
         }
         second.finalize_all();
-        assert_eq!(second.accumulators, whole.accumulators);
-        assert_eq!(second.counters, whole.counters);
+        assert_eq!(second.accumulators(), whole.accumulators());
+        assert_eq!(second.counters(), whole.counters());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

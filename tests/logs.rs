@@ -56,6 +56,9 @@ fn twenty_seconds_against_a_closed_port_log_a_handful_of_lines() {
     let refused: Vec<&&str> = lines.iter().filter(|l| l.contains("Connection refused")).collect();
     assert_eq!(refused.len(), 1, "librdkafka's error is shown, once:\n{log}");
     assert!(refused[0].contains("WARN"), "a failed connection is a warning:\n{log}");
+    let outage: Vec<&&str> = lines.iter().filter(|l| l.contains("no Kafka broker reachable")).collect();
+    assert_eq!(outage.len(), 1, "the outage, which began before any connection, is said once:\n{log}");
+    assert!(outage[0].contains("WARN"), "an outage is a warning:\n{log}");
 }
 
 #[test]

@@ -101,6 +101,120 @@ fn bad_config_is_refused_naming_the_key() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A scratch file of `bytes`, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str, bytes: &[u8]) -> Scratch {
+        let path = std::env::temp_dir().join(format!("rankpulse-replay-{}-{name}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        Scratch(path)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A binary file, or any file of something else, is not an exposition of
+/// zeros: the replay fails, saying how many lines were rejected and why
+/// the first one was.
+#[test]
+fn a_file_without_a_valid_event_fails_with_its_first_reject() {
+    let mut bytes = vec![0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, b'\n', b'\n'];
+    bytes.extend_from_slice(b"{\"type\":\"click\"}\r\nnot json\n");
+    let file = Scratch::new("binary", &bytes);
+    let (code, out, err) = replay(&[], &file.0);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(out, "", "nothing printed");
+    assert!(err.contains(file.0.to_str().unwrap()), "{err}");
+    assert!(err.contains("no line is a valid event: 3 line(s) rejected, the first (line 1) as invalid_utf8"), "{err}");
+    // One valid event among them is enough: the rest are counted.
+    let valid = r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":1,"timestamp":1}"#;
+    bytes.extend_from_slice(valid.as_bytes());
+    let file = Scratch::new("one-valid", &bytes);
+    let (code, out, err) = replay(&[], &file.0);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="invalid_utf8"}"#), 1.0);
+    assert_eq!(value(&out, r#"rankpulse_events_total{topic="replay",type="judgment"}"#), 1.0);
+}
+
+/// An empty input (a file, blank lines, an empty pipe) is refused too.
+#[test]
+fn an_empty_input_fails() {
+    for (name, bytes) in [("empty", &b""[..]), ("blank", &b"\n\r\n\n"[..])] {
+        let file = Scratch::new(name, bytes);
+        let (code, out, err) = replay(&[], &file.0);
+        assert_eq!((code, out.as_str()), (2, ""), "{name}: {err}");
+        assert!(err.contains("no event to replay: the input is empty or holds only blank lines"), "{name}: {err}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["replay", "-"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("standard input: no event to replay"), "{err}");
+}
+
+/// A 64 MiB line (a log file, a dump without newlines) between two valid
+/// events: rejected as `too_large`, the events around it counted, and the
+/// replay's peak memory far below the line's size: it is read past, not
+/// into memory.
+#[test]
+fn a_line_past_the_message_limit_is_skipped_without_holding_it() {
+    use std::io::{Read, Write};
+    let judgment = |id: &str| {
+        format!(r#"{{"type":"judgment","event_id":"{id}","session_id":"s","doc_id":"d","grade":1,"timestamp":1}}"#)
+    };
+    let file = Scratch::new("long-line", b"");
+    {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&file.0).unwrap());
+        writeln!(out, "{}", judgment("before")).unwrap();
+        let chunk = vec![b'a'; 1 << 20];
+        for _ in 0..64 {
+            out.write_all(&chunk).unwrap();
+        }
+        writeln!(out, "\n{}", judgment("after")).unwrap();
+        out.flush().unwrap();
+    }
+    #[allow(clippy::zombie_processes, reason = "reaped by wait4 below, which reports its peak memory")]
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .arg("replay")
+        .arg(&file.0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut out, mut err) = (String::new(), String::new());
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    // wait4 rather than Child::wait: it reports this child's own peak
+    // resident size, whatever other tests' children used.
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    // SAFETY: the pid is this test's own unreaped child; status and usage are valid, writable.
+    let reaped = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, child.id() as libc::pid_t);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{err}");
+    assert_eq!(value(&out, r#"rankpulse_events_total{topic="replay",type="judgment"}"#), 2.0);
+    assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="too_large"}"#), 1.0);
+    assert_eq!(sum_rejected(&out), 1.0, "{out}");
+    let peak_mib = usage.ru_maxrss as f64 / 1024.0;
+    assert!(peak_mib < 32.0, "peak resident {peak_mib:.1} MiB while skipping a 64 MiB line");
+    eprintln!("peak resident {peak_mib:.1} MiB");
+}
+
+fn sum_rejected(exposition: &str) -> f64 {
+    exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("rankpulse_events_rejected_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The exposition parses and lints clean with Prometheus's own checker,
 /// except for the `_sum`/`_count` counter names the contract fixes (promtool
 /// would like counters to end in `_total`). The Prometheus tier: needs

@@ -216,12 +216,12 @@ proptest! {
         prop_assert_eq!(pipeline.open_lists(), 0);
 
         let expected = batch(&config, &s.lists);
-        prop_assert_eq!(&pipeline.accumulators, &expected);
+        prop_assert_eq!(pipeline.accumulators(), &expected);
         let now = s.events.iter().map(|(t, _)| *t).max().unwrap_or(0);
-        prop_assert_eq!(windows(&config, &pipeline.accumulators, now), windows(&config, &expected, now));
-        prop_assert_eq!(pipeline.counters.orphans as usize, s.orphans);
-        prop_assert_eq!(&pipeline.counters.duplicates, &s.duplicates);
-        let events = |kind| pipeline.counters.events.get(&("t".to_string(), kind)).copied().unwrap_or(0);
+        prop_assert_eq!(windows(&config, pipeline.accumulators(), now), windows(&config, &expected, now));
+        prop_assert_eq!(pipeline.counters().orphans as usize, s.orphans);
+        prop_assert_eq!(&pipeline.counters().duplicates, &s.duplicates);
+        let events = |kind| pipeline.counters().events.get(&("t".to_string(), kind)).copied().unwrap_or(0);
         prop_assert_eq!(events("impression"), s.impressions);
         prop_assert_eq!(events("judgment"), s.judgments);
     }

@@ -98,9 +98,9 @@ pub fn hot_key(config: &Config) -> HotKey {
     let mut pipeline = Pipeline::new(&config.pipeline_settings());
     let mut refused = 0;
     let feed = |pipeline: &mut Pipeline, topic: &str, m: &[u8]| {
-        let before = pipeline.counters.duplicates.values().sum::<u64>();
+        let before = pipeline.counters().duplicates.values().sum::<u64>();
         let ok = pipeline.ingest(topic, m, clock, None).is_ok();
-        u64::from(!ok) + pipeline.counters.duplicates.values().sum::<u64>() - before
+        u64::from(!ok) + pipeline.counters().duplicates.values().sum::<u64>() - before
     };
     let started = Instant::now();
     for m in &pages {
@@ -114,14 +114,14 @@ pub fn hot_key(config: &Config) -> HotKey {
         let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
         feed(&mut pipeline, topic, &m.payload);
     }
-    let amended = pipeline.counters.late_amended;
+    let amended = pipeline.counters().late_amended;
     let started = Instant::now();
     for m in &late {
         refused += feed(&mut pipeline, "search-judgments", m);
     }
     pipeline.finalize_expired(None);
     let late_ms = started.elapsed().as_secs_f64() * 1e3;
-    refused += 1_000 - (pipeline.counters.late_amended - amended);
+    refused += 1_000 - (pipeline.counters().late_amended - amended);
     std::hint::black_box(&pipeline);
     HotKey { open_ms, late_ms, refused }
 }
@@ -186,7 +186,7 @@ pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessag
     }
     shards.iter_mut().for_each(Pipeline::finalize_all);
     let rate = order.len() as f64 / started.elapsed().as_secs_f64();
-    (rate, shards.iter().map(|s| s.counters.late_amended + s.counters.late_dropped).sum())
+    (rate, shards.iter().map(|s| s.counters().late_amended + s.counters().late_dropped).sum())
 }
 
 /// Resident memory of this process in bytes (Linux), 0 elsewhere.

@@ -6,7 +6,7 @@
 //! and are rendered at scrape time.
 
 use crate::accumulate::{Accumulators, BucketRange};
-use crate::assemble::{Applied, Assembler, AssemblyLimits, Closed, DimensionBudget, Source};
+use crate::assemble::{Applied, Assembler, AssemblerState, AssemblyLimits, Closed, DimensionBudget, Source};
 use crate::event::{DecodeLimits, Event, RejectReason, decode};
 use crate::metrics::Conventions;
 use crate::metrics::list::{ListScore, ListScorer};
@@ -169,11 +169,11 @@ impl OpsCounters {
 #[derive(Debug)]
 pub struct Pipeline {
     limits: DecodeLimits,
-    pub assembler: Assembler,
+    assembler: Assembler,
     scorer: ListScorer,
     score: ListScore,
-    pub accumulators: Accumulators,
-    pub counters: OpsCounters,
+    accumulators: Accumulators,
+    counters: OpsCounters,
     /// Dimension values admitted so far, shared with the instance's other shards.
     budget: Arc<Mutex<DimensionBudget>>,
     /// `input.max_future_skew`, ms.
@@ -214,6 +214,65 @@ impl Pipeline {
 
     pub fn budget(&self) -> &Arc<Mutex<DimensionBudget>> {
         &self.budget
+    }
+
+    /// The open and final lists, read-only: what a checkpoint or a commit
+    /// point reads of them.
+    pub fn assembler(&self) -> &Assembler {
+        &self.assembler
+    }
+
+    /// What was accumulated (since the last [`Self::take_accumulated`]).
+    pub fn accumulators(&self) -> &Accumulators {
+        &self.accumulators
+    }
+
+    pub fn counters(&self) -> &OpsCounters {
+        &self.counters
+    }
+
+    /// Puts back the lists of a checkpoint; with `sums`, its accumulators
+    /// and counters too (they keep this pipeline's bucket range).
+    pub fn restore(&mut self, lists: AssemblerState, sums: Option<(Accumulators, OpsCounters)>) {
+        if let Some((mut accumulators, counters)) = sums {
+            accumulators.range = self.accumulators.range;
+            self.accumulators = accumulators;
+            self.counters = counters;
+        }
+        self.assembler.restore(lists);
+    }
+
+    /// Adds another pipeline's sums (accumulators and counters) to this
+    /// one's: a retired partition's shard keeps what it counted.
+    pub fn merge_sums(&mut self, other: &Pipeline) {
+        self.accumulators.merge(&other.accumulators);
+        self.counters.merge(&other.counters);
+    }
+
+    /// This shard's part of the instance's `session.max_open_lists`.
+    pub fn set_max_open_lists(&mut self, max: usize) {
+        self.assembler.limits.max_open_lists = max;
+    }
+
+    /// See [`Assembler::expect_lanes`].
+    pub fn expect_lanes<'a>(&mut self, lanes: impl IntoIterator<Item = &'a str>) {
+        self.assembler.expect_lanes(lanes);
+    }
+
+    /// See [`Assembler::resume_clock`].
+    pub fn resume_clock(&mut self, now_ms: i64) {
+        self.assembler.resume_clock(now_ms);
+    }
+
+    /// See [`Assembler::scan_min_open_offsets`].
+    pub fn scan_min_open_offsets(&mut self, lists: usize) -> Option<Vec<Source>> {
+        self.assembler.scan_min_open_offsets(lists)
+    }
+
+    /// Drops buckets older than the windows, a `part` of `parts` of the
+    /// series at a time (see [`Accumulators::prune_part`]).
+    pub fn prune_part(&mut self, now_ms: i64, part: usize, parts: usize) {
+        self.accumulators.prune_part(now_ms, part, parts);
     }
 
     /// Decodes and applies one message from `topic`. A rejected message is

@@ -22,9 +22,7 @@ fuzz_target!(|data: &[u8]| {
         else {
             continue;
         };
-        pipeline.accumulators.series = accumulators.series;
-        pipeline.counters = counters;
-        pipeline.assembler.restore(shard.assembler);
+        pipeline.restore(shard.assembler, Some((accumulators, counters)));
         pipeline.finalize_expired(Some(1_700_000_000_000));
         pipeline.finalize_all();
         assert_eq!(pipeline.open_lists(), 0);

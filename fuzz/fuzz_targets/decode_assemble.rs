@@ -48,25 +48,25 @@ fuzz_target!(|data: &[u8]| {
         }
         if fed == 64 {
             // A checkpoint round trip in the middle must not change anything observable.
-            let state = pipeline.assembler.state();
-            pipeline.assembler.restore(state);
+            let state = pipeline.assembler().state();
+            pipeline.restore(state, None);
         }
     }
     pipeline.finalize_all();
 
     assert_eq!(pipeline.open_lists(), 0, "lists left open after finalize_all");
 
-    let rejected: u64 = pipeline.counters.rejected.values().sum();
-    let accepted: u64 = pipeline.counters.events.values().sum();
+    let rejected: u64 = pipeline.counters().rejected.values().sum();
+    let accepted: u64 = pipeline.counters().events.values().sum();
     assert_eq!(
         rejected + accepted,
         fed,
         "rejected {:?} + accepted {:?} != messages fed",
-        pipeline.counters.rejected,
-        pipeline.counters.events
+        pipeline.counters().rejected,
+        pipeline.counters().events
     );
 
-    for (dims, series) in &pipeline.accumulators.series {
+    for (dims, series) in &pipeline.accumulators().series {
         let total = series.total();
         let cells = std::iter::once((None, &total)).chain(series.buckets.iter().map(|(b, c)| (Some(b), &**c)));
         for (bucket, cell) in cells {
