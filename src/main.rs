@@ -30,6 +30,8 @@ enum Command {
     Run(RunArgs),
     /// Produce the demo's traffic to an external Kafka.
     Loadgen(LoadgenArgs),
+    /// Exit 0 if the daemon's /healthz answers 200, else 1 (container health checks; no shell needed).
+    Healthcheck(HealthcheckArgs),
     /// Run the stream pipeline over a file of JSON events (one per line) and print the final /metrics exposition.
     ///
     /// Invalid lines are counted in rankpulse_events_rejected_total, by reason. A file in which no
@@ -143,6 +145,16 @@ struct RunArgs {
 }
 
 #[derive(Args)]
+struct HealthcheckArgs {
+    /// URL to GET (plain http); the default is /healthz at the default http.listen.
+    #[arg(long, default_value_t = rankpulse::http::default_health_url())]
+    url: String,
+    /// Longest the whole check may take (connect, request, status line).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    timeout: std::time::Duration,
+}
+
+#[derive(Args)]
 struct ReplayArgs {
     /// Configuration file (TOML); defaults apply to every key it leaves out.
     #[arg(long, short = 'C', value_name = "PATH")]
@@ -212,6 +224,16 @@ fn main() -> ExitCode {
             }
         },
         Command::Bench(args) => report("bench", bench_command(args)),
+        Command::Healthcheck(args) => match rankpulse::http::check_health(&args.url, args.timeout) {
+            Ok(status_line) => {
+                println!("rankpulse healthcheck: {}: {status_line}", args.url);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rankpulse healthcheck: {e}");
+                ExitCode::from(1)
+            }
+        },
         Command::Replay(args) => match replay_command(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
