@@ -3,6 +3,10 @@
 //! Serves what the daemon published last; no handler touches the pipeline,
 //! so a scrape never slows consumption and never holds a lock for longer
 //! than it takes to clone an `Arc`.
+//!
+//! [`check_health`] is the other end of `/healthz`: `rankpulse healthcheck`,
+//! for container health checks in images without a shell's `/dev/tcp` or
+//! an HTTP client.
 
 use crate::status::{History, render_page};
 use axum::Router;
@@ -11,8 +15,12 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use std::future::Future;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use thiserror::Error;
 
 /// What the daemon publishes for the handlers.
 #[derive(Debug, Default)]
@@ -97,4 +105,135 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     axum::serve(listener, router(published)).with_graceful_shutdown(shutdown).await
+}
+
+/// `rankpulse healthcheck`'s URL unless told otherwise: `/healthz` at the
+/// daemon's default `http.listen`.
+pub fn default_health_url() -> String {
+    format!("http://{}/healthz", crate::config::HttpConfig::default().listen)
+}
+
+/// Why a health check failed. I/O causes are quoted in the message, not
+/// returned as a `source()`, so that a chain printer says them once.
+#[derive(Debug, Error)]
+pub enum HealthError {
+    #[error("{url:?} is not an http://HOST:PORT/PATH URL")]
+    Url { url: String },
+    #[error("{url}: cannot resolve {authority}: {cause}")]
+    Resolve { url: String, authority: String, cause: std::io::Error },
+    #[error("{url}: cannot connect to {addr}: {cause}")]
+    Connect { url: String, addr: SocketAddr, cause: std::io::Error },
+    #[error("{url}: no answer within {}", humantime::format_duration(*.timeout))]
+    Timeout { url: String, timeout: Duration },
+    #[error("{url}: {cause}")]
+    Exchange { url: String, cause: std::io::Error },
+    #[error("{url}: the answer is not HTTP: {answer:?}")]
+    NotHttp { url: String, answer: String },
+    #[error("{url}: answered {status_line:?}, not 200")]
+    Status { url: String, status: u16, status_line: String },
+}
+
+/// Longest status line read: the rest of the answer is not needed.
+const STATUS_LINE_MAX: usize = 1024;
+
+/// GETs `url` (plain `http://HOST[:PORT][/PATH]`) within `timeout` for the
+/// whole exchange, and returns the status line of a 200 answer.
+pub fn check_health(url: &str, timeout: Duration) -> Result<String, HealthError> {
+    let deadline = Instant::now() + timeout;
+    let bad_url = || HealthError::Url { url: url.to_string() };
+    let rest = url.strip_prefix("http://").ok_or_else(bad_url)?;
+    let (authority, path) = rest.find('/').map_or((rest, "/"), |at| rest.split_at(at));
+    if authority.is_empty() || authority.contains(['@', '?', '#']) {
+        return Err(bad_url());
+    }
+    // A port is what follows the last ':', unless that ':' is inside an IPv6 address's brackets.
+    let has_port = authority.rsplit_once(':').is_some_and(|(host, _)| !host.contains(':') || host.ends_with(']'));
+    let target = if has_port { authority.to_string() } else { format!("{authority}:80") };
+    let resolve_error = |cause| HealthError::Resolve { url: url.to_string(), authority: authority.to_string(), cause };
+    let addrs: Vec<SocketAddr> = target.to_socket_addrs().map_err(resolve_error)?.collect();
+    let timed_out = || HealthError::Timeout { url: url.to_string(), timeout };
+    let remaining = || deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()).ok_or_else(timed_out);
+    let mut stream = None;
+    let mut failure = None;
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, remaining()?) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) if is_timeout(&e) => return Err(timed_out()),
+            Err(cause) => failure = Some(HealthError::Connect { url: url.to_string(), addr, cause }),
+        }
+    }
+    let Some(mut stream) = stream else {
+        return Err(failure.unwrap_or_else(|| resolve_error(std::io::ErrorKind::NotFound.into())));
+    };
+    let exchange = |cause: std::io::Error| {
+        if is_timeout(&cause) { timed_out() } else { HealthError::Exchange { url: url.to_string(), cause } }
+    };
+    stream.set_write_timeout(Some(remaining()?)).map_err(exchange)?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: rankpulse-healthcheck\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).map_err(exchange)?;
+    let mut answer = Vec::with_capacity(256);
+    let mut buffer = [0u8; 256];
+    while !answer.windows(2).any(|w| w == b"\r\n") && answer.len() < STATUS_LINE_MAX {
+        stream.set_read_timeout(Some(remaining()?)).map_err(exchange)?;
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(exchange(e)),
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    let status_line = answer.split("\r\n").next().unwrap_or_default().to_string();
+    let mut words = status_line.split(' ');
+    let status = match (words.next(), words.next().map(str::parse::<u16>)) {
+        (Some(version), Some(Ok(status))) if version.starts_with("HTTP/") => status,
+        _ => return Err(HealthError::NotHttp { url: url.to_string(), answer: status_line }),
+    };
+    if status != 200 {
+        return Err(HealthError::Status { url: url.to_string(), status, status_line });
+    }
+    Ok(status_line)
+}
+
+/// How a socket timeout shows: `WouldBlock` for reads and writes on Unix.
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The health check speaks the daemon's own server's HTTP: `/healthz`
+    /// is 200, a path it does not serve is not.
+    #[test]
+    fn the_health_check_reads_the_daemons_healthz() {
+        // The server runs on the runtime's worker while this thread checks.
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let published = Arc::new(Published::new(&crate::config::Config::default()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = runtime.spawn(serve(listener, published, async move {
+            let _ = stopped.await;
+        }));
+        let ok = check_health(&format!("http://{addr}/healthz"), Duration::from_secs(5));
+        let missing = check_health(&format!("http://{addr}/nope"), Duration::from_secs(5));
+        assert_eq!(ok.unwrap(), "HTTP/1.1 200 OK");
+        assert!(matches!(missing, Err(HealthError::Status { status: 404, .. })), "{missing:?}");
+        let _ = stop.send(());
+        runtime.block_on(server).unwrap().unwrap();
+    }
+
+    #[test]
+    fn only_plain_http_urls_are_checked() {
+        for url in ["https://127.0.0.1:9464/healthz", "127.0.0.1:9464", "http://", "http://user@host/healthz"] {
+            assert!(matches!(check_health(url, Duration::from_secs(1)), Err(HealthError::Url { .. })), "{url}");
+        }
+    }
 }

@@ -30,6 +30,8 @@ enum Command {
     Run(RunArgs),
     /// Produce the demo's traffic to an external Kafka.
     Loadgen(LoadgenArgs),
+    /// Exit 0 if the daemon's /healthz answers 200, else 1 (container health checks; no shell needed).
+    Healthcheck(HealthcheckArgs),
     /// Run the stream pipeline over a file of JSON events (one per line) and print the final /metrics exposition.
     ///
     /// Invalid lines are counted in rankpulse_events_rejected_total, by reason. A file in which no
@@ -91,6 +93,16 @@ struct RunArgs {
     /// Print the effective configuration (secrets redacted) and exit.
     #[arg(long)]
     print_config: bool,
+}
+
+#[derive(Args)]
+struct HealthcheckArgs {
+    /// URL to GET (plain http); the default is /healthz at the default http.listen.
+    #[arg(long, default_value_t = rankpulse::http::default_health_url())]
+    url: String,
+    /// Longest the whole check may take (connect, request, status line).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    timeout: std::time::Duration,
 }
 
 #[derive(Args)]
@@ -166,6 +178,16 @@ fn main() -> ExitCode {
             Err(e) => {
                 eprintln!("rankpulse run: {e:#}");
                 ExitCode::from(2)
+            }
+        },
+        Command::Healthcheck(args) => match rankpulse::http::check_health(&args.url, args.timeout) {
+            Ok(status_line) => {
+                println!("rankpulse healthcheck: {}: {status_line}", args.url);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rankpulse healthcheck: {e}");
+                ExitCode::from(1)
             }
         },
         Command::Replay(args) => match replay_command(args) {

@@ -46,3 +46,96 @@ fn an_unknown_environment_key_names_its_variable() {
         "{stderr}"
     );
 }
+
+/// A one-connection HTTP server on loopback: reads the request head, then
+/// answers `answer` (or nothing, holding the connection until the client
+/// gives up). Returns its port and, once joined, the request it read.
+fn one_answer(answer: Option<&'static str>) -> (u16, std::thread::JoinHandle<String>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = Vec::new();
+        let mut byte = [0u8; 1];
+        while !request.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap() == 1 {
+            request.push(byte[0]);
+        }
+        match answer {
+            Some(answer) => stream.write_all(answer.as_bytes()).unwrap(),
+            // Until the client closes its end (its timeout): EOF.
+            None => while stream.read(&mut byte).is_ok_and(|n| n > 0) {},
+        }
+        String::from_utf8(request).unwrap()
+    });
+    (port, server)
+}
+
+/// Runs `rankpulse healthcheck --url URL EXTRA…`: exit code, stdout and
+/// stderr, having checked that it said one line, on one of them.
+fn healthcheck(url: &str, extra: &[&str]) -> (Option<i32>, String, String) {
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_rankpulse")).args(["healthcheck", "--url", url]).args(extra).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.lines().count() + stderr.lines().count(), 1, "one line: {stdout}{stderr}");
+    (out.status.code(), stdout.into_owned(), stderr.into_owned())
+}
+
+/// 200: exit 0, with a plain HTTP/1.1 GET of the URL's path.
+#[test]
+fn healthcheck_passes_on_200() {
+    let (port, server) = one_answer(Some("HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nok\n"));
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let (code, out, err) = healthcheck(&url, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("rankpulse healthcheck: {url}: HTTP/1.1 200 OK\n"));
+    let request = server.join().unwrap();
+    assert!(request.starts_with("GET /healthz HTTP/1.1\r\n"), "{request}");
+    assert!(request.contains(&format!("\r\nHost: 127.0.0.1:{port}\r\n")), "{request}");
+}
+
+/// Anything but 200 (an error status, a closed port, silence, not HTTP,
+/// not a URL): exit 1 with one line saying why.
+#[test]
+fn healthcheck_fails_on_anything_else() {
+    let (port, server) = one_answer(Some("HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n"));
+    let (code, out, err) = healthcheck(&format!("http://127.0.0.1:{port}/healthz"), &[]);
+    assert_eq!((code, out.as_str()), (Some(1), ""), "{err}");
+    assert!(err.ends_with("answered \"HTTP/1.1 503 Service Unavailable\", not 200\n"), "{err}");
+    server.join().unwrap();
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (code, _, err) = healthcheck(&format!("http://127.0.0.1:{closed}/healthz"), &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains(&format!("cannot connect to 127.0.0.1:{closed}: ")), "{err}");
+
+    let (port, server) = one_answer(None);
+    let (code, _, err) = healthcheck(&format!("http://127.0.0.1:{port}/healthz"), &["--timeout", "300ms"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.ends_with("/healthz: no answer within 300ms\n"), "{err}");
+    server.join().unwrap();
+
+    let (port, server) = one_answer(Some("SSH-2.0-OpenSSH_9.2\r\n"));
+    let (code, _, err) = healthcheck(&format!("http://127.0.0.1:{port}/"), &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("the answer is not HTTP: \"SSH-2.0-OpenSSH_9.2\""), "{err}");
+    server.join().unwrap();
+
+    let (code, _, err) = healthcheck("https://127.0.0.1:9464/healthz", &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err, "rankpulse healthcheck: \"https://127.0.0.1:9464/healthz\" is not an http://HOST:PORT/PATH URL\n");
+}
+
+/// The image's health check runs the binary itself, in exec form (its
+/// /bin/sh is dash, without /dev/tcp), on the port the image listens on.
+#[test]
+fn the_images_health_check_is_rankpulse_healthcheck() {
+    let dockerfile =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/Dockerfile")).unwrap();
+    let check = dockerfile.lines().find(|l| l.starts_with("HEALTHCHECK")).expect("a HEALTHCHECK");
+    let exec = check.split_once(" CMD ").map(|(_, cmd)| cmd).expect("HEALTHCHECK … CMD");
+    assert!(exec.starts_with(r#"["rankpulse", "healthcheck""#), "{check}");
+    let listen = dockerfile.lines().find_map(|l| l.strip_prefix("ENV RANKPULSE__HTTP__LISTEN=")).unwrap();
+    let port = listen.rsplit_once(':').unwrap().1;
+    assert!(exec.contains(&format!(r#""http://127.0.0.1:{port}/healthz""#)), "{check} vs listen {listen}");
+}
