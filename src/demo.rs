@@ -12,10 +12,17 @@
 //!
 //! The demo runs librdkafka's in-process mock cluster, this generator, and
 //! the daemon consuming through its real Kafka path, all in one process.
+//! The mock cluster keeps the newest 5 MiB of each partition's log (its
+//! own limit; it has no retention setting and no DeleteRecords), so the
+//! demo's memory grows by up to [`DEMO_BROKER_BYTES`] over its first
+//! minutes at 100 lists/s and then stays flat: that bound is why the demo
+//! topics have [`DEMO_PARTITIONS`] partitions.
 
 use crate::config::Config;
 use crate::http::Published;
 use rdkafka::ClientConfig;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -275,6 +282,30 @@ pub fn summary_lines(exposition: &str, previous: &mut BTreeMap<String, f64>, ela
         .collect()
 }
 
+/// The most the demo's in-process broker may hold: a demo left running
+/// must not take more than a few tens of MiB in all.
+pub const DEMO_BROKER_BYTES: u64 = 20 << 20;
+
+/// What librdkafka's mock cluster keeps of a partition's log before it
+/// drops the oldest batches (`max_size` in rdkafka_mock.c, fixed at 5 MiB).
+pub const MOCK_PARTITION_LOG_BYTES: u64 = 5 << 20;
+
+/// Partitions of each demo topic: two, so that the daemon still runs a
+/// pipeline shard per partition, and no more: each holds up to
+/// [`MOCK_PARTITION_LOG_BYTES`], and two topics of two fill
+/// [`DEMO_BROKER_BYTES`].
+pub const DEMO_PARTITIONS: i32 = 2;
+
+/// The demo's in-process Kafka, with the traffic's two topics.
+fn demo_cluster(traffic: &Traffic) -> anyhow::Result<MockCluster<'static, DefaultProducerContext>> {
+    use anyhow::Context;
+    let cluster = MockCluster::new(1).context("start the in-process Kafka mock cluster")?;
+    for topic in [&traffic.impressions_topic, &traffic.judgments_topic] {
+        cluster.create_topic(topic, DEMO_PARTITIONS, 1).with_context(|| format!("create topic {topic}"))?;
+    }
+    Ok(cluster)
+}
+
 /// Options of `rankpulse demo`.
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
@@ -289,10 +320,7 @@ pub struct DemoOptions {
 pub fn demo(options: DemoOptions, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
     use anyhow::Context;
     // The mock cluster is not Send: it lives on this thread for the whole demo.
-    let cluster = rdkafka::mocking::MockCluster::new(1).context("start the in-process Kafka mock cluster")?;
-    for topic in [&options.traffic.impressions_topic, &options.traffic.judgments_topic] {
-        cluster.create_topic(topic, 4, 1).with_context(|| format!("create topic {topic}"))?;
-    }
+    let cluster = demo_cluster(&options.traffic)?;
     let bootstrap = cluster.bootstrap_servers();
     let mut config = Config::default();
     config.kafka.brokers = bootstrap.clone();
@@ -392,6 +420,52 @@ mod tests {
             assert!(crate::event::decode(invalid(&mut rng, n).as_bytes(), &limits).is_err());
         }
         assert!(clicks > 100, "users click and raters grade: {clicks}");
+    }
+
+    /// The demo's broker holds at most DEMO_BROKER_BYTES however long it
+    /// runs: filled with three times that, evenly over every partition of
+    /// both topics, it has dropped the oldest records of each and keeps at
+    /// most the mock cluster's limit per partition.
+    #[test]
+    fn the_demo_broker_keeps_a_bounded_log() {
+        use rdkafka::producer::{BaseRecord, Producer};
+        let traffic = Traffic::default();
+        let cluster = demo_cluster(&traffic).unwrap();
+        let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        const SIZE: usize = 64 << 10;
+        let payload = vec![b'x'; SIZE];
+        let topics = [&traffic.impressions_topic, &traffic.judgments_topic];
+        let per_partition = 3 * DEMO_BROKER_BYTES as usize / SIZE / topics.len() / DEMO_PARTITIONS as usize;
+        for _ in 0..per_partition {
+            for topic in topics {
+                for partition in 0..DEMO_PARTITIONS {
+                    let mut record = BaseRecord::<(), [u8]>::to(topic).partition(partition).payload(&payload);
+                    // A full queue: deliver some, then try again.
+                    while let Err((_, r)) = producer.send(record) {
+                        record = r;
+                        producer.poll(Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+        let mut kept = 0;
+        for topic in topics {
+            for partition in 0..DEMO_PARTITIONS {
+                let (low, high) =
+                    producer.client().fetch_watermarks(topic, partition, Duration::from_secs(10)).unwrap();
+                assert_eq!(high, per_partition as i64, "{topic} [{partition}]: every record was appended");
+                assert!(low > 0, "{topic} [{partition}]: the oldest records were dropped");
+                let bytes = (high - low) as u64 * SIZE as u64;
+                assert!(bytes <= MOCK_PARTITION_LOG_BYTES, "{topic} [{partition}] keeps {bytes} bytes");
+                kept += bytes;
+            }
+        }
+        assert!(kept <= DEMO_BROKER_BYTES, "the broker keeps {kept} bytes");
     }
 
     #[test]
