@@ -231,12 +231,14 @@ impl Pipeline {
         &self.counters
     }
 
-    /// Puts back the lists of a checkpoint; with `sums`, its accumulators
-    /// and counters too (they keep this pipeline's bucket range).
+    /// Puts back the lists of a checkpoint; with `sums`, its series and
+    /// counters too. The cutoffs, bucket width and range stay this
+    /// pipeline's: they come from its settings, never from a file (a
+    /// corrupt one could claim any bucket width; the fuzz target
+    /// `checkpoint` found one asking for 40 GB).
     pub fn restore(&mut self, lists: AssemblerState, sums: Option<(Accumulators, OpsCounters)>) {
-        if let Some((mut accumulators, counters)) = sums {
-            accumulators.range = self.accumulators.range;
-            self.accumulators = accumulators;
+        if let Some((accumulators, counters)) = sums {
+            self.accumulators.series = accumulators.series;
             self.counters = counters;
         }
         self.assembler.restore(lists);
