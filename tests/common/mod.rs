@@ -1,9 +1,9 @@
-//! Helpers shared by the Kafka integration tests: a minimal HTTP GET, an
-//! exposition reader, and a deterministic event generator.
-#![allow(dead_code)]
+//! Helpers shared by the Kafka integration tests: brokers, counters,
+//! signals and a deterministic event generator; the HTTP GET and the
+//! exposition reader come from `rankpulse-testkit`.
+#![allow(dead_code)] // each test uses some of them
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -115,53 +115,9 @@ pub fn start_tansu(tansu: &str, listen_port: u16, advertised_port: u16, topics: 
     process
 }
 
-/// A port free on loopback right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// GET `path` from `addr`; returns (status, body).
-pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf)?;
-    let status = buf.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((buf.as_str(), ""));
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.to_ascii_lowercase().contains("chunked")
-    });
-    Ok((status, if chunked { dechunk(body) } else { body.to_string() }))
-}
-
-/// Decodes an HTTP/1.1 chunked body.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].strip_prefix("\r\n").unwrap_or(&rest[n..]);
-    }
-    out
-}
-
-/// Sum of every sample of `name` in an exposition: a metric name (any
-/// labels), or a name with the start of a label set (`rankpulse_lists{window="1h"`).
-pub fn sum_of(exposition: &str, name: &str) -> f64 {
-    let partial_labels = name.contains('{');
-    exposition
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.starts_with(name) && (partial_labels || matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' ')))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
+/// Shared with the benchmarks: one HTTP GET, one exposition reader.
+#[allow(unused_imports)] // each test uses some of them
+pub use rankpulse_testkit::{free_port, http_get, sum_of};
 
 /// The lines of an exposition that do not depend on time or on the input
 /// path: the since-start counters of the quality metrics.
