@@ -20,6 +20,10 @@
 
 use crate::config::Config;
 use crate::http::Published;
+use rand::seq::IndexedRandom;
+use rand::{Rng as _, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::StandardNormal;
 use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
@@ -56,26 +60,8 @@ impl Default for Traffic {
     }
 }
 
-/// xorshift64*: small, seeded, good enough for traffic.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        let (u1, u2) = (self.unit().max(1e-12), self.unit());
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[(self.next() % items.len() as u64) as usize]
-    }
-}
+/// The traffic's random source: seeded, so a demo is reproducible.
+type Rng = ChaCha8Rng;
 
 const MARKETS: [&str; 3] = ["us", "de", "jp"];
 const CANDIDATES_PER_QUERY: usize = 30;
@@ -90,11 +76,11 @@ fn now_ms() -> i64 {
 fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64) -> (String, String, Vec<String>) {
     let session = format!("sess-{n}");
     let query = format!("q{}", n % 7);
-    let market = rng.pick(&MARKETS);
-    let ranker = if rng.next().is_multiple_of(2) { "control" } else { "candidate" };
+    let market = MARKETS.choose(rng).copied().unwrap_or("us");
+    let ranker = if rng.random_bool(0.5) { "control" } else { "candidate" };
     // Hidden true relevance of the candidates: mostly irrelevant.
     let grades: Vec<i32> = (0..CANDIDATES_PER_QUERY)
-        .map(|_| match rng.unit() {
+        .map(|_| match rng.random::<f64>() {
             u if u < 0.55 => 0,
             u if u < 0.75 => 1,
             u if u < 0.88 => 2,
@@ -107,8 +93,11 @@ fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64) -> (String, String, 
         (_, false) => 1.0,
         (_, true) => 3.5,
     };
-    let mut ranked: Vec<(f64, usize)> =
-        grades.iter().enumerate().map(|(i, &g)| (f64::from(g) + noise * rng.normal(), i)).collect();
+    let mut ranked: Vec<(f64, usize)> = grades
+        .iter()
+        .enumerate()
+        .map(|(i, &g)| (f64::from(g) + noise * rng.sample::<f64, _>(StandardNormal), i))
+        .collect();
     ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
     let shown = &ranked[..SHOWN];
     let results: Vec<String> = shown
@@ -136,15 +125,15 @@ fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64) -> (String, String, 
         let examined = 1.0 / ((p + 1) as f64).powf(0.6);
         let g = grades[*doc];
         let attractive = (f64::from(g).exp2() - 1.0) / f64::from(MAX_GRADE).exp2();
-        if rng.unit() < examined * attractive {
+        if rng.random::<f64>() < examined * attractive {
             judgments.push(judge(*doc, r#""action":"click""#.into(), 500 + 300 * p as i64));
-            if g >= 3 && rng.unit() < 0.3 {
+            if g >= 3 && rng.random_bool(0.3) {
                 judgments.push(judge(*doc, r#""action":"purchase""#.into(), 5_000));
             }
         }
     }
     // Raters grade one list in five: every shown result and a few unshown.
-    if rng.next().is_multiple_of(5) {
+    if rng.random_ratio(1, 5) {
         for &(_, doc) in shown.iter().chain(ranked[SHOWN..SHOWN + 5].iter()) {
             judgments.push(judge(doc, format!(r#""grade":{}"#, grades[doc]), 1_000));
         }
@@ -154,7 +143,7 @@ fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64) -> (String, String, 
 
 /// A deliberately invalid message (the reject counters need data too).
 fn invalid(rng: &mut Rng, n: u64) -> String {
-    match rng.next() % 4 {
+    match rng.random_range(0..4u8) {
         0 => "{\"type\":\"impression\",\"event_id\":".to_string(),
         1 => format!(r#"{{"type":"judgment","event_id":"bad-{n}","doc_id":"d","grade":1,"timestamp":1}}"#),
         2 => format!(
@@ -166,7 +155,7 @@ fn invalid(rng: &mut Rng, n: u64) -> String {
 
 /// Produces traffic until `stop` resolves. Returns the lists generated.
 pub async fn generate(producer: &FutureProducer, traffic: &Traffic, stop: impl Future<Output = ()>) -> u64 {
-    let mut rng = Rng(traffic.seed | 1);
+    let mut rng = Rng::seed_from_u64(traffic.seed);
     let started = Instant::now();
     let period = Duration::from_millis(100);
     let mut tick = tokio::time::interval(period);
@@ -190,7 +179,7 @@ pub async fn generate(producer: &FutureProducer, traffic: &Traffic, stop: impl F
             for j in judgments {
                 send(producer, &traffic.judgments_topic, &session, j);
             }
-            if rng.unit() < traffic.invalid_share {
+            if rng.random::<f64>() < traffic.invalid_share {
                 send(producer, &traffic.judgments_topic, &session, invalid(&mut rng, n));
             }
         }
@@ -408,7 +397,7 @@ mod tests {
     #[test]
     fn simulated_events_decode_and_candidate_degrades() {
         let limits = Config::default().decode_limits();
-        let mut rng = Rng(3);
+        let mut rng = Rng::seed_from_u64(3);
         let mut clicks = 0;
         for n in 0..200 {
             let (_, imp, judgments) = simulate(&mut rng, n, n >= 100, 1_700_000_000_000);
