@@ -10,39 +10,16 @@
 
 mod common;
 
-use common::{Guard, events, free_port, http_get, start_tansu, sum_of, tansu_binary, wait_until};
+use common::{
+    Guard, IMPRESSIONS, JUDGMENTS, consumed, events, free_port, http_get, metrics, now_ms, spawn_daemon, start_tansu,
+    sum_of, tansu_binary, wait_until,
+};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const IMPRESSIONS: &str = "search-impressions";
-const JUDGMENTS: &str = "search-judgments";
 const PARTITIONS: i32 = 4;
-
-fn start_daemon(broker: &str, http: &str, group: &str) -> Guard {
-    Guard(
-        Command::new(env!("CARGO_BIN_EXE_rankpulse"))
-            .arg("run")
-            .env("RANKPULSE__KAFKA__BROKERS", broker)
-            .env("RANKPULSE__KAFKA__GROUP_ID", group)
-            .env("RANKPULSE__HTTP__LISTEN", http)
-            .env("RANKPULSE__SESSION__GAP", "2s")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start rankpulse"),
-    )
-}
-
-fn metrics(http: &str) -> String {
-    http_get(http, "/metrics").map(|(_, b)| b).unwrap_or_default()
-}
-
-fn consumed(http: &str) -> f64 {
-    let m = metrics(http);
-    sum_of(&m, "rankpulse_events_total") + sum_of(&m, "rankpulse_events_rejected_total")
-}
 
 /// SIGTERM, then the exit status within 10 s.
 fn terminate(daemon: &mut Guard) -> std::process::ExitStatus {
@@ -67,7 +44,7 @@ async fn tansu_end_to_end_sigterm_and_resume() {
     let _tansu = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
 
     let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &broker).create().unwrap();
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let now_ms = now_ms();
     let evs = events(300, now_ms - 60_000, 11);
     for (session, json) in &evs {
         let topic = if json.contains(r#""type":"impression""#) { IMPRESSIONS } else { JUDGMENTS };
@@ -78,13 +55,13 @@ async fn tansu_end_to_end_sigterm_and_resume() {
 
     let group = format!("rankpulse-e2e-{}", std::process::id());
     let http = format!("127.0.0.1:{}", free_port());
-    let mut daemon = start_daemon(&broker, &http, &group);
+    let mut daemon = spawn_daemon(&broker, &http, &group, "2s", &[]);
     // A consumer group may take about 20 s to form on this broker build.
     tokio::task::block_in_place(|| {
-        wait_until("every message to be consumed", Duration::from_secs(90), || consumed(&http) >= total)
+        wait_until("every message to be consumed", Duration::from_secs(90), || consumed(&metrics(&http)) >= total)
     });
     let m = metrics(&http);
-    assert_eq!(consumed(&http), total);
+    assert_eq!(consumed(&metrics(&http)), total);
     assert_eq!(sum_of(&m, r#"rankpulse_events_rejected_total{reason="invalid_json"}"#), 1.0);
     assert_eq!(http_get(&http, "/readyz").unwrap().0, 200);
     // Windows: all 300 lists are within the last hour of wall-clock time
@@ -99,7 +76,7 @@ async fn tansu_end_to_end_sigterm_and_resume() {
 
     // Restart with the same group: nothing old is read again. One marker per
     // partition of each topic must be the only thing consumed.
-    let mut daemon = start_daemon(&broker, &http, &group);
+    let mut daemon = spawn_daemon(&broker, &http, &group, "2s", &[]);
     for topic in [IMPRESSIONS, JUDGMENTS] {
         for p in 0..PARTITIONS {
             let json = format!(
@@ -113,9 +90,9 @@ async fn tansu_end_to_end_sigterm_and_resume() {
     }
     let markers = 2.0 * f64::from(PARTITIONS);
     tokio::task::block_in_place(|| {
-        wait_until("the markers after restart", Duration::from_secs(90), || consumed(&http) >= markers)
+        wait_until("the markers after restart", Duration::from_secs(90), || consumed(&metrics(&http)) >= markers)
     });
-    assert_eq!(consumed(&http), markers, "a restarted daemon re-read committed events");
+    assert_eq!(consumed(&metrics(&http)), markers, "a restarted daemon re-read committed events");
     let status = tokio::task::block_in_place(|| terminate(&mut daemon));
     assert!(status.success());
 }

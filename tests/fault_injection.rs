@@ -30,24 +30,21 @@
 mod common;
 
 use common::{
-    Guard, add_counters, counter_lines, counters_add_up, events, free_port, http_get, sigterm, start_tansu, sum_of,
-    tansu_binary, wait_until,
+    Guard, IMPRESSIONS, JUDGMENTS, add_counters, consumed, counter_lines, counters_add_up, events, free_port, metrics,
+    now_ms, produce, ready, sigterm, start_tansu, sum_of, tansu_binary, wait_until,
 };
 use rankpulse::config::Config;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::BaseProducer;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const IMPRESSIONS: &str = "search-impressions";
-const JUDGMENTS: &str = "search-judgments";
 const PARTITIONS: i32 = 4;
 const GAP: &str = "3s";
 
@@ -70,36 +67,8 @@ impl Broker {
     }
 
     fn producer(&self) -> BaseProducer {
-        ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .set("linger.ms", "5")
-            .set("queue.buffering.max.messages", "1000000")
-            .create()
-            .unwrap()
+        common::producer(&self.bootstrap)
     }
-}
-
-/// Sends `(session, json)` events keyed by session (impressions and
-/// judgments to their topics) and waits for every acknowledgement.
-fn produce(producer: &BaseProducer, evs: &[(String, String)]) {
-    for (session, json) in evs {
-        let topic = if json.contains(r#""type":"judgment""#) { JUDGMENTS } else { IMPRESSIONS };
-        let mut record = BaseRecord::to(topic).key(session.as_str()).payload(json.as_str());
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    record = r;
-                    producer.poll(Duration::from_millis(10));
-                }
-            }
-        }
-    }
-    producer.flush(Duration::from_secs(60)).expect("every event acknowledged by the broker");
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
 /// The single-pass result: `rankpulse replay` of the same events in
@@ -115,34 +84,11 @@ fn config_with_gap() -> Config {
     c
 }
 
-/// A `rankpulse run` process configured through the environment.
+/// A killed member is noticed after the session timeout: the broker's
+/// minimum, 6 s.
 fn spawn_daemon(broker: &str, http: &str, group: &str, env: &[(&str, &str)]) -> Guard {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rankpulse"));
-    cmd.arg("run")
-        .env("RANKPULSE__KAFKA__BROKERS", broker)
-        .env("RANKPULSE__KAFKA__GROUP_ID", group)
-        .env("RANKPULSE__HTTP__LISTEN", http)
-        .env("RANKPULSE__SESSION__GAP", GAP)
-        // A killed member is noticed after this; the broker's minimum is 6 s.
-        .env("RANKPULSE__KAFKA__PROPERTIES__SESSION_TIMEOUT_MS", "6000")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    Guard(cmd.spawn().expect("start rankpulse"))
-}
-
-fn metrics(http: &str) -> String {
-    http_get(http, "/metrics").map(|(_, b)| b).unwrap_or_default()
-}
-
-fn consumed(m: &str) -> f64 {
-    sum_of(m, "rankpulse_events_total") + sum_of(m, "rankpulse_events_rejected_total")
-}
-
-fn ready(http: &str) -> bool {
-    http_get(http, "/readyz").is_ok_and(|(s, _)| s == 200)
+    let env = [&[("RANKPULSE__KAFKA__PROPERTIES__SESSION_TIMEOUT_MS", "6000")], env].concat();
+    common::spawn_daemon(broker, http, group, GAP, &env)
 }
 
 fn state_dir(name: &str) -> std::path::PathBuf {
@@ -178,7 +124,7 @@ fn kill_9_twice_mid_stream_counts_every_list_exactly_once() {
     let batches: Vec<Vec<(String, String)>> = evs.chunks(evs.len() / 24 + 1).map(|c| c.to_vec()).collect();
     let feeder = std::thread::spawn(move || {
         for batch in batches {
-            produce(&producer, &batch);
+            produce(&producer, &batch, None);
             std::thread::sleep(Duration::from_millis(1_000));
         }
     });
@@ -307,7 +253,7 @@ fn broker_outage_turns_readyz_false_and_consumption_resumes_without_loss() {
 
     let evs = events(2_000, now_ms() - 120_000, 31);
     let (first, second) = evs.split_at(evs.len() / 2);
-    produce(&broker.producer(), first);
+    produce(&broker.producer(), first, None);
     wait_until("the first half consumed", Duration::from_secs(90), || consumed(&metrics(&http)) >= first.len() as f64);
     assert!(ready(&http));
 
@@ -326,7 +272,7 @@ fn broker_outage_turns_readyz_false_and_consumption_resumes_without_loss() {
 
     proxy.start();
     let back = Instant::now();
-    produce(&broker.producer(), second);
+    produce(&broker.producer(), second, None);
     let total = evs.len() as f64;
     wait_until("consumption to resume and finish", Duration::from_secs(30), || consumed(&metrics(&http)) >= total);
     let resumed_in = back.elapsed();
@@ -374,7 +320,7 @@ async fn invalid_messages_are_counted_dead_lettered_and_change_no_metric() {
         stream.push(e.clone());
     }
     let invalid: f64 = expected.values().sum();
-    tokio::task::block_in_place(|| produce(&broker.producer(), &stream));
+    tokio::task::block_in_place(|| produce(&broker.producer(), &stream, None));
 
     let mut config = config_with_gap();
     config.kafka.brokers = broker.bootstrap.clone();
@@ -467,7 +413,7 @@ async fn two_instances_one_leaving_mid_stream_add_up_exactly() {
     let producer = broker.producer();
     let (http_a, stop_a, task_a) = start("a").await;
     tokio::task::block_in_place(|| {
-        produce(&producer, &thirds[0]);
+        produce(&producer, &thirds[0], None);
         wait_until("instance a to consume the first third", Duration::from_secs(90), || {
             consumed(&metrics(&http_a)) >= thirds[0].len() as f64
         });
@@ -476,7 +422,7 @@ async fn two_instances_one_leaving_mid_stream_add_up_exactly() {
     let (http_b, stop_b, task_b) = start("b").await;
     tokio::task::block_in_place(|| {
         wait_until("b to get partitions", Duration::from_secs(90), || ready(&http_b));
-        produce(&producer, &thirds[1]);
+        produce(&producer, &thirds[1], None);
         // a leaves while the second third is being read.
         let before = thirds[0].len() as f64;
         wait_until("a and b to read into the second third", Duration::from_secs(60), || {
@@ -487,7 +433,7 @@ async fn two_instances_one_leaving_mid_stream_add_up_exactly() {
     let _ = stop_a.send(());
     let summary_a = task_a.await.unwrap().unwrap();
     tokio::task::block_in_place(|| {
-        produce(&producer, &thirds[2]);
+        produce(&producer, &thirds[2], None);
         let total = evs.len() as f64;
         let single = add_counters(&[&reference(&evs, &config)]);
         let mut polls = 0u32;
@@ -591,7 +537,7 @@ fn a_session_flood_keeps_memory_flat() {
                 )
             })
             .collect();
-        produce(&producer, &batch);
+        produce(&producer, &batch, None);
         let want = ((b + 1) * PER_BATCH) as f64;
         wait_until("the batch consumed", Duration::from_secs(120), || consumed(&metrics(&http)) >= want);
         let m = metrics(&http);

@@ -27,83 +27,25 @@
 
 mod common;
 
-use common::{Guard, counter_lines, events, free_port, http_get, sigterm, start_tansu, sum_of, wait_until};
+use common::{
+    Guard, IMPRESSIONS, JUDGMENTS, consumed, counter_lines, events, free_port, http_get, metrics, now_ms, produce,
+    producer, ready, sigterm, start_tansu, sum_of, wait_until,
+};
 use rankpulse::config::Config;
-use rdkafka::ClientConfig;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use std::process::{Command, Stdio};
+use rdkafka::producer::BaseProducer;
+use std::process::Command;
 use std::time::Duration;
 
-const IMPRESSIONS: &str = "search-impressions";
-const JUDGMENTS: &str = "search-judgments";
 const PARTITIONS: i32 = 4;
 const GAP: &str = "2s";
 /// Year 9999 (a broken clock) and 1970 (a zero timestamp).
 const YEAR_9999_MS: i64 = 253_402_300_799_000;
 const YEAR_1970_MS: i64 = 1_000;
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-fn producer(bootstrap: &str) -> BaseProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "5")
-        .set("queue.buffering.max.messages", "1000000")
-        .set("message.max.bytes", "2000000")
-        .create()
-        .unwrap()
-}
-
-/// Sends (key, json) events to their topic (by type), to `partition` when
-/// given, else by key; waits for every acknowledgement.
-fn produce(producer: &BaseProducer, evs: &[(String, String)], partition: Option<i32>) {
-    for (key, json) in evs {
-        let topic = if json.contains(r#""type":"judgment""#) { JUDGMENTS } else { IMPRESSIONS };
-        let mut record = BaseRecord::to(topic).key(key.as_str()).payload(json.as_str());
-        if let Some(p) = partition {
-            record = record.partition(p);
-        }
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    record = r;
-                    producer.poll(Duration::from_millis(10));
-                }
-            }
-        }
-    }
-    producer.flush(Duration::from_secs(120)).expect("every event acknowledged by the broker");
-}
-
+/// Fetches return within 10 ms, so the tests' small batches flow at once.
 fn spawn_daemon(broker: &str, http: &str, group: &str, env: &[(&str, &str)]) -> Guard {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rankpulse"));
-    cmd.arg("run")
-        .env("RANKPULSE__KAFKA__BROKERS", broker)
-        .env("RANKPULSE__KAFKA__GROUP_ID", group)
-        .env("RANKPULSE__HTTP__LISTEN", http)
-        .env("RANKPULSE__SESSION__GAP", GAP)
-        .env("RANKPULSE__KAFKA__PROPERTIES__FETCH_WAIT_MAX_MS", "10")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    Guard(cmd.spawn().expect("start rankpulse"))
-}
-
-fn metrics(http: &str) -> String {
-    http_get(http, "/metrics").map(|(_, b)| b).unwrap_or_default()
-}
-
-fn consumed(m: &str) -> f64 {
-    sum_of(m, "rankpulse_events_total") + sum_of(m, "rankpulse_events_rejected_total")
-}
-
-fn ready(http: &str) -> bool {
-    http_get(http, "/readyz").is_ok_and(|(s, _)| s == 200)
+    let env = [&[("RANKPULSE__KAFKA__PROPERTIES__FETCH_WAIT_MAX_MS", "10")], env].concat();
+    common::spawn_daemon(broker, http, group, GAP, &env)
 }
 
 fn config(env: &[(&str, &str)]) -> Config {

@@ -22,7 +22,10 @@
 
 mod common;
 
-use common::{Guard, counter_lines, events, free_port, http_get, sigterm, start_tansu, sum_of, wait_until};
+use common::{
+    Guard, IMPRESSIONS, JUDGMENTS, consumed, counter_lines, events, free_port, http_get, metrics, now_ms, sigterm,
+    start_tansu, sum_of, wait_until,
+};
 use rankpulse::config::Config;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -32,8 +35,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const IMPRESSIONS: &str = "search-impressions";
-const JUDGMENTS: &str = "search-judgments";
 const DEAD_LETTERS: &str = "rankpulse-dead-letters";
 const PARTITIONS: i32 = 2;
 const GAP: &str = "2s";
@@ -264,10 +265,6 @@ fn tagged_events(n: usize, base_ms: i64, seed: u64, tag: &str) -> Vec<(String, S
         .collect()
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 /// A `rankpulse run` process whose stderr goes to `stack.dir/<name>.log`;
 /// properties are given through the environment, as a container would.
 fn spawn_daemon(
@@ -293,14 +290,6 @@ fn spawn_daemon(
         cmd.env(k, v);
     }
     (Guard(cmd.spawn().expect("start rankpulse")), http, log)
-}
-
-fn metrics(http: &str) -> String {
-    http_get(http, "/metrics").map(|(_, b)| b).unwrap_or_default()
-}
-
-fn consumed(m: &str) -> f64 {
-    sum_of(m, "rankpulse_events_total") + sum_of(m, "rankpulse_events_rejected_total")
 }
 
 /// The batch engine's counters for the same events.

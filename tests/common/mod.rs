@@ -3,6 +3,8 @@
 //! exposition reader come from `rankpulse-testkit`.
 #![allow(dead_code)] // each test uses some of them
 
+use rdkafka::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -115,6 +117,78 @@ pub fn start_tansu(tansu: &str, listen_port: u16, advertised_port: u16, topics: 
     process
 }
 
+/// The topics every Kafka test produces to, as the default configuration names them.
+pub const IMPRESSIONS: &str = "search-impressions";
+pub const JUDGMENTS: &str = "search-judgments";
+
+#[allow(unused_imports)] // each test uses some of them
+pub use rankpulse_testkit::wall_ms as now_ms;
+
+/// A producer for the tests' events: small batches, a deep queue, and
+/// messages up to 2 MB (the oversized-message cases).
+pub fn producer(bootstrap: &str) -> BaseProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("message.max.bytes", "2000000")
+        .create()
+        .unwrap()
+}
+
+/// Sends (key, json) events to their topic (by type), to `partition` when
+/// given, else by key; waits for every acknowledgement.
+pub fn produce(producer: &BaseProducer, evs: &[(String, String)], partition: Option<i32>) {
+    for (key, json) in evs {
+        let topic = if json.contains(r#""type":"judgment""#) { JUDGMENTS } else { IMPRESSIONS };
+        let mut record = BaseRecord::to(topic).key(key.as_str()).payload(json.as_str());
+        if let Some(p) = partition {
+            record = record.partition(p);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(120)).expect("every event acknowledged by the broker");
+}
+
+/// A `rankpulse run` process configured through the environment, as a
+/// container would be; `env` comes last and overrides.
+pub fn spawn_daemon(broker: &str, http: &str, group: &str, gap: &str, env: &[(&str, &str)]) -> Guard {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rankpulse"));
+    cmd.arg("run")
+        .env("RANKPULSE__KAFKA__BROKERS", broker)
+        .env("RANKPULSE__KAFKA__GROUP_ID", group)
+        .env("RANKPULSE__HTTP__LISTEN", http)
+        .env("RANKPULSE__SESSION__GAP", gap)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Guard(cmd.spawn().expect("start rankpulse"))
+}
+
+/// The daemon's exposition, or empty while it does not answer.
+pub fn metrics(http: &str) -> String {
+    http_get(http, "/metrics").map(|(_, b)| b).unwrap_or_default()
+}
+
+/// Messages the exposition says were consumed: accepted or rejected.
+pub fn consumed(exposition: &str) -> f64 {
+    sum_of(exposition, "rankpulse_events_total") + sum_of(exposition, "rankpulse_events_rejected_total")
+}
+
+pub fn ready(http: &str) -> bool {
+    http_get(http, "/readyz").is_ok_and(|(s, _)| s == 200)
+}
+
 /// Shared with the benchmarks: one HTTP GET, one exposition reader.
 #[allow(unused_imports)] // each test uses some of them
 pub use rankpulse_testkit::{free_port, http_get, sum_of};
@@ -148,17 +222,11 @@ pub fn counter_lines(exposition: &str) -> Vec<String> {
 /// `n` lists of events (impression, then 0..3 judgments), as
 /// (session_id, json) pairs, with event times starting at `base_ms`.
 pub fn events(n: usize, base_ms: i64, seed: u64) -> Vec<(String, String)> {
-    let mut state = seed | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = rankpulse_testkit::Rng::new(seed);
     let mut out = Vec::new();
     for i in 0..n {
         let session = format!("s{i}");
-        let ranker = if next() % 2 == 0 { "control" } else { "candidate" };
+        let ranker = if rng.below(2) == 0 { "control" } else { "candidate" };
         let t = base_ms + i as i64 * 10;
         let results: Vec<String> =
             (0..5).map(|p| format!(r#"{{"doc_id":"d{p}","position":{},"score":{}}}"#, p + 1, 10 - p)).collect();
@@ -169,9 +237,9 @@ pub fn events(n: usize, base_ms: i64, seed: u64) -> Vec<(String, String)> {
                 results.join(",")
             ),
         ));
-        for j in 0..(next() % 4) {
-            let doc = next() % 7;
-            let grade = next() % 5;
+        for j in 0..rng.below(4) {
+            let doc = rng.below(7);
+            let grade = rng.below(5);
             out.push((
                 session.clone(),
                 format!(
