@@ -242,14 +242,20 @@ fn send(producer: &BaseProducer, m: &MixMessage) {
     }
 }
 
-fn fill(brokers: &str, messages: &[MixMessage]) -> Result<f64, BenchError> {
-    let producer: BaseProducer = ClientConfig::new()
+/// A producer for filling a backlog as fast as the broker takes it: large
+/// batches and a queue deep enough that `send` rarely waits.
+pub(crate) fn bulk_producer(brokers: &str) -> Result<BaseProducer, BenchError> {
+    Ok(ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("linger.ms", "20")
         .set("batch.size", "1000000")
         .set("queue.buffering.max.messages", "2000000")
         .set("queue.buffering.max.kbytes", "2097151")
-        .create()?;
+        .create()?)
+}
+
+fn fill(brokers: &str, messages: &[MixMessage]) -> Result<f64, BenchError> {
+    let producer = bulk_producer(brokers)?;
     let started = Instant::now();
     for m in messages {
         send(&producer, m);

@@ -9,11 +9,10 @@
 //! messages handled while more were already fetched), with and without
 //! `state.dir`.
 
-use crate::kafka::{BenchError, consumed, scrape_path};
+use crate::kafka::{BenchError, bulk_producer, consumed, scrape_path};
 use rankpulse::config::Config;
 use rankpulse_testkit::Rng;
-use rdkafka::ClientConfig;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseRecord, Producer};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -68,13 +67,7 @@ const LEAD: u64 = 150_000;
 /// every combination in every bucket once `lists` ≥ 16 × 200 × 360. Stays
 /// at most [`LEAD`] messages ahead of `consumed`.
 fn fill(brokers: &str, lists: usize, seed: u64, consumed: &AtomicU64) -> Result<u64, BenchError> {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("linger.ms", "20")
-        .set("batch.size", "1000000")
-        .set("queue.buffering.max.messages", "2000000")
-        .set("queue.buffering.max.kbytes", "2097151")
-        .create()?;
+    let producer = bulk_producer(brokers)?;
     let mut rng = Rng::new(seed);
     let start_ms = wall_ms() - HOUR_MS;
     let spacing = (HOUR_MS - 60_000) as f64 / lists.max(1) as f64;
