@@ -4,7 +4,7 @@
 use clap::{Args, Parser, Subcommand};
 use rankpulse::config::Config;
 use rankpulse::eval::{self, EvalOptions};
-use rankpulse::metrics::{GaucWeight, Grade, IdealScope, NoRelevant};
+use rankpulse::metrics::{GaucWeight, Grade, IdealScope, NoRelevant, parse_setting};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -140,13 +140,13 @@ struct EvalArgs {
     #[arg(long, value_name = "GRADE", default_value_t = 4)]
     max_grade: Grade,
     /// GAUC weight per topic: impressions (results retrieved), uniform, positives.
-    #[arg(long, value_name = "WEIGHT", default_value_t = GaucWeight::Impressions)]
+    #[arg(long, value_name = "WEIGHT", value_parser = parse_setting::<GaucWeight>, default_value_t = GaucWeight::Impressions)]
     gauc_weight: GaucWeight,
     /// Topics with no relevant judged document: zero (counted as 0, trec_eval) or skip.
-    #[arg(long, value_name = "POLICY", default_value_t = NoRelevant::Zero)]
+    #[arg(long, value_name = "POLICY", value_parser = parse_setting::<NoRelevant>, default_value_t = NoRelevant::Zero)]
     no_relevant: NoRelevant,
     /// Ideal ranking for nDCG: judged (every judged document, trec_eval) or shown (the run's results).
-    #[arg(long, value_name = "SCOPE", default_value_t = IdealScope::Judged)]
+    #[arg(long, value_name = "SCOPE", value_parser = parse_setting::<IdealScope>, default_value_t = IdealScope::Judged)]
     ideal: IdealScope,
     /// TREC qrels file: `qid iter docno rel`.
     qrels: PathBuf,

@@ -246,7 +246,7 @@ pub fn render(s: &Snapshot) -> String {
                 &with(&[(LABEL_WINDOW, window)], &dl),
                 cell.lists as f64,
             );
-            for family in Family::ALL {
+            for &family in Family::ALL {
                 for (i, k) in k_text.iter().enumerate() {
                     let m = cell.family(family, cutoffs.len(), i);
                     window_gauges(
@@ -268,7 +268,7 @@ pub fn render(s: &Snapshot) -> String {
         }
         // Counters since start.
         let total = series.total();
-        for family in Family::ALL {
+        for &family in Family::ALL {
             for (i, k) in k_text.iter().enumerate() {
                 let m = total.family(family, cutoffs.len(), i);
                 total_counters(&mut f, family.name(), &with(&[(LABEL_K, k)], &dl), m);
@@ -308,7 +308,7 @@ pub fn render(s: &Snapshot) -> String {
             *n as f64,
         );
     }
-    for reason in RejectReason::ALL {
+    for &reason in RejectReason::ALL {
         let n = s.counters.rejected.get(&reason).copied().unwrap_or(0);
         f.counter(
             &format!("{PREFIX}events_rejected_total"),

@@ -137,7 +137,7 @@ fn static_name(name: &str, known: impl IntoIterator<Item = &'static str>) -> Opt
 }
 
 fn metric_names() -> impl Iterator<Item = &'static str> {
-    Family::ALL.into_iter().map(Family::name).chain(["gauc"])
+    Family::ALL.iter().map(|f| f.name()).chain(["gauc"])
 }
 
 impl AccumulatorsState {
@@ -219,8 +219,8 @@ impl CountersState {
             c.events.insert((topic, kind), n);
         }
         for (reason, n) in self.rejected {
-            let r = RejectReason::ALL
-                .into_iter()
+            let r = *RejectReason::ALL
+                .iter()
                 .find(|r| r.as_str() == reason)
                 .ok_or_else(|| format!("unknown reject reason {reason:?}"))?;
             c.rejected.insert(r, n);

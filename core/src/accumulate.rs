@@ -287,7 +287,8 @@ mod tests {
 }
 
 /// What to count a list under when it is left out of a mean.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Exclusion {
     /// `metrics.no_relevant = "skip"` and nothing relevant was judged.
     NoRelevant,
@@ -297,10 +298,7 @@ pub enum Exclusion {
 
 impl Exclusion {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Exclusion::NoRelevant => "no_relevant",
-            Exclusion::SingleClass => "single_class",
-        }
+        self.into()
     }
 }
 
@@ -555,7 +553,7 @@ impl Accumulators {
             }
             series.retired.apply(score, sign);
         }
-        for family in Family::ALL {
+        for &family in Family::ALL {
             let first = score.values.get(family as usize * cutoffs).copied().flatten();
             if first.is_none() && !score.values.is_empty() {
                 *series.excluded.entry((family.name(), Exclusion::NoRelevant)).or_default() += sign;

@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// Why a message was rejected. The names are label values: stable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum RejectReason {
     TooLarge,
     InvalidUtf8,
@@ -38,40 +39,10 @@ pub enum RejectReason {
 }
 
 impl RejectReason {
-    pub const ALL: [RejectReason; 14] = [
-        RejectReason::TooLarge,
-        RejectReason::InvalidUtf8,
-        RejectReason::InvalidJson,
-        RejectReason::UnknownType,
-        RejectReason::MissingField,
-        RejectReason::WrongType,
-        RejectReason::InvalidTimestamp,
-        RejectReason::InvalidPosition,
-        RejectReason::GradeOutOfRange,
-        RejectReason::UnknownAction,
-        RejectReason::NonFinite,
-        RejectReason::TooManyResults,
-        RejectReason::FutureTimestamp,
-        RejectReason::ListTooLarge,
-    ];
+    pub const ALL: &'static [RejectReason] = <RejectReason as strum::VariantArray>::VARIANTS;
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            RejectReason::TooLarge => "too_large",
-            RejectReason::InvalidUtf8 => "invalid_utf8",
-            RejectReason::InvalidJson => "invalid_json",
-            RejectReason::UnknownType => "unknown_type",
-            RejectReason::MissingField => "missing_field",
-            RejectReason::WrongType => "wrong_type",
-            RejectReason::InvalidTimestamp => "invalid_timestamp",
-            RejectReason::InvalidPosition => "invalid_position",
-            RejectReason::GradeOutOfRange => "grade_out_of_range",
-            RejectReason::UnknownAction => "unknown_action",
-            RejectReason::NonFinite => "non_finite",
-            RejectReason::TooManyResults => "too_many_results",
-            RejectReason::FutureTimestamp => "future_timestamp",
-            RejectReason::ListTooLarge => "list_too_large",
-        }
+        self.into()
     }
 
     pub fn index(self) -> usize {
@@ -551,6 +522,31 @@ mod tests {
 
     fn reason(json: &str) -> RejectReason {
         decode(json.as_bytes(), &limits()).unwrap_err()
+    }
+
+    /// The `reason` label values are a public contract: the list in the
+    /// README's Events section, derived here from the variant names.
+    #[test]
+    fn reject_reason_labels_are_the_documented_ones() {
+        let readme = include_str!("../../README.md");
+        let documented: Vec<&str> = readme
+            .split("rankpulse_events_rejected_total{reason}")
+            .nth(1)
+            .and_then(|s| s.split("- **").next())
+            .expect("README lists the reject reasons")
+            // Starts at the backtick closing the metric's name.
+            .split('`')
+            .skip(2)
+            .step_by(2)
+            .filter(|w| !w.contains('.'))
+            .collect();
+        let mut ours: Vec<&str> = RejectReason::ALL.iter().map(|r| r.as_str()).collect();
+        let mut theirs = documented.clone();
+        ours.sort_unstable();
+        theirs.sort_unstable();
+        assert_eq!(ours, theirs, "README lists {documented:?}");
+        assert_eq!(RejectReason::InvalidUtf8.to_string(), "invalid_utf8");
+        assert!(RejectReason::ALL.iter().enumerate().all(|(i, r)| r.index() == i));
     }
 
     #[test]

@@ -8,7 +8,8 @@ pub const DEFAULT_CUTOFFS: &[usize] = &[5, 10, 15, 20, 30, 100, 200, 500, 1000];
 
 /// The supported measures, declared in trec_eval's printing order (its
 /// `te_trec_measures` table), followed by rankpulse's own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum Kind {
     Runid,
     NumQ,
@@ -17,6 +18,7 @@ pub enum Kind {
     NumRelRet,
     Map,
     RecipRank,
+    #[strum(serialize = "P")]
     P,
     Recall,
     Ndcg,
@@ -31,44 +33,13 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: &'static [Kind] = &[
-        Kind::Runid,
-        Kind::NumQ,
-        Kind::NumRet,
-        Kind::NumRel,
-        Kind::NumRelRet,
-        Kind::Map,
-        Kind::RecipRank,
-        Kind::P,
-        Kind::Recall,
-        Kind::Ndcg,
-        Kind::NdcgCut,
-        Kind::MapCut,
-        Kind::NdcgExpCut,
-        Kind::ErrCut,
-        Kind::Gauc,
-    ];
+    /// Every measure, in printing order.
+    pub const ALL: &'static [Kind] = <Kind as strum::VariantArray>::VARIANTS;
 
     /// The name used on the command line and, for cutoff measures, as the
     /// prefix of each printed `name_k`.
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::Runid => "runid",
-            Kind::NumQ => "num_q",
-            Kind::NumRet => "num_ret",
-            Kind::NumRel => "num_rel",
-            Kind::NumRelRet => "num_rel_ret",
-            Kind::Map => "map",
-            Kind::RecipRank => "recip_rank",
-            Kind::P => "P",
-            Kind::Recall => "recall",
-            Kind::Ndcg => "ndcg",
-            Kind::NdcgCut => "ndcg_cut",
-            Kind::MapCut => "map_cut",
-            Kind::NdcgExpCut => "ndcg_exp_cut",
-            Kind::ErrCut => "err_cut",
-            Kind::Gauc => "gauc",
-        }
+        self.into()
     }
 
     pub fn has_cutoffs(self) -> bool {

@@ -353,9 +353,9 @@ fn evaluate(
             json!({
                 "relevance_level": opts.relevance_level,
                 "max_grade": opts.max_grade,
-                "gauc_weight": opts.gauc_weight.name(),
-                "no_relevant": opts.no_relevant.name(),
-                "ideal": opts.ideal.name(),
+                "gauc_weight": metrics::setting_name(opts.gauc_weight),
+                "no_relevant": metrics::setting_name(opts.no_relevant),
+                "ideal": metrics::setting_name(opts.ideal),
                 "complete": opts.complete,
             }),
         );

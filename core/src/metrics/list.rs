@@ -5,7 +5,8 @@
 use super::{Conventions, Grade, NoRelevant, Scratch, auc, count_relevant, dcg, err, precision, rr};
 
 /// The metric families that have a cutoff, in exposition order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "lowercase")]
 pub enum Family {
     Ndcg,
     Mrr,
@@ -16,19 +17,11 @@ pub enum Family {
 }
 
 impl Family {
-    pub const ALL: [Family; 6] =
-        [Family::Ndcg, Family::Mrr, Family::Err, Family::Precision, Family::Recall, Family::Map];
+    pub const ALL: &'static [Family] = <Family as strum::VariantArray>::VARIANTS;
 
     /// The metric name in `rankpulse_<name>`.
     pub fn name(self) -> &'static str {
-        match self {
-            Family::Ndcg => "ndcg",
-            Family::Mrr => "mrr",
-            Family::Err => "err",
-            Family::Precision => "precision",
-            Family::Recall => "recall",
-            Family::Map => "map",
-        }
+        self.into()
     }
 
     /// nDCG and ERR are graded; the others use the relevance threshold.
@@ -97,7 +90,7 @@ impl ListScorer {
         out.no_relevant_graded = !judged.iter().any(|&g| g > 0);
         let skip_graded = c.no_relevant == NoRelevant::Skip && out.no_relevant_graded;
         let skip_binary = c.no_relevant == NoRelevant::Skip && out.no_relevant_binary;
-        for family in Family::ALL {
+        for &family in Family::ALL {
             let slot = family as usize * n;
             let skip = if family.is_graded() { skip_graded } else { skip_binary };
             let cut = &self.cutoffs;

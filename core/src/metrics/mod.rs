@@ -21,8 +21,8 @@ pub mod precision;
 pub mod rr;
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::str::FromStr;
+use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 /// A relevance grade. Negative values are allowed (TREC qrels use them for
 /// "judged unusable"); they never contribute gain and are never relevant.
@@ -32,8 +32,24 @@ pub type Grade = i32;
 pub const NO_CUTOFF: usize = usize::MAX;
 
 /// How a grade becomes gain in DCG.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    Default,
+    EnumString,
+    Display,
+    IntoStaticStr,
+    VariantNames,
+    VariantArray,
+)]
+// One rule for both names: serde's (config files) and strum's (CLI, reports).
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Gain {
     /// `2^g − 1` (Burges et al.; the industry form, stresses highly relevant results).
     #[default]
@@ -43,8 +59,24 @@ pub enum Gain {
 }
 
 /// Which documents form the ideal ranking that normalizes DCG.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    Default,
+    EnumString,
+    Display,
+    IntoStaticStr,
+    VariantNames,
+    VariantArray,
+)]
+// One rule for both names: serde's (config files) and strum's (CLI, reports).
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum IdealScope {
     /// Every judged document of the list, shown or not, best first, cut at k.
     /// This is trec_eval's choice and the only one that penalizes a short
@@ -57,8 +89,24 @@ pub enum IdealScope {
 }
 
 /// What a list contributes when it has nothing relevant to find.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    Default,
+    EnumString,
+    Display,
+    IntoStaticStr,
+    VariantNames,
+    VariantArray,
+)]
+// One rule for both names: serde's (config files) and strum's (CLI, reports).
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum NoRelevant {
     /// The list counts, with value 0 (trec_eval; the seed's first option).
     #[default]
@@ -68,8 +116,24 @@ pub enum NoRelevant {
 }
 
 /// How lists are weighted when per-list AUCs are averaged into GAUC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    Default,
+    EnumString,
+    Display,
+    IntoStaticStr,
+    VariantNames,
+    VariantArray,
+)]
+// One rule for both names: serde's (config files) and strum's (CLI, reports).
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum GaucWeight {
     /// Weight = number of shown documents (the DIN paper's impression weight).
     #[default]
@@ -80,39 +144,16 @@ pub enum GaucWeight {
     Positives,
 }
 
-macro_rules! str_enum {
-    ($ty:ident { $($name:literal => $variant:ident),+ $(,)? }) => {
-        impl $ty {
-            /// The accepted spellings, for error messages and docs.
-            pub const NAMES: &'static [&'static str] = &[$($name),+];
-            /// The canonical name of this setting.
-            pub fn name(self) -> &'static str {
-                match self { $($ty::$variant => $name),+ }
-            }
-        }
-        impl FromStr for $ty {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s {
-                    $($name => Ok($ty::$variant),)+
-                    other => Err(format!(
-                        "unknown value {other:?}, expected one of {}",
-                        Self::NAMES.join(", ")
-                    )),
-                }
-            }
-        }
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-    };
+/// Parses a setting by its name, naming the accepted ones on failure
+/// (strum's own error says only that nothing matched).
+pub fn parse_setting<T: FromStr + VariantNames>(s: &str) -> Result<T, String> {
+    s.parse().map_err(|_| format!("unknown value {s:?}, expected one of {}", T::VARIANTS.join(", ")))
 }
-str_enum!(Gain { "exp2" => Exp2, "linear" => Linear });
-str_enum!(IdealScope { "judged" => Judged, "shown" => Shown });
-str_enum!(NoRelevant { "zero" => Zero, "skip" => Skip });
-str_enum!(GaucWeight { "impressions" => Impressions, "uniform" => Uniform, "positives" => Positives });
+
+/// The canonical name of a setting (`Gain::Exp2` → `"exp2"`).
+pub fn setting_name<T: Into<&'static str>>(setting: T) -> &'static str {
+    setting.into()
+}
 
 /// Every convention the engine needs, with the documented defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,15 +240,29 @@ pub fn check_cutoffs(cutoffs: &[usize]) -> Result<(), usize> {
 mod tests {
     use super::*;
 
+    /// serde (config files) and strum (CLI, reports) spell every setting
+    /// the same: a name written in one would otherwise drift from the other.
+    fn names_agree<T>()
+    where
+        T: VariantArray + VariantNames + Serialize + Copy + Into<&'static str> + FromStr + PartialEq + std::fmt::Debug,
+    {
+        assert_eq!(<T as VariantArray>::VARIANTS.len(), <T as VariantNames>::VARIANTS.len());
+        for (v, name) in <T as VariantArray>::VARIANTS.iter().zip(<T as VariantNames>::VARIANTS) {
+            assert_eq!(setting_name(*v), *name);
+            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::Value::from(*name));
+            assert_eq!(parse_setting::<T>(name), Ok(*v));
+        }
+    }
+
     #[test]
     fn names_round_trip() {
-        for n in Gain::NAMES {
-            assert_eq!(n.parse::<Gain>().unwrap().name(), *n);
-        }
-        for n in GaucWeight::NAMES {
-            assert_eq!(n.parse::<GaucWeight>().unwrap().to_string(), *n);
-        }
-        assert!("exp".parse::<Gain>().unwrap_err().contains("exp2, linear"));
+        names_agree::<Gain>();
+        names_agree::<IdealScope>();
+        names_agree::<NoRelevant>();
+        names_agree::<GaucWeight>();
+        assert_eq!(setting_name(Gain::Exp2), "exp2");
+        assert_eq!(GaucWeight::Positives.to_string(), "positives");
+        assert_eq!(parse_setting::<Gain>("exp").unwrap_err(), "unknown value \"exp\", expected one of exp2, linear");
     }
 
     #[test]
