@@ -15,6 +15,10 @@
 //! its own after a restart, another instance's after a rebalance. A message
 //! below a shard's checkpointed offset is already accounted for and is
 //! skipped, so nothing is counted twice and nothing is lost.
+//!
+//! One file for one format: its header, writer, reader and the checks a
+//! file must pass before anything restores from it. It passes 600 lines
+//! only with the round-trip and corruption tests.
 
 use crate::accumulate::{Accumulators, Cell, Exclusion, Series};
 use crate::assemble::{AssemblerState, DimensionBudget};

@@ -18,6 +18,11 @@
 //! time bucket); the totals since start are the buckets' sum, kept up as
 //! buckets are pruned (exact, being integers). `window` reads windows out
 //! of it.
+//!
+//! One file for [`Moments`], [`Cell`], [`Series`] and [`Accumulators`]
+//! (over 600 lines with the tests): each level's exactness (integer sums,
+//! retraction bit for bit, totals that survive pruning) is argued from the
+//! level below, and reads best beside it.
 
 use crate::metrics::list::{Family, ListScore};
 use serde::{Deserialize, Serialize};

@@ -33,6 +33,13 @@
 //! 29 words, 232 bytes; the hash table adds about 10 bytes per list, and the
 //! expiry slots (which let a tick find the lists due without walking them
 //! all) about 4 to 8.
+//!
+//! Why one file (about 1,170 lines before its tests): [`ListStore`] is one
+//! arena, and its methods share invariants no single method shows: the run
+//! layout above, free runs and their slack, the hash table of run starts,
+//! the expiry slots and the big-list indexes all move together when a run
+//! grows, shrinks, is compacted or expires. Split by method, each file
+//! would restate them; the tests below exercise them as a whole.
 
 use super::{Applied, ListKey, OpenList, ShownDoc, Source};
 use crate::metrics::Grade;
