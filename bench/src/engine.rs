@@ -175,7 +175,8 @@ pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessag
     for batch in order.chunks(rankpulse::pipeline::PREFETCH_BATCH) {
         decoded.clear();
         for (p, m) in batch {
-            decoded.push(shards.get(*p).map(|shard| shard.prepare(&m.payload)));
+            let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
+            decoded.push(shards.get(*p).map(|shard| shard.prepare(topic, &m.payload)));
         }
         for ((p, m), event) in batch.iter().zip(&decoded) {
             let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
