@@ -475,13 +475,16 @@ impl RawTimestamp<'_> {
     /// one of UBI's own examples) is UTC, rather than invalid.
     fn to_millis_with(&self, zoneless: bool) -> Result<i64, RejectReason> {
         let ms = match self {
-            RawTimestamp::Text(s) if zoneless => match chrono::DateTime::parse_from_rfc3339(s) {
-                Ok(t) => t.timestamp_millis() as f64,
-                Err(_) => chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
-                    .map_err(|_| RejectReason::InvalidTimestamp)?
-                    .and_utc()
-                    .timestamp_millis() as f64,
-            },
+            // RFC 3339; an offset without a colon (`+0000`, OpenSearch's
+            // own rendering); no zone at all (UTC).
+            RawTimestamp::Text(s) if zoneless => chrono::DateTime::parse_from_rfc3339(s)
+                .or_else(|_| chrono::DateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f%z"))
+                .map(|t| t.timestamp_millis())
+                .or_else(|_| {
+                    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
+                        .map(|t| t.and_utc().timestamp_millis())
+                })
+                .map_err(|_| RejectReason::InvalidTimestamp)? as f64,
             RawTimestamp::Millis(v) => {
                 if !v.is_finite() {
                     return Err(RejectReason::NonFinite);

@@ -49,7 +49,8 @@ const ACTIONS: [&str; 3] = ["click", "add_to_cart", "purchase"];
 const IGNORED: [&str; 4] = ["item_click", "search", "page_exit", "view"];
 
 /// `ms` since the epoch as ISO 8601 UTC text, in one of the shapes seen in
-/// UBI data: `…Z`, `…+00:00`, or with no zone (UTC by the mapping).
+/// UBI data: `…Z`, `…+00:00`, `…+0000` (OpenSearch's own rendering), or
+/// with no zone (UTC by the mapping).
 pub fn iso(ms: i64, shape: u64) -> String {
     let (days, rem) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
     // Howard Hinnant's civil_from_days.
@@ -63,9 +64,10 @@ pub fn iso(ms: i64, shape: u64) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     let (h, m, s, milli) = (rem / 3_600_000, rem / 60_000 % 60, rem / 1_000 % 60, rem % 1_000);
-    let zone = match shape % 3 {
+    let zone = match shape % 4 {
         0 => "Z",
         1 => "+00:00",
+        2 => "+0000",
         _ => "",
     };
     format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}{zone}")
@@ -73,8 +75,8 @@ pub fn iso(ms: i64, shape: u64) -> String {
 
 /// A UBI `timestamp` value: ISO text or epoch milliseconds.
 fn ubi_time(rng: &mut Rng, ms: i64) -> String {
-    match rng.below(4) {
-        3 => ms.to_string(),
+    match rng.below(5) {
+        4 => ms.to_string(),
         shape => format!("\"{}\"", iso(ms, shape)),
     }
 }
@@ -253,6 +255,7 @@ mod tests {
         assert_eq!(iso(0, 0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso(1_733_788_889_378, 0), "2024-12-10T00:01:29.378Z");
         assert_eq!(iso(951_782_400_000, 1), "2000-02-29T00:00:00.000+00:00");
-        assert_eq!(iso(4_107_542_399_999, 2), "2100-02-28T23:59:59.999");
+        assert_eq!(iso(4_107_542_399_999, 3), "2100-02-28T23:59:59.999");
+        assert_eq!(iso(1_733_788_889_378, 2), "2024-12-10T00:01:29.378+0000");
     }
 }

@@ -497,6 +497,15 @@ mod tests {
         assert!(i.defines_list);
         assert!(matches!(i.session_id, Cow::Borrowed(_)), "borrowed, not copied");
         // Without hit ids: the list's time and dimensions, nothing shown yet.
+        for (text, ms) in [
+            ("2024-12-10T00:01:29.378+0000", 1_733_788_889_378),
+            ("2024-12-10T01:01:29.378+01:00", 1_733_788_889_378),
+            ("2024-12-10T00:01:29", 1_733_788_889_000),
+        ] {
+            let q = format!(r#"{{"client_id":"c1","timestamp":"{text}"}}"#);
+            let Ok(Event::Impression(i)) = decode(Format::UbiQueries, q.as_bytes(), &limits()) else { panic!("{q}") };
+            assert_eq!(i.timestamp_ms, ms, "{text}");
+        }
         let q = r#"{"query_id":"q1","client_id":"c1","user_query":"tv","timestamp":1733788889378}"#;
         let Ok(Event::Impression(i)) = decode(Format::UbiQueries, q.as_bytes(), &limits()) else { panic!() };
         assert!(i.results.is_empty() && i.defines_list);
