@@ -154,7 +154,6 @@ pub struct UbiConfig {
     pub dimensions: BTreeMap<String, String>,
 }
 
-
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KafkaConfig {
