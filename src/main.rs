@@ -58,6 +58,18 @@ struct DemoArgs {
     /// Seconds between summary lines.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     report_every: u64,
+    /// The traffic's format: rankpulse, or ubi (OpenSearch UBI 1.3 queries and events on topics
+    /// ubi_queries and ubi_events, consumed with [kafka.formats]).
+    #[arg(long, default_value = "rankpulse", value_parser = parse_demo_format)]
+    format: rankpulse::event::Format,
+}
+
+fn parse_demo_format(name: &str) -> Result<rankpulse::event::Format, String> {
+    match name {
+        "rankpulse" => Ok(rankpulse::event::Format::Rankpulse),
+        "ubi" => Ok(rankpulse::event::Format::Ubi),
+        _ => Err(format!("unknown format {name:?}, expected rankpulse or ubi")),
+    }
 }
 
 #[derive(Args)]
@@ -227,10 +239,21 @@ fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     let options = DemoOptions {
         listen: args.listen,
         duration: args.duration.map(std::time::Duration::from_secs),
-        traffic: Traffic {
-            lists_per_second: args.rate,
-            degrade_after: std::time::Duration::from_secs(args.degrade_after),
-            ..Traffic::default()
+        traffic: if args.format == rankpulse::event::Format::Rankpulse {
+            Traffic {
+                lists_per_second: args.rate,
+                degrade_after: std::time::Duration::from_secs(args.degrade_after),
+                ..Traffic::default()
+            }
+        } else {
+            Traffic {
+                impressions_topic: rankpulse::demo::UBI_QUERIES_TOPIC.into(),
+                judgments_topic: rankpulse::demo::UBI_EVENTS_TOPIC.into(),
+                lists_per_second: args.rate,
+                degrade_after: std::time::Duration::from_secs(args.degrade_after),
+                format: args.format,
+                ..Traffic::default()
+            }
         },
         report_every: std::time::Duration::from_secs(args.report_every.max(1)),
     };
