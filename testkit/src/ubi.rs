@@ -85,6 +85,24 @@ fn ubi_time(rng: &mut Rng, ms: i64) -> String {
 /// impression events `ordinal_base`-based; the same arguments give the
 /// same bytes.
 pub fn ubi_mix(lists: usize, seed: u64, base_ms: i64, spacing_ms: f64, ordinal_base: u32) -> UbiTraffic {
+    generate(lists, seed, base_ms, spacing_ms, ordinal_base, false)
+}
+
+/// As [`ubi_mix`], but every list has a query carrying
+/// `query_response_hit_ids` (no impression events): the shape of a search
+/// backend that logs its responses.
+pub fn ubi_mix_hit_ids(lists: usize, seed: u64, base_ms: i64, spacing_ms: f64) -> UbiTraffic {
+    generate(lists, seed, base_ms, spacing_ms, 0, true)
+}
+
+fn generate(
+    lists: usize,
+    seed: u64,
+    base_ms: i64,
+    spacing_ms: f64,
+    ordinal_base: u32,
+    hits_always: bool,
+) -> UbiTraffic {
     let mut rng = Rng::new(seed);
     let mut t = UbiTraffic { lists, ..UbiTraffic::default() };
     for i in 0..lists {
@@ -92,7 +110,7 @@ pub fn ubi_mix(lists: usize, seed: u64, base_ms: i64, spacing_ms: f64, ordinal_b
         let id = format!("{i:08}-{:04x}", rng.below(0xffff));
         let query_id = format!("q-{id}");
         // Lists with no query are sometimes keyed by session_id alone.
-        let with_query = rng.below(10) != 0;
+        let with_query = hits_always || rng.below(10) != 0;
         let by_session = !with_query && rng.below(2) == 0;
         let key = if by_session { format!("s-{id}") } else { format!("c-{id}") };
         let ranker = RANKERS[rng.below(2) as usize];
@@ -110,7 +128,7 @@ pub fn ubi_mix(lists: usize, seed: u64, base_ms: i64, spacing_ms: f64, ordinal_b
             .collect();
         let object = |d: &str| if numeric { d.to_string() } else { format!("\"{d}\"") };
         // Hit ids in the query, or per-result impression events (a few positions missing).
-        let hit_ids = with_query && rng.below(2) == 0;
+        let hit_ids = hits_always || (with_query && rng.below(2) == 0);
         let shown: Vec<usize> = if hit_ids { (0..n).collect() } else { (0..n).filter(|_| rng.below(8) != 0).collect() };
         let ids = if by_session {
             format!(r#""session_id":"{key}""#)
