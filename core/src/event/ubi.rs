@@ -600,4 +600,30 @@ mod tests {
             assert_eq!(UbiPath::parse(bad), Err(UbiPathError(bad.to_string())));
         }
     }
+
+    proptest::proptest! {
+        /// Nothing input can reach panics: generated UBI messages with
+        /// bytes overwritten, cut short or spliced, in every format, and
+        /// as `_bulk` action lines.
+        #[test]
+        fn no_input_panics(seed in 0u64..1_000, edits in proptest::collection::vec((0usize..4096, 0u8..=255), 0..8), cut in 0usize..4096) {
+            let t = rankpulse_testkit::ubi::ubi_mix(3, seed, 1_700_000_000_000, 500.0, (seed % 2) as u32);
+            let mut l = limits();
+            l.max_results = 3;
+            for m in &t.ubi {
+                let mut bytes = m.payload.clone();
+                for &(at, b) in &edits {
+                    let n = bytes.len();
+                    if n > 0 {
+                        bytes[at % n] = b;
+                    }
+                }
+                bytes.truncate(cut.max(bytes.len() / 2));
+                for format in [Format::Ubi, Format::UbiQueries, Format::UbiEvents] {
+                    let _ = decode(format, &bytes, &l);
+                }
+                let _ = bulk_action(&bytes);
+            }
+        }
+    }
 }
