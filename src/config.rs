@@ -128,6 +128,46 @@ pub struct Config {
     pub late: LateConfig,
     pub state: StateConfig,
     pub log: LogConfig,
+    pub ubi: UbiConfig,
+}
+
+/// The wire format of a consumed topic (`[kafka.formats]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TopicFormat {
+    /// rankpulse's own events (docs/event.schema.json).
+    Rankpulse,
+    /// OpenSearch UBI 1.3 queries.
+    UbiQueries,
+    /// OpenSearch UBI 1.3 events.
+    UbiEvents,
+    /// UBI queries and events in one topic, told apart by `action_name`.
+    Ubi,
+}
+
+impl TopicFormat {
+    pub fn core(self) -> crate::event::Format {
+        use crate::event::Format;
+        match self {
+            TopicFormat::Rankpulse => Format::Rankpulse,
+            TopicFormat::UbiQueries => Format::UbiQueries,
+            TopicFormat::UbiEvents => Format::UbiEvents,
+            TopicFormat::Ubi => Format::Ubi,
+        }
+    }
+}
+
+/// How OpenSearch UBI input maps to rankpulse's events (docs/formats.md).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UbiConfig {
+    /// `event_attributes.position.ordinal` of the first result: 0
+    /// (OpenSearch's generator and click models) or 1 (the spec's examples).
+    pub ordinal_base: u32,
+    /// Dimension label → UBI path (`application`, `query_attributes.<name>`,
+    /// `event_attributes.<name>`). A label of `dimensions.labels` not
+    /// listed is read from `query_attributes.<label>`.
+    pub dimensions: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -139,6 +179,8 @@ pub struct KafkaConfig {
     pub group_id: String,
     /// Impression and judgment topics, co-partitioned by session id.
     pub topics: Vec<String>,
+    /// Topic → its format; topics not listed are rankpulse's own format.
+    pub formats: BTreeMap<String, TopicFormat>,
     /// Passed to librdkafka unchanged (TLS, SASL, tuning).
     pub properties: BTreeMap<String, String>,
     /// Invalid messages are copied here with the reason in a header, so they
@@ -298,6 +340,7 @@ impl Default for KafkaConfig {
             brokers: "127.0.0.1:9092".into(),
             group_id: "rankpulse".into(),
             topics: vec!["search-impressions".into(), "search-judgments".into()],
+            formats: BTreeMap::new(),
             properties: BTreeMap::new(),
             dead_letter_topic: String::new(),
             max_topic_drift: span("30s"),
@@ -377,6 +420,7 @@ impl Default for Config {
             late: LateConfig::default(),
             state: StateConfig::default(),
             log: LogConfig::default(),
+            ubi: UbiConfig::default(),
         }
     }
 }
@@ -577,6 +621,30 @@ impl Config {
         if self.input.max_message_bytes < 64 {
             return Err(ConfigError::key("input.max_message_bytes", "must be at least 64"));
         }
+        for topic in self.kafka.formats.keys() {
+            if !self.kafka.topics.contains(topic) {
+                return Err(ConfigError::key(
+                    &format!("kafka.formats.{topic}"),
+                    format!("{topic:?} is not one of kafka.topics {:?}", self.kafka.topics),
+                ));
+            }
+        }
+        if self.ubi.ordinal_base > 1 {
+            return Err(ConfigError::key(
+                "ubi.ordinal_base",
+                format!("{} is neither 0 nor 1 (the position.ordinal of the first result)", self.ubi.ordinal_base),
+            ));
+        }
+        for (label, path) in &self.ubi.dimensions {
+            let key = format!("ubi.dimensions.{label}");
+            if !self.dimensions.labels.contains(label) {
+                return Err(ConfigError::key(
+                    &key,
+                    format!("{label:?} is not one of dimensions.labels {:?}", self.dimensions.labels),
+                ));
+            }
+            crate::event::ubi::UbiPath::parse(path).map_err(|e| ConfigError::key(&key, e.to_string()))?;
+        }
         Ok(())
     }
 
@@ -588,6 +656,16 @@ impl Config {
             max_results: self.input.max_results,
             max_grade: self.metrics.max_grade,
             actions: self.judgments.actions.clone(),
+            ubi: crate::event::ubi::UbiSettings {
+                ordinal_base: self.ubi.ordinal_base,
+                // Validated at load; a path that does not parse is left out.
+                dimensions: self
+                    .ubi
+                    .dimensions
+                    .iter()
+                    .filter_map(|(label, path)| Some((label.clone(), crate::event::ubi::UbiPath::parse(path).ok()?)))
+                    .collect(),
+            },
         }
     }
 
@@ -610,6 +688,13 @@ impl Config {
             bucket_ms: self.windows.bucket.ms(),
             longest_window_ms: self.windows.spans.iter().map(|s| s.ms()).max().unwrap_or(0),
             max_future_skew_ms: self.input.max_future_skew.ms(),
+            formats: self
+                .kafka
+                .formats
+                .iter()
+                .filter(|(_, f)| **f != TopicFormat::Rankpulse)
+                .map(|(t, f)| (t.clone(), f.core()))
+                .collect(),
         }
     }
 
@@ -754,6 +839,22 @@ mod tests {
         assert!(e.contains("reserved"), "{e}");
         let e = from_toml("[judgments.actions]\nclick = 9\n").unwrap_err().to_string();
         assert!(e.starts_with("config key judgments.actions.click:"), "{e}");
+        let e = from_toml("[kafka.formats]\nsearch-judgments = \"ubi_event\"\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key kafka.formats.search-judgments:") && e.contains("ubi_events"), "{e}");
+        let e = from_toml("[kafka.formats]\nubi-events = \"ubi_events\"\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key kafka.formats.ubi-events:") && e.contains("not one of kafka.topics"), "{e}");
+        let e = from_toml("[ubi]\nordinal_base = 2\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key ubi.ordinal_base:"), "{e}");
+        let e = from_toml("[ubi.dimensions]\nranker = \"query_attributes\"\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key ubi.dimensions.ranker:") && e.contains("query_attributes.<name>"), "{e}");
+        let e = from_toml("[ubi.dimensions]\narm = \"application\"\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key ubi.dimensions.arm:") && e.contains("dimensions.labels"), "{e}");
+        let ok = "[kafka]\ntopics = [\"q\", \"e\"]\n[kafka.formats]\nq = \"ubi_queries\"\ne = \"ubi_events\"\n\
+                  [ubi]\nordinal_base = 1\n[ubi.dimensions]\nranker = \"application\"\n";
+        let settings = from_toml(ok).unwrap().pipeline_settings();
+        use crate::event::Format;
+        assert_eq!(settings.formats, [("e".to_string(), Format::UbiEvents), ("q".to_string(), Format::UbiQueries)]);
+        assert_eq!(settings.decode.ubi.ordinal_base, 1);
         let e = from_toml("[http]\nlisten = \"localhost\"\n").unwrap_err().to_string();
         assert!(e.starts_with("config key http.listen:"), "{e}");
     }

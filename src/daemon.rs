@@ -365,7 +365,7 @@ impl Daemon {
             .map(|message| {
                 let m = message.as_ref().ok()?;
                 let shard = self.shards.get(&m.partition())?;
-                Some(shard.pipeline.prepare(m.payload()?))
+                Some(shard.pipeline.prepare(m.topic(), m.payload()?))
             })
             .collect()
     }

@@ -19,6 +19,7 @@
 //! topics have [`DEMO_PARTITIONS`] partitions.
 
 use crate::config::Config;
+use crate::event::Format;
 use crate::http::Published;
 use rand::seq::IndexedRandom;
 use rand::{Rng as _, SeedableRng};
@@ -45,6 +46,11 @@ pub struct Traffic {
     /// Share of messages that are deliberately invalid.
     pub invalid_share: f64,
     pub seed: u64,
+    /// The same searches as OpenSearch UBI 1.3 (`ubi`): queries to the
+    /// impressions topic, impression events (0-based ordinals), clicks,
+    /// purchases and raters' grades (`rated_<g>` actions) to the judgments
+    /// topic; else rankpulse's own events.
+    pub format: Format,
 }
 
 impl Default for Traffic {
@@ -56,6 +62,7 @@ impl Default for Traffic {
             degrade_after: Duration::from_secs(180),
             invalid_share: 0.01,
             seed: 42,
+            format: Format::Rankpulse,
         }
     }
 }
@@ -72,8 +79,23 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// One simulated search: (session key, impression JSON, judgment JSONs).
-fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64) -> (String, String, Vec<String>) {
+/// Topics of the demo in UBI form.
+pub const UBI_QUERIES_TOPIC: &str = "ubi_queries";
+pub const UBI_EVENTS_TOPIC: &str = "ubi_events";
+
+/// The rater grades of the UBI demo as actions (`[judgments.actions]`
+/// `rated_0` = 0 … `rated_4` = 4): UBI events carry actions, not grades.
+pub fn ubi_rating_actions(config: &mut Config) {
+    for g in 0..=MAX_GRADE {
+        config.judgments.actions.insert(format!("rated_{g}"), g);
+    }
+}
+
+/// One simulated search: (session key, impression JSON, judgment JSONs);
+/// with `ubi`, (client id, UBI query, UBI events: impressions of each
+/// shown result, then clicks, purchases, ratings and a page view). The
+/// same random draws either way: the same searches.
+fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64, ubi: bool) -> (String, String, Vec<String>) {
     let session = format!("sess-{n}");
     let query = format!("q{}", n % 7);
     let market = MARKETS.choose(rng).copied().unwrap_or("us");
@@ -107,14 +129,39 @@ fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64) -> (String, String, 
             format!(r#"{{"doc_id":"doc-{query}-{doc}","position":{},"score":{:.4}}}"#, p + 1, score)
         })
         .collect();
-    let impression = format!(
-        r#"{{"type":"impression","event_id":"imp-{n}","session_id":"{session}","query_id":"{query}","timestamp":{ts},"results":[{}],"dimensions":{{"ranker":"{ranker}","market":"{market}"}}}}"#,
-        results.join(",")
-    );
+    let impression = if ubi {
+        format!(
+            r#"{{"application":"demo","query_id":"{query}","client_id":"{session}","user_query":"{query}","query_attributes":{{"ranker":"{ranker}","market":"{market}"}},"timestamp":{ts}}}"#
+        )
+    } else {
+        format!(
+            r#"{{"type":"impression","event_id":"imp-{n}","session_id":"{session}","query_id":"{query}","timestamp":{ts},"results":[{}],"dimensions":{{"ranker":"{ranker}","market":"{market}"}}}}"#,
+            results.join(",")
+        )
+    };
     let mut judgments = Vec::new();
+    if ubi {
+        for (p, (_, doc)) in shown.iter().enumerate() {
+            judgments.push(format!(
+                r#"{{"application":"demo","action_name":"impression","query_id":"{query}","client_id":"{session}","timestamp":{ts},"event_attributes":{{"object":{{"object_id":"doc-{query}-{doc}"}},"position":{{"ordinal":{p}}}}}}}"#
+            ));
+        }
+        judgments.push(format!(
+            r#"{{"application":"demo","action_name":"view_search_results","query_id":"{query}","client_id":"{session}","timestamp":{ts},"event_attributes":null}}"#
+        ));
+    }
     let mut j = 0;
     let mut judge = |doc: usize, field: String, dt: i64| {
         j += 1;
+        if ubi {
+            // `"action":"click"` → click; `"grade":3` → rated_3.
+            let action = field.rsplit(':').next().unwrap_or("").trim_matches('"');
+            let action = if field.starts_with(r#""grade""#) { format!("rated_{action}") } else { action.to_string() };
+            return format!(
+                r#"{{"application":"demo","action_name":"{action}","query_id":"{query}","client_id":"{session}","timestamp":{},"event_attributes":{{"object":{{"object_id":"doc-{query}-{doc}"}}}}}}"#,
+                ts + dt
+            );
+        }
         format!(
             r#"{{"type":"judgment","event_id":"j-{n}-{j}","session_id":"{session}","query_id":"{query}","doc_id":"doc-{query}-{doc}",{field},"timestamp":{}}}"#,
             ts + dt
@@ -174,7 +221,8 @@ pub async fn generate(producer: &FutureProducer, traffic: &Traffic, stop: impl F
         while owed >= 1.0 {
             owed -= 1.0;
             n += 1;
-            let (session, impression, judgments) = simulate(&mut rng, n, degraded, now_ms());
+            let ubi = traffic.format != Format::Rankpulse;
+            let (session, impression, judgments) = simulate(&mut rng, n, degraded, now_ms(), ubi);
             send(producer, &traffic.impressions_topic, &session, impression);
             for j in judgments {
                 send(producer, &traffic.judgments_topic, &session, j);
@@ -315,6 +363,12 @@ pub fn demo(options: DemoOptions, stop: impl Future<Output = ()>) -> anyhow::Res
     config.kafka.brokers = bootstrap.clone();
     config.kafka.group_id = "rankpulse-demo".into();
     config.kafka.topics = vec![options.traffic.impressions_topic.clone(), options.traffic.judgments_topic.clone()];
+    if options.traffic.format != Format::Rankpulse {
+        use crate::config::TopicFormat;
+        config.kafka.formats.insert(options.traffic.impressions_topic.clone(), TopicFormat::UbiQueries);
+        config.kafka.formats.insert(options.traffic.judgments_topic.clone(), TopicFormat::UbiEvents);
+        ubi_rating_actions(&mut config);
+    }
     config.http.listen = options.listen.clone();
     // Short gap: demo lists are complete within seconds.
     config.session.gap = "5s".parse().map_err(anyhow::Error::msg)?;
@@ -400,7 +454,7 @@ mod tests {
         let mut rng = Rng::seed_from_u64(3);
         let mut clicks = 0;
         for n in 0..200 {
-            let (_, imp, judgments) = simulate(&mut rng, n, n >= 100, 1_700_000_000_000);
+            let (_, imp, judgments) = simulate(&mut rng, n, n >= 100, 1_700_000_000_000, false);
             assert!(crate::event::decode(imp.as_bytes(), &limits).is_ok(), "{imp}");
             for j in &judgments {
                 assert!(crate::event::decode(j.as_bytes(), &limits).is_ok(), "{j}");
@@ -409,6 +463,53 @@ mod tests {
             assert!(crate::event::decode(invalid(&mut rng, n).as_bytes(), &limits).is_err());
         }
         assert!(clicks > 100, "users click and raters grade: {clicks}");
+    }
+
+    /// The UBI demo is the same searches: through the pipeline, the same
+    /// lists with the same sums of every metric as the native demo's (not AUC:
+    /// UBI sends no scores, so AUC reads positions), nothing rejected, one
+    /// page view per search ignored.
+    #[test]
+    fn the_ubi_demo_is_the_same_searches() {
+        use crate::pipeline::{Clock, Pipeline};
+        let run = |ubi: bool| {
+            let mut config = Config::default();
+            let settings = if ubi {
+                ubi_rating_actions(&mut config);
+                let mut s = config.pipeline_settings();
+                s.formats = vec![("q".into(), Format::UbiQueries), ("e".into(), Format::UbiEvents)];
+                s
+            } else {
+                config.pipeline_settings()
+            };
+            let mut p = Pipeline::new(&settings);
+            let mut rng = Rng::seed_from_u64(9);
+            for n in 0..300 {
+                let ts = 1_700_000_000_000 + n as i64 * 1_000;
+                let (_, first, rest) = simulate(&mut rng, n, n >= 150, ts, ubi);
+                p.ingest("q", first.as_bytes(), Clock::replay(), None).unwrap();
+                for m in rest {
+                    p.ingest("e", m.as_bytes(), Clock::replay(), None).unwrap();
+                }
+            }
+            p.finalize_all();
+            p
+        };
+        let (native, ubi) = (run(false), run(true));
+        assert_eq!(ubi.counters().ignored.values().sum::<u64>(), 300);
+        let sums = |p: &Pipeline| -> Vec<(Vec<String>, i64, String)> {
+            p.accumulators()
+                .series
+                .iter()
+                .map(|(d, s)| {
+                    // Every family but GAUC, the last.
+                    let t = s.total();
+                    (d.to_vec(), s.lists(), format!("{:?}", &t.metrics[..t.metrics.len().saturating_sub(1)]))
+                })
+                .collect()
+        };
+        assert!(native.accumulators().series.values().map(|s| s.lists()).sum::<i64>() == 300);
+        assert_eq!(sums(&ubi), sums(&native));
     }
 
     /// The demo's broker holds at most DEMO_BROKER_BYTES however long it

@@ -58,6 +58,18 @@ struct DemoArgs {
     /// Seconds between summary lines.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     report_every: u64,
+    /// The traffic's format: rankpulse, or ubi (OpenSearch UBI 1.3 queries and events on topics
+    /// ubi_queries and ubi_events, consumed with [kafka.formats]).
+    #[arg(long, default_value = "rankpulse", value_parser = parse_demo_format)]
+    format: rankpulse::event::Format,
+}
+
+fn parse_demo_format(name: &str) -> Result<rankpulse::event::Format, String> {
+    match name {
+        "rankpulse" => Ok(rankpulse::event::Format::Rankpulse),
+        "ubi" => Ok(rankpulse::event::Format::Ubi),
+        _ => Err(format!("unknown format {name:?}, expected rankpulse or ubi")),
+    }
 }
 
 #[derive(Args)]
@@ -110,8 +122,20 @@ struct ReplayArgs {
     /// Configuration file (TOML); defaults apply to every key it leaves out.
     #[arg(long, short = 'C', value_name = "PATH")]
     config: Option<PathBuf>,
-    /// Events file, one JSON event per line, or `-` for stdin.
-    file: PathBuf,
+    /// Format of the files: rankpulse (docs/event.schema.json), or OpenSearch UBI 1.3: ubi
+    /// (queries and events, _bulk NDJSON exports included), ubi_queries, ubi_events.
+    #[arg(long, default_value = "rankpulse", value_parser = parse_format)]
+    format: rankpulse::event::Format,
+    /// Events files, one JSON event per line, read in turn into one pipeline; `-` for stdin.
+    #[arg(required = true, num_args = 1..)]
+    files: Vec<PathBuf>,
+}
+
+fn parse_format(name: &str) -> Result<rankpulse::event::Format, String> {
+    rankpulse::event::Format::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = rankpulse::event::Format::NAMES.iter().map(|(n, _)| *n).collect();
+        format!("unknown format {name:?}, expected one of {}", names.join(", "))
+    })
 }
 
 #[derive(Args)]
@@ -215,10 +239,21 @@ fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     let options = DemoOptions {
         listen: args.listen,
         duration: args.duration.map(std::time::Duration::from_secs),
-        traffic: Traffic {
-            lists_per_second: args.rate,
-            degrade_after: std::time::Duration::from_secs(args.degrade_after),
-            ..Traffic::default()
+        traffic: if args.format == rankpulse::event::Format::Rankpulse {
+            Traffic {
+                lists_per_second: args.rate,
+                degrade_after: std::time::Duration::from_secs(args.degrade_after),
+                ..Traffic::default()
+            }
+        } else {
+            Traffic {
+                impressions_topic: rankpulse::demo::UBI_QUERIES_TOPIC.into(),
+                judgments_topic: rankpulse::demo::UBI_EVENTS_TOPIC.into(),
+                lists_per_second: args.rate,
+                degrade_after: std::time::Duration::from_secs(args.degrade_after),
+                format: args.format,
+                ..Traffic::default()
+            }
         },
         report_every: std::time::Duration::from_secs(args.report_every.max(1)),
     };
@@ -312,21 +347,30 @@ async fn shutdown_signal() {
 
 fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
     use anyhow::Context;
-    use rankpulse::replay::{ReplayError, replay_events};
-    use std::io::Write;
+    use rankpulse::replay::{ReplayError, replay_events_as};
+    use std::io::{BufRead, Write};
     let config = Config::load(args.config.as_deref())?;
-    let stdin = args.file.as_os_str() == "-";
-    let result = if stdin {
-        replay_events(&config, std::io::stdin().lock())
-    } else {
-        let file = std::fs::File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?;
-        replay_events(&config, std::io::BufReader::with_capacity(1 << 16, file))
-    };
-    let name = if stdin { "standard input".to_string() } else { args.file.display().to_string() };
-    let text = match result {
+    let is_stdin = |f: &PathBuf| f.as_os_str() == "-";
+    let name = |f: &PathBuf| if is_stdin(f) { "standard input".to_string() } else { f.display().to_string() };
+    let mut inputs: Vec<Box<dyn BufRead>> = Vec::with_capacity(args.files.len());
+    for file in &args.files {
+        if is_stdin(file) {
+            inputs.push(Box::new(std::io::stdin().lock()));
+        } else {
+            let f = std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
+            inputs.push(Box::new(std::io::BufReader::with_capacity(1 << 16, f)));
+        }
+    }
+    let text = match replay_events_as(&config, args.format, inputs) {
         Ok(text) => text,
-        Err(ReplayError::Read(cause)) => anyhow::bail!("cannot read {name}: {cause}"),
-        Err(e) => anyhow::bail!("{name}: {e}"),
+        Err((at, e)) => {
+            let name = args.files.get(at).map(name).unwrap_or_default();
+            match e {
+                ReplayError::Read(cause) if args.files.len() == 1 => anyhow::bail!("cannot read {name}: {cause}"),
+                ReplayError::Read(cause) => anyhow::bail!("cannot read the input: {cause}"),
+                e => anyhow::bail!("{name}: {e}"),
+            }
+        }
     };
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(())

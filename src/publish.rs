@@ -7,7 +7,7 @@
 
 use crate::accumulate::{Accumulators, Moments};
 use crate::config::{Config, Span};
-use crate::event::RejectReason;
+use crate::event::{IgnoreReason, RejectReason};
 use crate::metrics::list::Family;
 use crate::pipeline::OpsCounters;
 use crate::window::window_cell;
@@ -313,6 +313,15 @@ pub fn render(s: &Snapshot) -> String {
         f.counter(
             &format!("{PREFIX}events_rejected_total"),
             "Messages rejected, by reason; a rejected message changes no metric",
+            &[(LABEL_REASON, reason.as_str())],
+            n as f64,
+        );
+    }
+    for reason in IgnoreReason::ALL {
+        let n = s.counters.ignored.get(&reason).copied().unwrap_or(0);
+        f.counter(
+            &format!("{PREFIX}events_ignored_total"),
+            "Valid messages that score nothing (UBI actions not in judgments.actions, _bulk action lines), by reason",
             &[(LABEL_REASON, reason.as_str())],
             n as f64,
         );

@@ -11,7 +11,8 @@
 //! binary file, another format, an empty pipe).
 
 use crate::config::Config;
-use crate::event::RejectReason;
+use crate::event::ubi::bulk_action;
+use crate::event::{Format, IgnoreReason, RejectReason};
 use crate::pipeline::{Clock, Pipeline};
 use crate::publish::{Snapshot, render};
 use std::collections::BTreeMap;
@@ -30,7 +31,7 @@ pub enum ReplayError {
     Read(std::io::Error),
     #[error(
         "no line is a valid event: {rejected} line(s) rejected, the first (line {first_line}) as {first_reason} \
-         (expected one JSON event per line, see docs/event.schema.json)"
+         (expected one JSON event per line of the format given, see docs/formats.md)"
     )]
     NoValidEvent { rejected: u64, first_line: u64, first_reason: RejectReason },
     #[error("no event to replay: the input is empty or holds only blank lines")]
@@ -46,46 +47,76 @@ pub struct Replayed {
     pub accepted: u64,
     /// The first rejected line (1-based, blank lines counted) and why.
     pub first_reject: Option<(u64, RejectReason)>,
+    /// The input (0-based, in the order given) holding `first_reject`.
+    pub first_reject_input: usize,
 }
 
-/// Runs the pipeline over `input` and returns the final pipeline.
+/// Runs the pipeline over `input` (rankpulse's own format) and returns the final pipeline.
 pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<Replayed> {
+    replay_inputs(config, Format::Rankpulse, [input])
+}
+
+/// Runs one pipeline over `inputs` in turn, each line a message of
+/// `format`. In the UBI formats, OpenSearch `_bulk` action lines
+/// (`{"index":{"_index":"ubi_queries",…}}`) are skipped and counted
+/// (`rankpulse_events_ignored_total{reason="bulk_action_line"}`); with
+/// `ubi`, the `_index` of an action line (holding `queries` or `events`)
+/// says what the next line is, and a line after none is told by its
+/// fields (an event has an `action_name`).
+pub fn replay_inputs<R: BufRead>(
+    config: &Config,
+    format: Format,
+    inputs: impl IntoIterator<Item = R>,
+) -> std::io::Result<Replayed> {
     let mut pipeline = Pipeline::new(&config.pipeline_settings());
     let clock = Clock::replay();
     let mut line = Vec::new();
-    let mut input = input;
-    let (mut number, mut lines, mut accepted, mut first_reject) = (0, 0, 0, None);
+    let (mut lines, mut accepted, mut first_reject, mut first_reject_input) = (0, 0, None, 0);
     // One more byte than a message may have: the `\r` of a CRLF line.
     let limit = config.input.max_message_bytes.saturating_add(1);
-    loop {
-        let too_long = match read_line(&mut input, &mut line, limit)? {
-            Line::End => break,
-            Line::Read => false,
-            Line::TooLong => true,
-        };
-        number += 1;
-        let message = trim_line(&line);
-        if message.is_empty() && !too_long {
-            continue;
-        }
-        lines += 1;
-        // Processing time is not used in a replay: it would make the result
-        // depend on how fast the file is read. Lists past their gap in
-        // event time are finalized by the ingest itself, as in the daemon.
-        let result = if too_long {
-            pipeline.ingest_decoded(REPLAY_TOPIC, &Err(RejectReason::TooLarge), clock, None)
-        } else {
-            pipeline.ingest(REPLAY_TOPIC, message, clock, None)
-        };
-        match result {
-            Ok(()) => accepted += 1,
-            Err(reason) => {
-                first_reject.get_or_insert((number, reason));
+    let ubi = format != Format::Rankpulse;
+    for (index, mut input) in inputs.into_iter().enumerate() {
+        let mut number = 0;
+        // What the last `_bulk` action line said the next line is.
+        let mut next: Option<Format> = None;
+        loop {
+            let too_long = match read_line(&mut input, &mut line, limit)? {
+                Line::End => break,
+                Line::Read => false,
+                Line::TooLong => true,
+            };
+            number += 1;
+            let message = trim_line(&line);
+            if message.is_empty() && !too_long {
+                continue;
+            }
+            lines += 1;
+            if ubi
+                && !too_long
+                && let Some(target) = bulk_action(message)
+            {
+                pipeline.count_ignored(IgnoreReason::BulkActionLine);
+                next = (format == Format::Ubi).then(|| target.format());
+                continue;
+            }
+            let this = next.take().unwrap_or(format);
+            // Processing time is not used in a replay: it would make the result
+            // depend on how fast the file is read. Lists past their gap in
+            // event time are finalized by the ingest itself, as in the daemon.
+            let decoded = if too_long { Err(RejectReason::TooLarge) } else { pipeline.prepare_as(this, message) };
+            match pipeline.ingest_decoded(REPLAY_TOPIC, &decoded, clock, None) {
+                Ok(()) => accepted += 1,
+                Err(reason) => {
+                    if first_reject.is_none() {
+                        first_reject = Some((number, reason));
+                        first_reject_input = index;
+                    }
+                }
             }
         }
     }
     pipeline.finalize_all();
-    Ok(Replayed { pipeline, lines, accepted, first_reject })
+    Ok(Replayed { pipeline, lines, accepted, first_reject, first_reject_input })
 }
 
 /// What [`read_line`] found.
@@ -153,13 +184,25 @@ pub fn replay(config: &Config, input: impl BufRead) -> std::io::Result<String> {
 /// `rankpulse replay`: as [`replay`], but an input without a single valid
 /// event is an error rather than an exposition of zeros.
 pub fn replay_events(config: &Config, input: impl BufRead) -> Result<String, ReplayError> {
-    let replayed = replay_pipeline(config, input).map_err(ReplayError::Read)?;
+    replay_events_as(config, Format::Rankpulse, [input]).map_err(|(_, e)| e)
+}
+
+/// `rankpulse replay --format F FILE…`: as [`replay_events`] over several
+/// inputs of one format; an error comes with the index of the input it
+/// is about.
+pub fn replay_events_as<R: BufRead>(
+    config: &Config,
+    format: Format,
+    inputs: impl IntoIterator<Item = R>,
+) -> Result<String, (usize, ReplayError)> {
+    let replayed = replay_inputs(config, format, inputs).map_err(|e| (0, ReplayError::Read(e)))?;
+    let at = replayed.first_reject_input;
     match replayed.first_reject {
         _ if replayed.accepted > 0 => Ok(exposition(config, &replayed.pipeline)),
         Some((first_line, first_reason)) => {
-            Err(ReplayError::NoValidEvent { rejected: replayed.lines, first_line, first_reason })
+            Err((at, ReplayError::NoValidEvent { rejected: replayed.lines, first_line, first_reason }))
         }
-        None => Err(ReplayError::Empty),
+        None => Err((0, ReplayError::Empty)),
     }
 }
 

@@ -42,6 +42,39 @@ pub fn pipeline_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
     messages.len() as f64 / started.elapsed().as_secs_f64()
 }
 
+/// The same lists as OpenSearch UBI queries and events (two topics) and as
+/// native events, through the pipeline alone on one core: lists per
+/// second of each (native, UBI). Both runs finalize every list.
+pub fn ubi_vs_native(config: &Config, traffic: &rankpulse_testkit::ubi::UbiTraffic) -> (f64, f64) {
+    use rankpulse::event::Format;
+    use rankpulse_testkit::ubi::UbiTopic;
+    let native = {
+        let mut pipeline = Pipeline::new(&config.pipeline_settings());
+        let clock = Clock::replay();
+        let started = Instant::now();
+        for m in &traffic.native {
+            let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
+            let _ = pipeline.ingest(topic, &m.payload, clock, None);
+        }
+        pipeline.finalize_all();
+        started.elapsed().as_secs_f64()
+    };
+    let ubi = {
+        let mut settings = config.pipeline_settings();
+        settings.formats = vec![("ubi_queries".into(), Format::UbiQueries), ("ubi_events".into(), Format::UbiEvents)];
+        let mut pipeline = Pipeline::new(&settings);
+        let clock = Clock::replay();
+        let started = Instant::now();
+        for m in &traffic.ubi {
+            let topic = if m.topic == UbiTopic::Queries { "ubi_queries" } else { "ubi_events" };
+            let _ = pipeline.ingest(topic, &m.payload, clock, None);
+        }
+        pipeline.finalize_all();
+        started.elapsed().as_secs_f64()
+    };
+    (traffic.lists as f64 / native, traffic.lists as f64 / ubi)
+}
+
 /// What [`hot_key`] measured, in milliseconds of one core.
 #[derive(Debug, Clone, Copy)]
 pub struct HotKey {
@@ -175,7 +208,8 @@ pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessag
     for batch in order.chunks(rankpulse::pipeline::PREFETCH_BATCH) {
         decoded.clear();
         for (p, m) in batch {
-            decoded.push(shards.get(*p).map(|shard| shard.prepare(&m.payload)));
+            let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
+            decoded.push(shards.get(*p).map(|shard| shard.prepare(topic, &m.payload)));
         }
         for ((p, m), event) in batch.iter().zip(&decoded) {
             let topic = if m.judgment { "search-judgments" } else { "search-impressions" };

@@ -73,6 +73,20 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         gap_seconds: u64,
     },
+    /// UBI input against native input on the same generated lists
+    /// (rankpulse_testkit::ubi), through the pipeline alone on one core:
+    /// lists per second of each and their ratio, --rounds times.
+    Ubi {
+        #[arg(long, default_value_t = 200_000)]
+        lists: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Only lists whose query carries query_response_hit_ids (one message per list shown).
+        #[arg(long)]
+        hit_ids_only: bool,
+    },
     /// The bare consumer (a process the shapes bench starts): reads
     /// --messages messages of the topics in RANKPULSE__KAFKA__* and decodes
     /// each with serde_json, then prints one JSON line.
@@ -131,6 +145,32 @@ fn main() -> anyhow::Result<()> {
         Command::HotKey(args) => measure("hot-key", args),
         Command::LoopGap(args) => measure("loop-gap", args),
         Command::Bare { messages, delays } => bare::run(messages, delays),
+        Command::Ubi { lists, seed, rounds, hit_ids_only } => {
+            let config = Config::load(None)?;
+            let traffic = if hit_ids_only {
+                rankpulse_testkit::ubi::ubi_mix_hit_ids(lists, seed, 1_763_780_000_000, 100.0)
+            } else {
+                rankpulse_testkit::ubi::ubi_mix(lists, seed, 1_763_780_000_000, 100.0, 0)
+            };
+            eprintln!(
+                "{} lists: {} native messages, {} UBI messages",
+                traffic.lists,
+                traffic.native.len(),
+                traffic.ubi.len()
+            );
+            let mut ratios = Vec::new();
+            for round in 1..=rounds.max(1) {
+                let (native, ubi) = engine::ubi_vs_native(&config, &traffic);
+                println!(
+                    "round {round}: native {native:.0} lists/s, UBI {ubi:.0} lists/s, UBI/native {:.2}",
+                    ubi / native
+                );
+                ratios.push(ubi / native);
+            }
+            ratios.sort_by(f64::total_cmp);
+            println!("median UBI/native: {:.2}", ratios[ratios.len() / 2]);
+            Ok(())
+        }
         Command::Shapes {
             brokers,
             rankpulse,

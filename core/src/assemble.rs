@@ -255,7 +255,8 @@ pub struct OpenList {
     last_event_ms: i64,
     /// Processing time of the newest arrival, for partitions that go idle.
     last_arrival_ms: i64,
-    /// Set by the first impression: (impression time, dimensions).
+    /// Set by the impression that decides the list's time and dimensions:
+    /// (its rank, see `impression_rank`; dimensions).
     impression: Option<(i64, DimsId)>,
     shown: Vec<ShownDoc>,
     /// Highest grade per judged document.
@@ -641,6 +642,7 @@ impl Assembler {
         let (session, query) = match event {
             Event::Impression(i) => (&i.session_id, &i.query_id),
             Event::Judgment(j) => (&j.session_id, &j.query_id),
+            Event::Ignored(_) => return,
         };
         self.open_lists.prefetch(list_key(session, query.as_deref()));
     }
@@ -661,6 +663,8 @@ impl Assembler {
         let (session, query, ts, event_id) = match event {
             Event::Impression(i) => (&i.session_id, &i.query_id, i.timestamp_ms, &i.event_id),
             Event::Judgment(j) => (&j.session_id, &j.query_id, j.timestamp_ms, &j.event_id),
+            // The pipeline counts these; they belong to no list.
+            Event::Ignored(_) => return Applied::Applied,
         };
         let key = list_key(session, query.as_deref());
         let event_hash = xxh3_64(event_id.as_bytes());
@@ -740,7 +744,7 @@ impl Assembler {
                 Some(Err(refused)) => return refused,
                 Some(Ok(_)) => {
                     let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
-                    self.open_lists.note_impression(start, i.timestamp_ms, dims);
+                    self.open_lists.note_impression(start, impression_rank(i), dims);
                     if let Some(big) = self.open_lists.big_mut(key) {
                         for r in &i.results {
                             big.show(doc_hash(&r.doc_id), r.position, r.score.unwrap_or(f64::NAN));
@@ -784,6 +788,7 @@ impl Assembler {
                 apply_impression(list, i, dims);
             }
             Event::Judgment(j) => apply_judgment(list, j),
+            Event::Ignored(_) => {}
         }
         if self.open_lists.store_at(key, at, list).is_err() {
             // The arena's 2^32 words are full: final now, like an evicted
@@ -1074,11 +1079,31 @@ fn oldest(lists: &ListStore) -> Vec<(ListKey, i64)> {
     ages.into_iter().map(|(t, k)| (k, t)).collect()
 }
 
+/// Set on the rank of an impression that does not define its list (a UBI
+/// `impression` event): event times are below 2^48 (year 9999), so any
+/// impression that defines the list ranks before any that does not.
+const NOT_DEFINING: i64 = 1 << 62;
+
+/// What decides which impression gives a list its time and dimensions:
+/// the lowest rank, i.e. the earliest of those that define the list, else
+/// the earliest of the others. Stored in place of the impression time;
+/// [`impression_time`] reads the time back.
+fn impression_rank(impression: &Impression) -> i64 {
+    impression.timestamp_ms | if impression.defines_list { 0 } else { NOT_DEFINING }
+}
+
+/// The impression time of a stored rank.
+fn impression_time(rank: i64) -> i64 {
+    rank & !NOT_DEFINING
+}
+
 fn apply_impression(list: &mut OpenList, impression: &Impression, dims: DimsId) {
-    // The earliest impression of the list decides its time and dimensions.
+    // The earliest impression of the list that defines it decides its time
+    // and dimensions (see `impression_rank`).
+    let rank = impression_rank(impression);
     match list.impression {
-        Some((t, _)) if t <= impression.timestamp_ms => {}
-        _ => list.impression = Some((impression.timestamp_ms, dims)),
+        Some((t, _)) if t <= rank => {}
+        _ => list.impression = Some((rank, dims)),
     }
     // Sized once: growing by doubling would leave up to half of it unused
     // for the list's whole life.
@@ -1108,9 +1133,9 @@ fn apply_judgment(list: &mut OpenList, judgment: &Judgment) {
 /// Fills `into` with what `list` is scored from; false when nothing was
 /// shown (an orphan).
 fn finalize(list: &mut OpenList, into: &mut FinalBuffers) -> bool {
-    let Some((impression_ms, dims)) = list.impression else { return false };
+    let Some((rank, dims)) = list.impression else { return false };
     into.dims = dims;
-    into.impression_ms = impression_ms;
+    into.impression_ms = impression_time(rank);
     // In place: the order of `shown` means nothing else, and a final list
     // kept for late judgments is finalized again from the same state.
     list.shown.sort_unstable_by_key(|s| s.position);
@@ -1219,8 +1244,10 @@ mod tests {
     }
 
     fn imp(id: &str, session: &str, ts: i64, docs: &[(&str, u32)]) -> String {
-        let results: Vec<String> =
-            docs.iter().map(|(d, p)| format!(r#"{{"doc_id":"{d}","position":{p},"score":{}}}"#, 10 - p)).collect();
+        let results: Vec<String> = docs
+            .iter()
+            .map(|(d, p)| format!(r#"{{"doc_id":"{d}","position":{p},"score":{}}}"#, 10u32.wrapping_sub(*p)))
+            .collect();
         format!(
             r#"{{"type":"impression","event_id":"{id}","session_id":"{session}","query_id":"q","timestamp":{ts},"results":[{}],"dimensions":{{"ranker":"a"}}}}"#,
             results.join(",")

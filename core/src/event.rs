@@ -14,6 +14,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub mod ubi;
+
 /// Why a message was rejected. The names are label values: stable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
@@ -50,6 +52,35 @@ impl RejectReason {
     }
 }
 
+/// Why a message that is valid but says nothing rankpulse scores was
+/// skipped: counted (`rankpulse_events_ignored_total{reason}`), never
+/// rejected. The names are label values: stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IgnoreReason {
+    /// A UBI event whose `action_name` is neither `impression` nor one of
+    /// `[judgments.actions]` (`search`, `item_click`, `page_exit`, …).
+    UnmappedAction,
+    /// A `_bulk` action line (`{"index":{…}}`) in a replayed export.
+    BulkActionLine,
+}
+
+impl IgnoreReason {
+    pub const ALL: [IgnoreReason; 2] = [IgnoreReason::UnmappedAction, IgnoreReason::BulkActionLine];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IgnoreReason::UnmappedAction => "unmapped_action",
+            IgnoreReason::BulkActionLine => "bulk_action_line",
+        }
+    }
+}
+
+impl fmt::Display for IgnoreReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl fmt::Display for RejectReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -76,6 +107,12 @@ pub struct Impression<'a> {
     pub results: Vec<Shown<'a>>,
     /// All dimensions sent; the configured labels are picked later.
     pub dimensions: BTreeMap<Cow<'a, str>, Cow<'a, str>>,
+    /// Whether this impression speaks for the whole list (a native
+    /// impression, a UBI query): its time and dimensions are the list's.
+    /// A UBI `impression` event (one shown result) only adds its result;
+    /// its time and dimensions are the list's only while no impression
+    /// that defines the list has arrived, whatever the order of arrival.
+    pub defines_list: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -92,13 +129,18 @@ pub struct Judgment<'a> {
 pub enum Event<'a> {
     Impression(Impression<'a>),
     Judgment(Judgment<'a>),
+    /// Valid, but nothing rankpulse scores (see [`IgnoreReason`]): counted,
+    /// applied to no list.
+    Ignored(IgnoreReason),
 }
 
 impl Event<'_> {
+    /// Event time, epoch ms (0 for an ignored event: it has none that matters).
     pub fn timestamp_ms(&self) -> i64 {
         match self {
             Event::Impression(i) => i.timestamp_ms,
             Event::Judgment(j) => j.timestamp_ms,
+            Event::Ignored(_) => 0,
         }
     }
 
@@ -106,7 +148,42 @@ impl Event<'_> {
         match self {
             Event::Impression(_) => "impression",
             Event::Judgment(_) => "judgment",
+            Event::Ignored(_) => "ignored",
         }
+    }
+}
+
+/// The wire format of a consumed topic (`[kafka.formats]`) or of a
+/// replayed file (`replay --format`). Resolved once per topic, not per
+/// message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// rankpulse's own events (`docs/event.schema.json`).
+    #[default]
+    Rankpulse,
+    /// OpenSearch UBI 1.3 queries (`query.request.schema.json`).
+    UbiQueries,
+    /// OpenSearch UBI 1.3 events (`event.schema.json`).
+    UbiEvents,
+    /// Either, told apart per message: an event has an `action_name`.
+    Ubi,
+}
+
+impl Format {
+    /// The configuration's names of the formats.
+    pub const NAMES: [(&'static str, Format); 4] = [
+        ("rankpulse", Format::Rankpulse),
+        ("ubi_queries", Format::UbiQueries),
+        ("ubi_events", Format::UbiEvents),
+        ("ubi", Format::Ubi),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES.iter().find(|(_, f)| *f == self).map_or("rankpulse", |(n, _)| n)
+    }
+
+    pub fn parse(name: &str) -> Option<Format> {
+        Self::NAMES.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
     }
 }
 
@@ -120,6 +197,8 @@ pub struct DecodeLimits {
     pub max_grade: Grade,
     /// `action` name → grade.
     pub actions: BTreeMap<String, Grade>,
+    /// How UBI input maps to events (`[ubi]`).
+    pub ubi: ubi::UbiSettings,
 }
 
 impl Default for DecodeLimits {
@@ -130,6 +209,7 @@ impl Default for DecodeLimits {
             max_results: 200,
             max_grade: crate::metrics::Conventions::default().max_grade,
             actions: actions.into_iter().map(|(a, g)| (a.to_string(), g)).collect(),
+            ubi: ubi::UbiSettings::default(),
         }
     }
 }
@@ -359,7 +439,23 @@ const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
 
 impl RawTimestamp<'_> {
     fn to_millis(&self) -> Result<i64, RejectReason> {
+        self.to_millis_with(false)
+    }
+
+    /// `zoneless`: text without a zone or offset (`2018-11-13T20:20:39`,
+    /// one of UBI's own examples) is UTC, rather than invalid.
+    fn to_millis_with(&self, zoneless: bool) -> Result<i64, RejectReason> {
         let ms = match self {
+            // RFC 3339; an offset without a colon (`+0000`, OpenSearch's
+            // own rendering); no zone at all (UTC).
+            RawTimestamp::Text(s) if zoneless => chrono::DateTime::parse_from_rfc3339(s)
+                .or_else(|_| chrono::DateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f%z"))
+                .map(|t| t.timestamp_millis())
+                .or_else(|_| {
+                    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
+                        .map(|t| t.and_utc().timestamp_millis())
+                })
+                .map_err(|_| RejectReason::InvalidTimestamp)? as f64,
             RawTimestamp::Millis(v) => {
                 if !v.is_finite() {
                     return Err(RejectReason::NonFinite);
@@ -388,12 +484,25 @@ fn optional<'a>(field: Option<Text<'a>>) -> Option<Cow<'a, str>> {
     field.map(|t| t.0).filter(|s| !s.is_empty())
 }
 
-/// Decodes one message. Never panics on any input.
-pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, RejectReason> {
+/// Decodes one message of `format`. Never panics on any input.
+pub fn decode_as<'a>(format: Format, bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, RejectReason> {
+    match format {
+        Format::Rankpulse => decode(bytes, limits),
+        Format::UbiQueries | Format::UbiEvents | Format::Ubi => ubi::decode(format, bytes, limits),
+    }
+}
+
+/// The message as text, within the size limit.
+fn message_text<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<&'a str, RejectReason> {
     if bytes.len() > limits.max_message_bytes {
         return Err(RejectReason::TooLarge);
     }
-    let text = std::str::from_utf8(bytes).map_err(|_| RejectReason::InvalidUtf8)?;
+    std::str::from_utf8(bytes).map_err(|_| RejectReason::InvalidUtf8)
+}
+
+/// Decodes one message of rankpulse's own format. Never panics on any input.
+pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, RejectReason> {
+    let text = message_text(bytes, limits)?;
     let raw: RawEvent<'a> = serde_json::from_str(text).map_err(|e| classify(&e, text))?;
     let kind = raw.kind.as_ref().map(|t| t.0.as_ref()).ok_or(RejectReason::MissingField)?;
     match kind {
@@ -491,6 +600,7 @@ fn decode_impression<'a>(raw: RawEvent<'a>, limits: &DecodeLimits) -> Result<Imp
         timestamp_ms,
         results,
         dimensions: raw.dimensions.unwrap_or_default().into_iter().filter_map(|(k, v)| Some((k.0, v.0?))).collect(),
+        defines_list: true,
     })
 }
 

@@ -7,7 +7,7 @@
 
 use crate::accumulate::{Accumulators, BucketRange};
 use crate::assemble::{Applied, Assembler, AssemblerState, AssemblyLimits, Closed, DimensionBudget, Source};
-use crate::event::{DecodeLimits, Event, RejectReason, decode};
+use crate::event::{DecodeLimits, Event, Format, IgnoreReason, RejectReason, decode_as};
 use crate::metrics::Conventions;
 use crate::metrics::list::{ListScore, ListScorer};
 use std::collections::BTreeMap;
@@ -82,6 +82,8 @@ pub struct PipelineSettings {
     pub longest_window_ms: i64,
     /// `input.max_future_skew`, ms.
     pub max_future_skew_ms: i64,
+    /// `[kafka.formats]`: the topics whose format is not rankpulse's own.
+    pub formats: Vec<(String, Format)>,
 }
 
 impl Default for PipelineSettings {
@@ -97,6 +99,7 @@ impl Default for PipelineSettings {
             bucket_ms: 10_000,
             longest_window_ms: 3_600_000,
             max_future_skew_ms: 300_000,
+            formats: Vec::new(),
         }
     }
 }
@@ -128,6 +131,9 @@ pub struct OpsCounters {
     pub events: BTreeMap<(String, &'static str), u64>,
     /// Rejected messages by reason.
     pub rejected: BTreeMap<RejectReason, u64>,
+    /// Valid messages that say nothing scored (UBI actions not mapped,
+    /// `_bulk` action lines), by reason.
+    pub ignored: BTreeMap<IgnoreReason, u64>,
     /// Events whose event id was already applied to their list, by type.
     pub duplicates: BTreeMap<&'static str, u64>,
     /// Lists that ended with judgments but no impression.
@@ -151,6 +157,9 @@ impl OpsCounters {
         for (k, v) in &other.rejected {
             *self.rejected.entry(*k).or_default() += v;
         }
+        for (k, v) in &other.ignored {
+            *self.ignored.entry(*k).or_default() += v;
+        }
         for (k, v) in &other.duplicates {
             *self.duplicates.entry(*k).or_default() += v;
         }
@@ -169,6 +178,9 @@ impl OpsCounters {
 #[derive(Debug)]
 pub struct Pipeline {
     limits: DecodeLimits,
+    /// `[kafka.formats]`; empty (every topic rankpulse's own) by default,
+    /// so that the native path looks nothing up.
+    formats: Vec<(String, Format)>,
     assembler: Assembler,
     scorer: ListScorer,
     score: ListScore,
@@ -191,8 +203,11 @@ impl Pipeline {
     /// the instance's other shards.
     pub fn with_budget(settings: &PipelineSettings, budget: Arc<Mutex<DimensionBudget>>) -> Self {
         let n = settings.cutoffs.len();
+        let mut limits = settings.decode.clone();
+        limits.ubi.resolve(&settings.dimension_labels);
         Pipeline {
-            limits: settings.decode.clone(),
+            limits,
+            formats: settings.formats.clone(),
             assembler: Assembler::with_limits(
                 settings.assembly,
                 settings.dimension_labels.clone(),
@@ -287,8 +302,22 @@ impl Pipeline {
         source: Option<Source>,
     ) -> Result<(), RejectReason> {
         // Even one event ahead, the list's miss overlaps the counting in apply.
-        let decoded = self.prepare(payload);
+        let decoded = self.prepare(topic, payload);
         self.ingest_decoded(topic, &decoded, clock, source)
+    }
+
+    /// The format of `topic` (`[kafka.formats]`; rankpulse's own if not listed).
+    pub fn format_of(&self, topic: &str) -> Format {
+        match self.formats.iter().find(|(t, _)| t == topic) {
+            Some((_, f)) => *f,
+            None => Format::Rankpulse,
+        }
+    }
+
+    /// Counts a message skipped as valid but not scored (a `_bulk` action
+    /// line in a replay).
+    pub fn count_ignored(&mut self, reason: IgnoreReason) {
+        *self.counters.ignored.entry(reason).or_default() += 1;
     }
 
     /// The first half of [`Self::ingest`]: decodes a message and asks the
@@ -296,8 +325,13 @@ impl Pipeline {
     /// [`Assembler::prefetch`](crate::assemble::Assembler::prefetch)). A
     /// consumer prepares a batch of messages first, then applies them with
     /// [`Self::ingest_decoded`], so that their lists' cache misses overlap.
-    pub fn prepare<'a>(&self, payload: &'a [u8]) -> Result<Event<'a>, RejectReason> {
-        let decoded = decode(payload, &self.limits);
+    pub fn prepare<'a>(&self, topic: &str, payload: &'a [u8]) -> Result<Event<'a>, RejectReason> {
+        self.prepare_as(self.format_of(topic), payload)
+    }
+
+    /// [`Self::prepare`] of a message whose format is known.
+    pub fn prepare_as<'a>(&self, format: Format, payload: &'a [u8]) -> Result<Event<'a>, RejectReason> {
+        let decoded = decode_as(format, payload, &self.limits);
         if let Ok(event) = &decoded {
             self.assembler.prefetch(event);
         }
@@ -326,6 +360,10 @@ impl Pipeline {
     /// Applies an already decoded event; a rejected one (its time or its
     /// list past a bound) changes nothing and is not counted here.
     fn apply(&mut self, topic: &str, event: &Event, clock: Clock, source: Option<Source>) -> Result<(), RejectReason> {
+        if let Event::Ignored(reason) = event {
+            self.count_ignored(*reason);
+            return Ok(());
+        }
         let ts = event.timestamp_ms();
         // Before anything sees the event: a broken clock must move no
         // watermark, open no list and create no bucket.

@@ -5,8 +5,12 @@
 //! - [`mix`]: the production-shaped event mix (S1 of the benchmark), as
 //!   Kafka keys and JSON payloads, so that no crate of the flow is needed
 //!   to make it.
+//! - [`ubi::ubi_mix`]: the same lists as OpenSearch UBI queries and events
+//!   and as native events, for differential tests of UBI input.
 //! - [`http_get`], [`sum_of`]: reading a daemon's `/metrics` the way a
 //!   scraper does.
+
+pub mod ubi;
 
 use rand::{Rng as _, RngCore, SeedableRng};
 use std::io::{Read, Write};

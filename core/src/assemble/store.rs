@@ -15,7 +15,7 @@
 //! | 0–1 | list key (128-bit hash) |
 //! | 2 | newest event time (ms) |
 //! | 3 | newest arrival, processing time (ms) |
-//! | 4 | first impression's time (ms) |
+//! | 4 | rank of the impression that decides the list's time (its time, ms, and whether it defines the list) |
 //! | 5 | dimension tuple id (u32), first position (u32; 0: positions stored) |
 //! | 6 | shown (u16), judged (u16), event ids (u16), sources (u8), flags (3 bits), spare words (4 bits) |
 //! | … | shown document hashes in position order; their scores (f64 bits) when any result has one; their positions, two per word, unless they run on from the first |
@@ -605,8 +605,9 @@ impl ListStore {
         self.big.get_mut(&key)
     }
 
-    /// Records an impression's time and dimensions on the list at `start`
-    /// unless an earlier impression did (the earliest decides).
+    /// Records an impression's rank (its time, and whether it defines the
+    /// list) and dimensions on the list at `start` unless one of a lower
+    /// rank did (the earliest that defines the list decides).
     pub fn note_impression(&mut self, start: u32, impression_ms: i64, dims: u32) {
         let s = start as usize;
         let has = (self.words[s + 6] >> 56) & FLAG_IMPRESSION != 0;

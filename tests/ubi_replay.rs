@@ -1,0 +1,94 @@
+//! `rankpulse replay --format ubi FILE…` end to end through the binary,
+//! differentially: generated lists as OpenSearch UBI files (an `_bulk`
+//! NDJSON export whose action lines name the index, then plain NDJSON told
+//! apart by fields) give the exposition their native twin gives through
+//! `rankpulse replay`, but for the per-topic event counts (a UBI list is
+//! several messages) and the counts of ignored lines.
+
+use rankpulse_testkit::sum_of;
+use rankpulse_testkit::ubi::{UbiTopic, ubi_mix};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BASE_MS: i64 = 1_763_780_000_000;
+
+fn replay(args: &[&str], files: &[&Path]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse")).arg("replay").args(args).args(files).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn temp(name: &str, lines: &[Vec<u8>]) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("rankpulse-ubi-replay-{}-{name}", std::process::id()));
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    for l in lines {
+        f.write_all(l).unwrap();
+        f.write_all(b"\n").unwrap();
+    }
+    f.flush().unwrap();
+    path
+}
+
+/// The exposition without the series that count messages rather than lists.
+fn lists_only(exposition: &str) -> Vec<&str> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with("rankpulse_events_total") && !l.starts_with("rankpulse_events_ignored_total"))
+        .collect()
+}
+
+#[test]
+fn a_ubi_export_replays_like_its_native_twin() {
+    let t = ubi_mix(2_000, 21, BASE_MS, 900.0, 0);
+    let split = t.ubi.len() * 3 / 5;
+    // An _bulk export: an action line before each document; now and then
+    // one naming another index, after which the document is told by its fields.
+    let mut bulk = Vec::new();
+    for (i, m) in t.ubi[..split].iter().enumerate() {
+        let index = match (i % 17, m.topic) {
+            (0, _) => "archive",
+            (_, UbiTopic::Queries) => "ubi_queries",
+            (_, UbiTopic::Events) => "ubi_events",
+        };
+        bulk.push(format!(r#"{{"index": {{"_index": "{index}", "_id": "id-{i}"}}}}"#).into_bytes());
+        bulk.push(m.payload.clone());
+    }
+    let plain: Vec<Vec<u8>> = t.ubi[split..].iter().map(|m| m.payload.clone()).collect();
+    let native: Vec<Vec<u8>> = t.native.iter().map(|m| m.payload.clone()).collect();
+    let (bulk_file, plain_file, native_file) =
+        (temp("bulk.ndjson", &bulk), temp("plain.ndjson", &plain), temp("native.jsonl", &native));
+
+    let (code, ubi, err) = replay(&["--format", "ubi"], &[&bulk_file, &plain_file]);
+    assert_eq!(code, 0, "{err}");
+    let (code, twin, err) = replay(&[], &[&native_file]);
+    assert_eq!(code, 0, "{err}");
+    for f in [&bulk_file, &plain_file, &native_file] {
+        let _ = std::fs::remove_file(f);
+    }
+
+    assert!(sum_of(&twin, "rankpulse_lists{") > 1_000.0, "the lists are there to compare");
+    assert_eq!(lists_only(&ubi), lists_only(&twin));
+    assert_eq!(sum_of(&ubi, r#"rankpulse_events_ignored_total{reason="bulk_action_line"}"#), split as f64);
+    assert_eq!(sum_of(&ubi, r#"rankpulse_events_ignored_total{reason="unmapped_action"}"#), t.ignored as f64);
+    assert_eq!(sum_of(&ubi, "rankpulse_events_rejected_total{"), 0.0);
+}
+
+/// Read with the wrong format, the same files are rejected line by line,
+/// and a file of nothing but rejects fails naming itself.
+#[test]
+fn the_format_is_what_reads_the_file() {
+    let t = ubi_mix(50, 3, BASE_MS, 900.0, 0);
+    let lines: Vec<Vec<u8>> = t.ubi.iter().map(|m| m.payload.clone()).collect();
+    let file = temp("as-native.ndjson", &lines);
+    let (code, _, err) = replay(&[], &[&file]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no line is a valid event") && err.contains(file.to_str().unwrap()), "{err}");
+    let (code, _, err) = replay(&["--format", "ubi_event"], &[&file]);
+    assert_ne!(code, 0);
+    assert!(err.contains("ubi_events"), "{err}");
+    let _ = std::fs::remove_file(&file);
+}
