@@ -32,9 +32,9 @@ use crate::event::{Event, RejectReason};
 use crate::http::{self, Published};
 use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, Outages, RankpulseContext, RebalanceEvent, Sources};
 use crate::pipeline::{Clock, OpsCounters, PREFETCH_BATCH, Pipeline};
-use crate::publish::DaemonHealth;
 use crate::state::{Checkpoint, ShardCheckpoint, StateError, StateStore};
 use futures_util::StreamExt;
+pub use health::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
 use lanes::Lanes;
 pub use loop_gaps::LoopGaps;
 use publisher::{Done, Job, Publisher, ShardSnapshot, View};
@@ -50,6 +50,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 
+mod health;
 mod lanes;
 mod loop_gaps;
 mod publisher;
