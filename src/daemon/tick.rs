@@ -1,0 +1,188 @@
+//! The loop's tick (every [`TICK`](super::TICK)): what happens in
+//! processing time, between the shards and the publisher. It applies
+//! pending rebalances, closes lists whose gap elapsed, refreshes health,
+//! prunes old buckets, commits what became safe (`commit`) and hands the
+//! publisher (`publisher`) a view or a checkpoint, never waiting on I/O.
+
+use super::publisher::{Done, Job, View};
+use super::{Daemon, DaemonError, wall_ms};
+use crate::http::Published;
+use crate::kafka::Consumer;
+use crate::pipeline::OpsCounters;
+use crate::state::Checkpoint;
+use rdkafka::consumer::Consumer as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Ticks to prune every series once (see
+/// [`crate::accumulate::Accumulators::prune_part`]):
+/// 4 s at the 500 ms tick, well within a bucket width of 10 s, so a bucket
+/// leaves at most one sweep after its time.
+const PRUNE_PARTS: usize = 8;
+
+impl Daemon {
+    /// The loop's tick branch, after the message read from a partition
+    /// queue before it was handled: the work that waits on processing time.
+    pub(super) fn on_tick(&mut self, consumer: &Arc<Consumer>, published: &Published) -> Result<(), DaemonError> {
+        self.apply_rebalances()?;
+        self.check_alignment(wall_ms());
+        self.finalize_expired();
+        // Copied out at once: a partition list kept alive would block
+        // the consumer's destruction at shutdown.
+        self.assigned = consumer
+            .assignment()
+            .map(|tpl| tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect())
+            .unwrap_or_default();
+        self.update_health();
+        published.set_ready(!self.assigned.is_empty() && self.health.kafka_connected);
+        self.prune();
+        self.walk_open_lists();
+        self.ticks += 1;
+        if let Some(done) = self.publisher.poll() {
+            self.note_done(done);
+        }
+        self.commit(consumer);
+        self.retire_handed_over(consumer);
+        if self.store.is_some() {
+            // One checkpoint in flight at a time; each is published
+            // once durable, and its offsets then committed.
+            if self.checkpoint_due() && !self.publisher.busy() {
+                self.last_checkpoint = Some(tokio::time::Instant::now());
+                self.request_checkpoint();
+            }
+        } else {
+            self.publish();
+        }
+        Ok(())
+    }
+
+    /// Closes lists past their gap in event time, and, on idle partitions
+    /// while the broker is reachable, in processing time.
+    pub(super) fn finalize_expired(&mut self) {
+        let now = wall_ms();
+        let connected = self.signals.connected.load(Ordering::Relaxed);
+        // Nothing arriving means idle only as far as the brokers are known
+        // to have answered: a frozen one is an outage only after
+        // session.timeout.ms, and a list closed on processing time before
+        // then would miss what it still holds.
+        let answered = self.signals.answered_at_ms(now).map(|t| t.min(now));
+        // A shard not owned is frozen: if its partition comes back (a
+        // stall, a session timeout) its lists continue exactly; if it went
+        // to another instance, they are that instance's now.
+        for shard in self.shards.values_mut().filter(|s| s.owned) {
+            let processing_time = answered.filter(|_| connected && shard.idle);
+            shard.pipeline.finalize_expired(processing_time);
+        }
+    }
+
+    pub(super) fn finalize_all(&mut self) {
+        for shard in self.shards.values_mut() {
+            shard.pipeline.finalize_all();
+        }
+    }
+
+    /// Hands a checkpoint of every shard to the publisher, which makes it
+    /// durable (after the dead-letter copies it covers) and publishes it;
+    /// its offsets are committed when it reports so ([`Self::note_done`]).
+    pub(super) fn request_checkpoint(&mut self) {
+        let Some(store) = &self.store else { return };
+        let checkpoint = Checkpoint {
+            fingerprint: store.fingerprint().to_string(),
+            instance: store.instance.clone(),
+            written_ms: wall_ms(),
+            budget: self.budget.lock().map(|b| b.clone()).unwrap_or_default(),
+            shards: Vec::new(),
+        };
+        let shards = self.shards.iter().map(|(p, s)| s.snapshot(*p)).collect();
+        let barrier = self.dead_letters.as_ref().map(|dl| (dl.tracker.clone(), dl.barrier()));
+        self.pending_commit = self.commit_points(false).map(|(tpl, moved)| (tpl, moved, None));
+        let view = self.view();
+        self.publisher.send(Job::Checkpoint { checkpoint: Box::new(checkpoint), shards, barrier, view });
+    }
+
+    /// What a publisher job reported. With `state.dir`, a durable
+    /// checkpoint releases its offsets for commit; a failed one drops them
+    /// (the next checkpoint covers them again).
+    pub(super) fn note_done(&mut self, done: Done) {
+        match done {
+            Done::Published => {}
+            Done::Written { written_ms } => {
+                self.health.checkpoints += 1;
+                self.health.last_checkpoint_seconds = Some(written_ms as f64 / 1000.0);
+            }
+            Done::NotWritten => {
+                self.health.checkpoint_failures += 1;
+                self.pending_commit = None;
+            }
+        }
+        self.unhandled_done = Some(done);
+    }
+
+    pub(super) fn update_health(&mut self) {
+        let now = wall_ms();
+        let connected = self.signals.connected.load(Ordering::Relaxed);
+        let observed = self.signals.observed.load(Ordering::Relaxed);
+        if self.outages.update(connected, observed, now) {
+            tracing::warn!("no Kafka broker reachable; consumption resumes when one is");
+        }
+        self.health.kafka_connected = connected;
+        self.health.kafka_outages = self.outages.total;
+        self.health.kafka_outage_seconds = self.outages.seconds(now);
+        if let Some(dl) = &self.dead_letters {
+            self.health.dead_letters = dl.sent;
+            self.health.dead_letter_failures = dl.failures.load(Ordering::Relaxed);
+        }
+    }
+
+    /// What an exposition shows besides the accumulators.
+    pub(super) fn view(&self) -> View {
+        let mut counters = OpsCounters::default();
+        for shard in self.shards.values() {
+            counters.merge(shard.pipeline.counters());
+        }
+        let mut partitions = self.sources.partition_states(&self.signals.lag);
+        partitions.retain(|tp, _| self.assigned.contains(tp));
+        let mut health = self.health.clone();
+        health.loop_gaps = self.loop_gaps.coarse();
+        View { now_ms: wall_ms(), counters, open_lists: self.open_lists(), partitions, health }
+    }
+
+    /// Hands the publisher what the shards accumulated since the last job
+    /// (no `state.dir`), unless it is still busy with that one: then the
+    /// shards keep accumulating for the next. With `state.dir` only
+    /// checkpoints are published; this publishes the restored state once,
+    /// at start.
+    pub(super) fn publish(&mut self) {
+        if self.publisher.busy() {
+            return;
+        }
+        let taken = if self.store.is_some() {
+            self.shards.values().map(|s| s.pipeline.accumulators().clone()).collect()
+        } else {
+            self.shards.values_mut().map(|s| s.pipeline.take_accumulated()).collect()
+        };
+        let view = self.view();
+        self.publisher.send(Job::Publish { taken, view });
+    }
+
+    /// Retires time buckets no window can reach.
+    pub(super) fn prune(&mut self) {
+        let now = wall_ms();
+        let part = self.ticks as usize % PRUNE_PARTS;
+        for shard in self.shards.values_mut() {
+            shard.pipeline.prune_part(now, part, PRUNE_PARTS);
+        }
+    }
+
+    pub(super) fn lists_finalized(&self) -> i64 {
+        self.shards.values().flat_map(|s| s.pipeline.accumulators().series.values()).map(|s| s.lists()).sum()
+    }
+
+    pub(super) fn open_lists(&self) -> usize {
+        self.shards.values().filter(|s| s.owned || self.store.is_none()).map(|s| s.pipeline.open_lists()).sum()
+    }
+
+    pub(super) fn checkpoint_due(&self) -> bool {
+        self.last_checkpoint.is_none_or(|t| t.elapsed() >= self.config.state.interval.duration)
+    }
+}
