@@ -65,6 +65,8 @@ mod publisher;
 mod rebalance;
 mod shard;
 mod shutdown;
+#[cfg(test)]
+mod testing;
 mod tick;
 
 /// Publish / finalize / commit period.

@@ -164,3 +164,71 @@ impl Daemon {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{IMPRESSIONS, NOW_MS, impression, message};
+    use super::*;
+    use crate::config::Config;
+    use std::collections::BTreeSet;
+
+    fn offsets(tpl: &TopicPartitionList) -> Vec<(String, i32, Offset)> {
+        tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition(), e.offset())).collect()
+    }
+
+    fn tp(p: i32) -> (String, i32) {
+        (IMPRESSIONS.to_string(), p)
+    }
+
+    /// Two lists open at offsets 10 and 11 of partition 0, one at 5 of
+    /// partition 1; only partition 0 is assigned.
+    fn daemon() -> Daemon {
+        let mut d = Daemon::for_tests(Config::default());
+        d.handle(&message(IMPRESSIONS, 0, 10, &impression("s1")), None, NOW_MS);
+        d.handle(&message(IMPRESSIONS, 0, 11, &impression("s2")), None, NOW_MS);
+        d.handle(&message(IMPRESSIONS, 1, 5, &impression("s3")), None, NOW_MS);
+        d
+    }
+
+    /// Without `state.dir`, at-least-once: the commit point is the first
+    /// offset of a list still open, else the next offset; only assigned
+    /// partitions are committed (the rest are another member's).
+    #[test]
+    fn without_state_dir_the_commit_point_is_the_oldest_open_list_or_the_next_offset() {
+        let mut d = daemon();
+        assert!(d.commit_points(false).is_none(), "before the first tick nothing is known to be assigned");
+        d.assigned = BTreeSet::from([tp(0)]);
+        let (tpl, moved) = d.commit_points(false).unwrap();
+        assert_eq!(moved, [(tp(0), 10)]);
+        assert_eq!(offsets(&tpl), [(IMPRESSIONS.to_string(), 0, Offset::Offset(10))]);
+        d.finalize_all();
+        let (_, moved) = d.commit_points(false).unwrap();
+        assert_eq!(moved, [(tp(0), 12)]);
+        d.mark_committed(&moved);
+        assert_eq!(d.committed[&tp(0)], 12);
+        assert_eq!(d.sources.entries[0].committed, Some(12));
+        assert!(d.commit_points(false).is_none(), "nothing moved since the last commit");
+        let (_, all) = d.commit_points(true).unwrap();
+        assert_eq!(all, [(tp(0), 12)], "the final commit repeats every point");
+    }
+
+    /// Once a walk of the open lists has ended, commits use its floor:
+    /// lists closed since hold the point back until the next walk ends,
+    /// never the other way round.
+    #[test]
+    fn commits_use_the_floor_of_the_last_complete_walk() {
+        let mut d = daemon();
+        d.assigned = BTreeSet::from([tp(0)]);
+        for _ in 0..4 {
+            d.walk_open_lists();
+        }
+        assert!(d.shards[&0].commit_floor.is_some(), "a small shard's walk ends within a few ticks");
+        d.finalize_all();
+        assert_eq!(d.commit_points(false).unwrap().1, [(tp(0), 10)]);
+        d.shards.get_mut(&0).unwrap().commit_floor = None;
+        for _ in 0..4 {
+            d.walk_open_lists();
+        }
+        assert_eq!(d.commit_points(false).unwrap().1, [(tp(0), 12)]);
+    }
+}

@@ -221,3 +221,105 @@ pub(super) fn poll_lanes<'a>(
     }
     std::task::Poll::Pending
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::DELAY_BUCKETS;
+    use super::super::testing::{IMPRESSIONS, JUDGMENTS, NOW_MS, impression, judgment, message};
+    use super::*;
+    use crate::config::Config;
+    use rdkafka::message::OwnedMessage;
+    use std::collections::BTreeSet;
+
+    fn events(d: &Daemon, partition: i32) -> u64 {
+        d.shards[&partition].pipeline.counters().events.values().sum()
+    }
+
+    /// A re-delivery (after a restart or rebalance) below what the shard
+    /// already holds is skipped and counted, and changes nothing else.
+    #[test]
+    fn a_message_below_the_next_offset_is_skipped_and_counted() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.handle(&message(IMPRESSIONS, 0, 5, &impression("s1")), None, NOW_MS);
+        d.handle(&message(IMPRESSIONS, 0, 3, &impression("s2")), None, NOW_MS);
+        d.handle(&message(IMPRESSIONS, 0, 5, &impression("s3")), None, NOW_MS);
+        assert_eq!(d.health.skipped_covered, 2);
+        assert_eq!(d.messages, 3, "skipped messages were still received");
+        assert_eq!(d.shards[&0].next_offsets[IMPRESSIONS], 6);
+        assert_eq!(d.shards[&0].pipeline.open_lists(), 1);
+        assert_eq!(events(&d, 0), 1);
+        // Positions are per topic: the same offset of another topic is new.
+        d.handle(&message(JUDGMENTS, 0, 3, &judgment("s1", "d1", 2)), None, NOW_MS);
+        assert_eq!(d.health.skipped_covered, 2);
+        assert_eq!(events(&d, 0), 2);
+    }
+
+    /// A message fetched before its partition was revoked is the new
+    /// owner's: not applied, not counted as covered, its position kept.
+    #[test]
+    fn messages_for_a_revoked_shard_are_ignored() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.handle(&message(IMPRESSIONS, 0, 0, &impression("s1")), None, NOW_MS);
+        d.revoke(BTreeSet::from([0])).unwrap();
+        d.handle(&message(IMPRESSIONS, 0, 1, &impression("s2")), None, NOW_MS);
+        let shard = &d.shards[&0];
+        assert!(!shard.owned);
+        assert_eq!(shard.next_offsets[IMPRESSIONS], 1);
+        assert_eq!(shard.pipeline.open_lists(), 1);
+        assert_eq!(events(&d, 0), 1);
+        assert_eq!(d.health.skipped_covered, 0);
+        assert_eq!(d.sources.entries[0].next_offset, Some(1), "the position to commit did not move");
+    }
+
+    /// Freshness is about data arriving: a skipped re-delivery or a
+    /// message of a revoked partition is not fresh data arriving late.
+    #[test]
+    fn the_ingest_delay_observes_only_applied_messages() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.handle(&message(IMPRESSIONS, 0, 0, &impression("s1")), None, NOW_MS);
+        d.handle(&message(IMPRESSIONS, 0, 0, &impression("s1")), None, NOW_MS);
+        d.handle(&message(JUDGMENTS, 1, 0, &judgment("s2", "d1", 1)), None, NOW_MS);
+        d.revoke(BTreeSet::from([1])).unwrap();
+        d.handle(&message(JUDGMENTS, 1, 1, &judgment("s2", "d2", 1)), None, NOW_MS);
+        let h = &d.health.ingest_delay;
+        assert_eq!(h.count, 2);
+        // Each applied message was 2 s old (testing::KAFKA_MS).
+        assert_eq!(h.sum_seconds, 4.0);
+        let bucket = DELAY_BUCKETS.iter().position(|b| *b >= 2.0).unwrap();
+        assert_eq!(h.counts[bucket], 2);
+    }
+
+    /// A batch is applied in order (decoded ahead once its shard exists);
+    /// the partition's end marks the shard idle, so that its lists may
+    /// close on processing time, until a message comes again.
+    #[test]
+    fn a_batch_is_applied_in_order_and_a_partition_end_marks_its_shard_idle() {
+        let mut d = Daemon::for_tests(Config::default());
+        let mut errors = kafka::RepeatedErrors::default();
+        let mut batch: Vec<KafkaResult<OwnedMessage>> = vec![
+            Ok(message(IMPRESSIONS, 0, 0, &impression("s1"))),
+            Ok(message(JUDGMENTS, 0, 0, &judgment("s1", "d1", 2))),
+            Err(KafkaError::PartitionEOF(0)),
+        ];
+        handle_batch(&mut d, &mut batch, &mut errors, false);
+        assert!(batch.is_empty(), "the batch is emptied for the next turn");
+        assert!(d.first_message_at.is_some());
+        assert!(d.shards[&0].idle);
+        assert_eq!(events(&d, 0), 2);
+        assert_eq!(d.shards[&0].pipeline.open_lists(), 1, "the judgment joined the impression's list");
+        let mut batch = vec![Ok(message(IMPRESSIONS, 0, 1, &impression("s2")))];
+        handle_batch(&mut d, &mut batch, &mut errors, false);
+        assert!(!d.shards[&0].idle);
+        assert_eq!(d.shards[&0].pipeline.open_lists(), 2);
+        assert_eq!(d.messages, 3);
+    }
+
+    /// The loop drains what is already fetched without waiting: a ready
+    /// future gives its output, a pending one gives nothing.
+    #[test]
+    fn ready_now_takes_what_is_ready_and_never_waits() {
+        assert_eq!(ready_now(std::future::ready(7)), Some(7));
+        assert_eq!(ready_now(async { 8 }), Some(8));
+        assert_eq!(ready_now(std::future::pending::<u8>()), None);
+    }
+}

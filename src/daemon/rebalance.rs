@@ -289,3 +289,121 @@ impl Daemon {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{IMPRESSIONS, JUDGMENTS, NOW_MS, impression, judgment, message};
+    use super::*;
+    use crate::config::Config;
+
+    fn caps(d: &Daemon) -> Vec<usize> {
+        d.shards.values().map(|s| s.pipeline.assembler().limits.max_open_lists).collect()
+    }
+
+    fn events(shard: &Shard) -> u64 {
+        shard.pipeline.counters().events.values().sum()
+    }
+
+    /// `session.max_open_lists` is per instance: each owned shard gets an
+    /// equal share, rounded up; frozen shards do not take a share.
+    #[test]
+    fn max_open_lists_is_shared_equally_among_owned_shards_rounded_up() {
+        let mut config = Config::default();
+        config.session.max_open_lists = 10;
+        let mut d = Daemon::for_tests(config);
+        for p in 0..3 {
+            d.handle(&message(IMPRESSIONS, p, 0, &impression("s1")), None, NOW_MS);
+        }
+        assert_eq!(caps(&d), [4, 4, 4]);
+        d.revoke(BTreeSet::from([2])).unwrap();
+        assert_eq!(caps(&d), [5, 5, 5]);
+        d.assign(&[(IMPRESSIONS.to_string(), 2)]);
+        assert_eq!(caps(&d), [4, 4, 4]);
+    }
+
+    /// A dropped shard's counters were published and must never go back:
+    /// the RETIRED shard keeps them, owning nothing and holding no lists.
+    #[test]
+    fn retire_keeps_what_a_dropped_shard_accumulated() {
+        let mut d = Daemon::for_tests(Config::default());
+        for p in [1, 2] {
+            d.handle(&message(IMPRESSIONS, p, 0, &impression("s1")), None, NOW_MS);
+            d.handle(&message(JUDGMENTS, p, 0, &judgment("s1", "d1", 2)), None, NOW_MS);
+        }
+        d.finalize_all();
+        let finalized = d.lists_finalized();
+        assert!(finalized > 0);
+        d.retire(1);
+        assert!(!d.shards.contains_key(&1));
+        let retired = &d.shards[&RETIRED];
+        assert!(!retired.owned);
+        assert!(retired.next_offsets.is_empty());
+        assert_eq!(retired.pipeline.open_lists(), 0);
+        assert_eq!(events(retired), 2);
+        assert_eq!(d.lists_finalized(), finalized);
+        d.retire(2);
+        assert_eq!(events(&d.shards[&RETIRED]), 4, "a second retirement adds to the first");
+        assert_eq!(d.lists_finalized(), finalized);
+        assert_eq!(d.shards.keys().copied().collect::<Vec<_>>(), [RETIRED]);
+    }
+
+    /// Without checkpoints, a partition revoked and not given back went to
+    /// another instance, which reads it again from the committed offset:
+    /// its open lists are that instance's to finish, its counters stay.
+    #[test]
+    fn assign_without_state_dir_drops_the_lists_of_partitions_gone_elsewhere() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.handle(&message(IMPRESSIONS, 0, 0, &impression("s1")), None, NOW_MS);
+        d.handle(&message(IMPRESSIONS, 1, 0, &impression("s2")), None, NOW_MS);
+        d.revoke(BTreeSet::from([0, 1])).unwrap();
+        d.assign(&[(IMPRESSIONS.to_string(), 1), (JUDGMENTS.to_string(), 1)]);
+        assert!(!d.shards.contains_key(&0));
+        assert_eq!(d.shards[&RETIRED].pipeline.open_lists(), 0);
+        assert_eq!(events(&d.shards[&RETIRED]), 1);
+        let kept = &d.shards[&1];
+        assert!(kept.owned);
+        assert!(!kept.idle, "a new assignment starts as a backlog");
+        assert_eq!(kept.pipeline.open_lists(), 1, "a partition given back continues its lists");
+        assert_eq!(kept.next_offsets[IMPRESSIONS], 1);
+        assert_eq!(d.open_lists(), 1);
+    }
+
+    /// Offsets noted for a later commit may be a revoked partition's:
+    /// committed after the new owner's, they would move it back.
+    #[test]
+    fn revoke_drops_the_pending_commit() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.pending_commit = Some((TopicPartitionList::new(), vec![((IMPRESSIONS.to_string(), 0), 1)], None));
+        d.revoke(BTreeSet::from([0])).unwrap();
+        assert!(d.pending_commit.is_none());
+    }
+
+    /// The callback only queues; the loop applies the events once flagged,
+    /// forgets commit floors (offsets may go back) and passes the events
+    /// on to the partition queues.
+    #[test]
+    fn rebalances_are_applied_once_flagged_and_passed_on_to_the_lanes() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.handle(&message(IMPRESSIONS, 0, 0, &impression("s1")), None, NOW_MS);
+        d.shards.get_mut(&0).unwrap().commit_floor = Some(Vec::new());
+        let revoked = RebalanceEvent::Revoked(vec![(IMPRESSIONS.to_string(), 0)]);
+        d.signals.rebalances.lock().unwrap().push(revoked.clone());
+        d.apply_rebalances().unwrap();
+        assert!(d.shards[&0].owned, "not flagged yet");
+        d.signals.rebalance_pending.store(true, Ordering::Release);
+        d.apply_rebalances().unwrap();
+        assert!(!d.shards[&0].owned);
+        assert!(d.shards[&0].commit_floor.is_none());
+        assert_eq!(d.lane_events, [revoked]);
+        assert!(!d.signals.rebalance_pending.load(Ordering::Relaxed));
+        assert!(d.signals.rebalances.lock().unwrap().is_empty());
+    }
+
+    /// Logs name the partitions per topic, in topic order.
+    #[test]
+    fn describe_groups_partitions_by_topic() {
+        let tps = [("b".to_string(), 1), ("a".to_string(), 2), ("a".to_string(), 0)];
+        assert_eq!(describe(&tps), "a[2, 0] b[1]");
+        assert_eq!(describe(&[]), "");
+    }
+}

@@ -186,3 +186,86 @@ impl Daemon {
         self.last_checkpoint.is_none_or(|t| t.elapsed() >= self.config.state.interval.duration)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::publisher::Publisher;
+    use super::super::testing::{IMPRESSIONS, JUDGMENTS, NOW_MS, impression, judgment, message};
+    use super::*;
+    use crate::config::Config;
+    use rdkafka::TopicPartitionList;
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    /// A checkpoint that could not be made durable must not release its
+    /// offsets: the pending commit goes and the failure is counted. A
+    /// durable one is counted and dated, and its commit stays pending.
+    #[test]
+    fn note_done_drops_the_pending_commit_of_a_checkpoint_not_written() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.pending_commit = Some((TopicPartitionList::new(), Vec::new(), None));
+        d.note_done(Done::NotWritten);
+        assert!(d.pending_commit.is_none());
+        assert_eq!(d.health.checkpoint_failures, 1);
+        assert_eq!(d.unhandled_done, Some(Done::NotWritten));
+        d.pending_commit = Some((TopicPartitionList::new(), Vec::new(), None));
+        d.note_done(Done::Written { written_ms: 1_500 });
+        assert!(d.pending_commit.is_some());
+        assert_eq!((d.health.checkpoints, d.health.checkpoint_failures), (1, 1));
+        assert_eq!(d.health.last_checkpoint_seconds, Some(1.5));
+    }
+
+    #[test]
+    fn a_checkpoint_is_due_first_and_then_every_state_interval() {
+        let mut config = Config::default();
+        config.state.interval.duration = Duration::from_secs(10);
+        let mut d = Daemon::for_tests(config);
+        assert!(d.checkpoint_due());
+        let now = tokio::time::Instant::now();
+        d.last_checkpoint = Some(now);
+        assert!(!d.checkpoint_due());
+        d.last_checkpoint = Some(now - Duration::from_secs(10));
+        assert!(d.checkpoint_due());
+    }
+
+    /// Without `state.dir`, publishing hands the shards' accumulations to
+    /// the publisher; while it is busy the shards keep them for the next
+    /// job, so nothing is lost or counted twice.
+    #[test]
+    fn publish_hands_over_the_accumulations_only_when_the_publisher_is_free() {
+        let mut d = Daemon::for_tests(Config::default());
+        let list = |d: &mut Daemon, offset: i64, session: &str| {
+            d.handle(&message(IMPRESSIONS, 0, offset, &impression(session)), None, NOW_MS);
+            d.handle(&message(JUDGMENTS, 0, offset, &judgment(session, "d1", 2)), None, NOW_MS);
+            d.finalize_all();
+        };
+        list(&mut d, 0, "s1");
+        let one = d.lists_finalized();
+        assert!(one > 0);
+        d.publish();
+        assert!(d.publisher.busy());
+        assert_eq!(d.lists_finalized(), 0, "taken by the publisher");
+        list(&mut d, 1, "s2");
+        d.publish();
+        assert_eq!(d.lists_finalized(), one, "kept while the publisher is busy");
+        assert_eq!(d.publisher.wait(), Some(Done::Published));
+        d.publish();
+        assert_eq!(d.publisher.wait(), Some(Done::Published));
+        let total = std::mem::replace(&mut d.publisher, Publisher::stopped()).finish();
+        assert_eq!(total.series.values().map(|s| s.lists()).sum::<i64>(), 2 * one);
+    }
+
+    /// Lag and freshness gauges are for assigned partitions only: a
+    /// revoked one is another instance's now.
+    #[test]
+    fn the_view_shows_only_assigned_partitions() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.handle(&message(IMPRESSIONS, 0, 0, &impression("s1")), None, NOW_MS);
+        d.handle(&message(IMPRESSIONS, 1, 0, &impression("s2")), None, NOW_MS);
+        d.assigned = BTreeSet::from([(IMPRESSIONS.to_string(), 1)]);
+        let view = d.view();
+        assert_eq!(view.partitions.keys().cloned().collect::<Vec<_>>(), [(IMPRESSIONS.to_string(), 1)]);
+        assert_eq!(view.open_lists, 2);
+        assert_eq!(view.counters.events.values().sum::<u64>(), 2);
+    }
+}
