@@ -1,7 +1,8 @@
 //! The hot path: messages from the consumer queue and the partition
 //! queues (`lanes`) into the pipeline shards, between `kafka` (input) and
-//! `assemble` (via [`Pipeline`](crate::pipeline::Pipeline)). A batch is decoded and its lists
-//! prefetched before any message of it is applied; each message is then
+//! `assemble` (via [`Pipeline`](crate::pipeline::Pipeline)). A batch is
+//! decoded and its lists prefetched before any message of it is applied
+//! (their cache misses overlap); each message is then
 //! checked against its shard's position (re-deliveries are skipped),
 //! counted for freshness and ingested. Topics that run ahead of their
 //! partition in event time are held back here (`align`).

@@ -39,9 +39,10 @@ pub(super) struct Shard {
     pub(super) alignment: Alignment,
     /// Without `state.dir`: the lowest offset per source that the last
     /// complete walk of the open lists found, with the positions at the
-    /// walk's end folded in (see [`Daemon::walk_open_lists`](super::Daemon::walk_open_lists)). Commits use
-    /// it; `None` until a walk ends after the last rebalance, and then a
-    /// commit walks the lists at once.
+    /// walk's end folded in (see
+    /// [`Daemon::walk_open_lists`](super::Daemon::walk_open_lists)).
+    /// Commits use it; `None` until a walk ends after the last rebalance,
+    /// and then a commit walks the lists at once.
     pub(super) commit_floor: Option<Vec<Source>>,
 }
 

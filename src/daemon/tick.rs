@@ -21,8 +21,9 @@ use std::sync::atomic::Ordering;
 const PRUNE_PARTS: usize = 8;
 
 impl Daemon {
-    /// The loop's tick branch, after the message read from a partition
-    /// queue before it was handled: the work that waits on processing time.
+    /// What the loop does when the tick fires (after handling a message it
+    /// held from a partition queue, which belongs before any rebalance):
+    /// everything driven by processing time rather than by messages.
     pub(super) fn on_tick(&mut self, consumer: &Arc<Consumer>, published: &Published) -> Result<(), DaemonError> {
         self.apply_rebalances()?;
         self.check_alignment(wall_ms());
