@@ -14,7 +14,6 @@
 //! (at-least-once).
 
 use crate::config::{Config, is_secret_property};
-use crate::publish::PartitionState;
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{ConsumerContext, Rebalance, StreamConsumer};
@@ -552,6 +551,16 @@ pub struct SourceState {
     pub committed: Option<i64>,
     /// Event time of the newest event from this topic-partition (ms).
     pub last_event_ms: Option<i64>,
+}
+
+/// Per-partition consumer state, as the exposition shows it: the input
+/// knows its partitions, so the type is the input's, and `publish` reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PartitionState {
+    /// High watermark minus the consumer's position.
+    pub lag: Option<i64>,
+    /// Event time of the newest event consumed, seconds.
+    pub last_event_seconds: Option<f64>,
 }
 
 impl Sources {

@@ -7,7 +7,9 @@
 
 use crate::accumulate::{Accumulators, Moments};
 use crate::config::{Config, Span};
+use crate::daemon::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
 use crate::event::{IgnoreReason, RejectReason};
+use crate::kafka::PartitionState;
 use crate::metrics::list::Family;
 use crate::pipeline::OpsCounters;
 use crate::window::window_cell;
@@ -24,96 +26,6 @@ pub const LABEL_TOPIC: &str = "topic";
 pub const LABEL_TYPE: &str = "type";
 pub const LABEL_PARTITION: &str = "partition";
 pub const GAUC: &str = "gauc";
-
-/// Per-partition consumer state (daemon only).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PartitionState {
-    /// High watermark minus the consumer's position.
-    pub lag: Option<i64>,
-    /// Event time of the newest event consumed, seconds.
-    pub last_event_seconds: Option<f64>,
-}
-
-/// Upper bounds (seconds) of the ingest delay histogram's buckets.
-pub const DELAY_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
-
-/// Delay from a message's Kafka timestamp to the moment the pipeline applied
-/// it: freshness. Counted per message in the consuming task, rendered at
-/// publish time (never a Prometheus call per event).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DelayHistogram {
-    /// Per bucket of [`DELAY_BUCKETS`] (not cumulative); longer delays are
-    /// only in `count` and `sum_seconds` (the +Inf bucket).
-    pub counts: [u64; DELAY_BUCKETS.len()],
-    pub count: u64,
-    pub sum_seconds: f64,
-}
-
-impl DelayHistogram {
-    #[inline]
-    pub fn observe(&mut self, delay_ms: i64) {
-        self.observe_seconds(delay_ms.max(0) as f64 / 1000.0);
-    }
-
-    #[inline]
-    pub fn observe_seconds(&mut self, seconds: f64) {
-        self.count += 1;
-        self.sum_seconds += seconds;
-        // The first bound at or above the delay, by bisection: in a
-        // backlog, where every delay is long, a walk from the smallest
-        // bound took a dozen comparisons per message.
-        let i = DELAY_BUCKETS.partition_point(|b| *b < seconds);
-        if let Some(n) = self.counts.get_mut(i) {
-            *n += 1;
-        }
-    }
-
-    /// The q-quantile (0..1), interpolated within its bucket like
-    /// Prometheus's histogram_quantile; None when empty or beyond the last bound.
-    pub fn quantile(&self, q: f64) -> Option<f64> {
-        let rank = q * self.count as f64;
-        let mut seen = 0.0;
-        let mut lower = 0.0;
-        for (bound, n) in DELAY_BUCKETS.iter().zip(&self.counts) {
-            let n = *n as f64;
-            if n > 0.0 && seen + n >= rank {
-                return Some(lower + (bound - lower) * ((rank - seen) / n));
-            }
-            seen += n;
-            lower = *bound;
-        }
-        None
-    }
-}
-
-/// The daemon's own health, beside the stream's counters.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DaemonHealth {
-    /// Whether any broker connection is up (librdkafka's statistics).
-    pub kafka_connected: bool,
-    /// Seconds since the current broker outage began (0 when connected).
-    pub kafka_outage_seconds: f64,
-    /// Broker outages since start (connected, or starting, → no broker up).
-    pub kafka_outages: u64,
-    /// Checkpoints written and failed (state.dir set).
-    pub checkpoints: u64,
-    pub checkpoint_failures: u64,
-    /// Wall time of the last checkpoint, seconds.
-    pub last_checkpoint_seconds: Option<f64>,
-    /// Invalid messages copied to kafka.dead_letter_topic, and copies that failed.
-    pub dead_letters: u64,
-    pub dead_letter_failures: u64,
-    /// Messages skipped because a restored checkpoint already covers them.
-    pub skipped_covered: u64,
-    /// Topic-partitions held back for running ahead of their partition's
-    /// other topics in event time (`kafka.max_topic_drift`).
-    pub topic_pauses: u64,
-    /// Freshness of the consumed messages.
-    pub ingest_delay: DelayHistogram,
-    /// How long the consumer loop kept waiting messages waiting (see
-    /// `daemon::loop_gaps`).
-    pub loop_gaps: DelayHistogram,
-}
 
 /// Everything one exposition shows.
 pub struct Snapshot<'a> {
@@ -498,31 +410,4 @@ fn total_counters(f: &mut Families, name: &str, labels: &[(&str, &str)], m: &Mom
         labels,
         m.weight as f64,
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Each delay lands in the first bucket whose bound is at or above it
-    /// (Prometheus's `le`), exact bounds included; past the last bound only
-    /// the count and sum see it.
-    #[test]
-    fn delays_land_in_the_first_bucket_at_or_above_them() {
-        let mut delays: Vec<i64> = vec![-5, 0, 1, 400_000, i64::MAX / 2];
-        for b in DELAY_BUCKETS {
-            let ms = (b * 1000.0).round() as i64;
-            delays.extend([ms - 1, ms, ms + 1]);
-        }
-        for delay in delays {
-            let mut h = DelayHistogram::default();
-            h.observe(delay);
-            let seconds = delay.max(0) as f64 / 1000.0;
-            let expected = DELAY_BUCKETS.iter().position(|b| seconds <= *b);
-            let got = h.counts.iter().position(|&n| n == 1);
-            assert_eq!(got, expected, "{delay} ms");
-            assert_eq!(h.counts.iter().sum::<u64>(), u64::from(expected.is_some()), "{delay} ms");
-            assert_eq!(h.count, 1);
-        }
-    }
 }

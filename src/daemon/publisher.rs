@@ -21,13 +21,15 @@
 //!
 //! [`Pipeline::take_accumulated`]: crate::pipeline::Pipeline::take_accumulated
 
+use super::health::DaemonHealth;
 use crate::accumulate::Accumulators;
 use crate::assemble::AssemblerSnapshot;
 use crate::config::Config;
 use crate::http::Published;
 use crate::kafka::DeliveryTracker;
+use crate::kafka::PartitionState;
 use crate::pipeline::OpsCounters;
-use crate::publish::{DaemonHealth, PartitionState, Snapshot, render};
+use crate::publish::{Snapshot, render};
 use crate::state::{AccumulatorsState, Checkpoint, CountersState, ShardCheckpoint, StateStore};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,0 +1,409 @@
+//! Assignment changes, between `kafka` (whose rebalance callback queues
+//! them) and the shards: revoked partitions' shards are frozen (and, with
+//! `state.dir`, rolled back to their last checkpoint), assigned ones are
+//! created or taken over from the checkpoint that got furthest in them,
+//! and shards of partitions that went elsewhere are retired into the
+//! [`RETIRED`] shard, their counters kept. Also the restore at start.
+
+use super::consume::ready_now;
+use super::shard::{RETIRED, Shard};
+use super::{Daemon, DaemonError};
+use crate::kafka::{Consumer, RebalanceEvent};
+use crate::state::ShardCheckpoint;
+use rdkafka::consumer::Consumer as _;
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Committed offsets of the group, asked for off the consumer task.
+pub(super) type HandOverQuery = tokio::task::JoinHandle<Vec<((String, i32), i64)>>;
+
+/// "topic[0,1] topic2[0,1]" for logs.
+pub(super) fn describe(tps: &[(String, i32)]) -> String {
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (t, p) in tps {
+        by_topic.entry(t).or_default().push(*p);
+    }
+    by_topic.iter().map(|(t, ps)| format!("{t}{ps:?}")).collect::<Vec<_>>().join(" ")
+}
+
+impl Daemon {
+    /// Acts on the rebalances librdkafka reported since the last call.
+    pub(super) fn apply_rebalances(&mut self) -> Result<(), DaemonError> {
+        // The flag is set after the event is queued: a rebalance queued
+        // after this check is seen by the next one.
+        // Checked before every message: a plain load first, the swap (a
+        // locked instruction) only when a rebalance is pending.
+        if !self.signals.rebalance_pending.load(Ordering::Relaxed)
+            || !self.signals.rebalance_pending.swap(false, Ordering::Acquire)
+        {
+            return Ok(());
+        }
+        let events = match self.signals.rebalances.lock() {
+            Ok(mut q) => std::mem::take(&mut *q),
+            Err(_) => return Ok(()),
+        };
+        // Offsets may go back (the group's committed ones): a floor found
+        // before is no longer known to hold.
+        for shard in self.shards.values_mut() {
+            shard.commit_floor = None;
+        }
+        for event in events {
+            match &event {
+                RebalanceEvent::Revoked(tps) => {
+                    tracing::info!("partitions revoked: {}", describe(tps));
+                    self.revoke(tps.iter().map(|(_, p)| *p).collect())?
+                }
+                RebalanceEvent::Assigned(tps) => {
+                    tracing::info!("partitions assigned: {}", describe(tps));
+                    self.assign(tps)
+                }
+            }
+            self.lane_events.push(event);
+        }
+        Ok(())
+    }
+
+    /// `session.max_open_lists` is per instance: each shard gets an equal
+    /// share (rounded up).
+    pub(super) fn share_open_list_cap(&mut self) {
+        // Frozen shards hold no more lists than when they were frozen (and
+        // without checkpoints lose them at the next assignment): the cap is
+        // shared by the shards that can grow.
+        let owned = self.shards.values().filter(|s| s.owned).count();
+        let share = self.config.session.max_open_lists.div_ceil(owned.max(1)).max(1);
+        for shard in self.shards.values_mut() {
+            shard.pipeline.set_max_open_lists(share);
+        }
+    }
+
+    /// With checkpoints, revoked shards go back to their last checkpoint:
+    /// what they did since was never published nor committed, and the new
+    /// owner redoes it from there.
+    pub(super) fn revoke(&mut self, partitions: BTreeSet<i32>) -> Result<(), DaemonError> {
+        // Offsets noted for a later commit may be the revoked partitions':
+        // committed after the new owner's, they would move it back.
+        self.pending_commit = None;
+        // The checkpoint read below must not be one being written: a
+        // rebalance waits for the publisher's write in flight.
+        if self.store.is_some()
+            && let Some(done) = self.publisher.wait()
+        {
+            self.note_done(done);
+        }
+        let mut own: BTreeMap<i32, ShardCheckpoint> = match &self.store {
+            Some(store) => match store.load_own()? {
+                Some(c) => c.shards.into_iter().map(|s| (s.partition, s)).collect(),
+                None => BTreeMap::new(),
+            },
+            None => BTreeMap::new(),
+        };
+        for p in partitions {
+            if self.store.is_some() {
+                let mut shard = Shard::new(&self.config, &self.budget);
+                if let Some(c) = own.remove(&p) {
+                    shard.restore(c, true).map_err(|reason| self.restore_error(reason))?;
+                }
+                self.shards.insert(p, shard);
+            }
+            if let Some(shard) = self.shards.get_mut(&p) {
+                shard.owned = false;
+                shard.idle = false;
+                shard.alignment.reset();
+            }
+        }
+        self.share_open_list_cap();
+        Ok(())
+    }
+
+    /// Assigned shards take their open lists from the checkpoint, among all
+    /// instances' in `state.dir`, that got furthest in the partition.
+    pub(super) fn assign(&mut self, tps: &[(String, i32)]) {
+        let partitions: BTreeSet<i32> = tps.iter().map(|(_, p)| *p).collect();
+        let mut candidates: BTreeMap<i32, ShardCheckpoint> = BTreeMap::new();
+        if let Some(store) = &self.store {
+            for c in store.load_all() {
+                for s in c.shards {
+                    if partitions.contains(&s.partition)
+                        && candidates.get(&s.partition).is_none_or(|best| s.progress() > best.progress())
+                    {
+                        candidates.insert(s.partition, s);
+                    }
+                }
+            }
+        }
+        if self.store.is_none() {
+            // Without checkpoints, a partition revoked and not given back
+            // went to another instance, which reads it again from the
+            // committed offset (at most the oldest open list's first event):
+            // its open lists are that instance's to finish, not this one's.
+            // The counters of the lists finished here stay.
+            for (p, shard) in self.shards.iter_mut().filter(|(p, s)| !s.owned && !partitions.contains(p)) {
+                if shard.pipeline.open_lists() > 0 || !shard.next_offsets.is_empty() {
+                    tracing::info!(
+                        "partition {p} went to another instance: its {} open list(s) are left to it",
+                        shard.pipeline.open_lists()
+                    );
+                }
+                shard.pipeline.drop_lists();
+                shard.next_offsets.clear();
+            }
+            let gone: Vec<i32> = self
+                .shards
+                .iter()
+                .filter(|(p, s)| **p != RETIRED && !s.owned && !partitions.contains(p))
+                .map(|(p, _)| *p)
+                .collect();
+            for p in gone {
+                self.retire(p);
+            }
+        }
+        for p in partitions {
+            let (config, budget) = (&self.config, &self.budget);
+            let shard = self.shards.entry(p).or_insert_with(|| Shard::new(config, budget));
+            if let Some(c) = candidates.remove(&p)
+                && c.progress() >= shard.next_offsets.values().sum::<i64>()
+                && let Err(reason) = shard.restore(c, false)
+            {
+                tracing::warn!("cannot take over partition {p} from a checkpoint: {reason}");
+            }
+            // Every topic of the partition is a lane: event time closes
+            // lists only once each has delivered.
+            let topics = tps.iter().filter(|(_, tp)| *tp == p).map(|(t, _)| t.as_str());
+            shard.pipeline.expect_lanes(topics);
+            shard.owned = true;
+            // Its end was reached before, perhaps; since this assignment
+            // the messages from the committed offset on are a backlog
+            // until the partition's end is reported again. Idle now, the
+            // next tick would close its lists on processing time before
+            // what the broker kept during an outage arrives.
+            shard.idle = false;
+            shard.alignment.reset();
+        }
+        self.share_open_list_cap();
+    }
+
+    /// Drops the shard of `p`, keeping what it accumulated in the
+    /// [`RETIRED`] shard: a partition that went to another instance leaves
+    /// no state behind here, nor a share of `session.max_open_lists`.
+    pub(super) fn retire(&mut self, p: i32) {
+        let Some(shard) = self.shards.remove(&p) else { return };
+        let (config, budget) = (&self.config, &self.budget);
+        let retired = self.shards.entry(RETIRED).or_insert_with(|| Shard::new(config, budget));
+        retired.owned = false;
+        retired.pipeline.merge_sums(&shard.pipeline);
+    }
+
+    /// With `state.dir`, a revoked partition's shard keeps its last
+    /// checkpoint's open lists: the partition may come back, or its new
+    /// owner may read them from a shared `state.dir`. Once the group's
+    /// committed offsets reach the shard's on every topic and pass it on
+    /// one, the new owner has made its own state durable past it (it
+    /// commits only what a checkpoint of its covers), and the shard is
+    /// dropped.
+    /// The committed offsets are asked of the broker off the consumer task
+    /// (every `state.interval` while such shards exist); their answer is
+    /// acted on at a later tick.
+    pub(super) fn retire_handed_over(&mut self, consumer: &Arc<Consumer>) {
+        if self.store.is_none() {
+            return;
+        }
+        if let Some(query) = self.hand_over.take_if(|q| q.is_finished()) {
+            let committed: BTreeMap<(String, i32), i64> =
+                ready_now(query).and_then(Result::ok).unwrap_or_default().into_iter().collect();
+            let handed_over: Vec<i32> = self
+                .shards
+                .iter()
+                .filter(|(p, s)| **p != RETIRED && !s.owned)
+                .filter(|(p, s)| {
+                    let c = |t: &String| committed.get(&(t.clone(), **p)).copied().unwrap_or(-1);
+                    // Past this shard on one topic at least: committed by
+                    // the new owner, not what this instance committed
+                    // before the partition was revoked.
+                    s.next_offsets.iter().all(|(t, next)| c(t) >= *next)
+                        && s.next_offsets.iter().any(|(t, next)| c(t) > *next)
+                })
+                .map(|(p, _)| *p)
+                .collect();
+            for p in handed_over {
+                tracing::info!("partition {p} is durably handed over: its shard is dropped");
+                self.retire(p);
+            }
+            self.share_open_list_cap();
+        }
+        if self.hand_over.is_some() || !self.checkpoint_due() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (p, shard) in self.shards.iter().filter(|(p, s)| **p != RETIRED && !s.owned) {
+            for topic in shard.next_offsets.keys() {
+                tpl.add_partition(topic, *p);
+            }
+        }
+        if tpl.count() == 0 {
+            return;
+        }
+        let consumer = consumer.clone();
+        self.hand_over = Some(tokio::task::spawn_blocking(move || {
+            let Ok(committed) = consumer.committed_offsets(tpl, Duration::from_secs(10)) else { return Vec::new() };
+            committed
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(o) => Some(((e.topic().to_string(), e.partition()), o)),
+                    _ => None,
+                })
+                .collect()
+        }));
+    }
+
+    pub(super) fn restore_error(&self, reason: String) -> DaemonError {
+        DaemonError::Restore {
+            path: self.store.as_ref().map(|s| s.path().display().to_string()).unwrap_or_default(),
+            reason,
+        }
+    }
+
+    /// Loads this instance's last checkpoint: counters continue from it;
+    /// open lists wait until their partition is assigned again.
+    pub(super) fn restore_own(&mut self) -> Result<(), DaemonError> {
+        let Some(store) = &self.store else { return Ok(()) };
+        let Some(checkpoint) = store.load_own()? else { return Ok(()) };
+        if let Ok(mut b) = self.budget.lock() {
+            *b = checkpoint.budget;
+            // The bounds are this configuration's, whatever the checkpoint's were.
+            b.max_values = self.config.dimensions.max_values;
+            b.max_combinations = self.config.dimensions.max_combinations;
+        }
+        for c in checkpoint.shards {
+            let mut shard = Shard::new(&self.config, &self.budget);
+            let p = c.partition;
+            shard.restore(c, true).map_err(|reason| self.restore_error(reason))?;
+            shard.owned = false;
+            self.shards.insert(p, shard);
+        }
+        tracing::info!("restored {} partition shard(s) from {}", self.shards.len(), store.path().display());
+        self.share_open_list_cap();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{IMPRESSIONS, JUDGMENTS, NOW_MS, impression, judgment, message};
+    use super::*;
+    use crate::config::Config;
+
+    fn caps(d: &Daemon) -> Vec<usize> {
+        d.shards.values().map(|s| s.pipeline.assembler().limits.max_open_lists).collect()
+    }
+
+    fn events(shard: &Shard) -> u64 {
+        shard.pipeline.counters().events.values().sum()
+    }
+
+    /// `session.max_open_lists` is per instance: each owned shard gets an
+    /// equal share, rounded up; frozen shards do not take a share.
+    #[test]
+    fn max_open_lists_is_shared_equally_among_owned_shards_rounded_up() {
+        let mut config = Config::default();
+        config.session.max_open_lists = 10;
+        let mut d = Daemon::for_tests(config);
+        for p in 0..3 {
+            d.handle(&message(IMPRESSIONS, p, 0, &impression("s1")), None, NOW_MS);
+        }
+        assert_eq!(caps(&d), [4, 4, 4]);
+        d.revoke(BTreeSet::from([2])).unwrap();
+        assert_eq!(caps(&d), [5, 5, 5]);
+        d.assign(&[(IMPRESSIONS.to_string(), 2)]);
+        assert_eq!(caps(&d), [4, 4, 4]);
+    }
+
+    /// A dropped shard's counters were published and must never go back:
+    /// the RETIRED shard keeps them, owning nothing and holding no lists.
+    #[test]
+    fn retire_keeps_what_a_dropped_shard_accumulated() {
+        let mut d = Daemon::for_tests(Config::default());
+        for p in [1, 2] {
+            d.handle(&message(IMPRESSIONS, p, 0, &impression("s1")), None, NOW_MS);
+            d.handle(&message(JUDGMENTS, p, 0, &judgment("s1", "d1", 2)), None, NOW_MS);
+        }
+        d.finalize_all();
+        let finalized = d.lists_finalized();
+        assert!(finalized > 0);
+        d.retire(1);
+        assert!(!d.shards.contains_key(&1));
+        let retired = &d.shards[&RETIRED];
+        assert!(!retired.owned);
+        assert!(retired.next_offsets.is_empty());
+        assert_eq!(retired.pipeline.open_lists(), 0);
+        assert_eq!(events(retired), 2);
+        assert_eq!(d.lists_finalized(), finalized);
+        d.retire(2);
+        assert_eq!(events(&d.shards[&RETIRED]), 4, "a second retirement adds to the first");
+        assert_eq!(d.lists_finalized(), finalized);
+        assert_eq!(d.shards.keys().copied().collect::<Vec<_>>(), [RETIRED]);
+    }
+
+    /// Without checkpoints, a partition revoked and not given back went to
+    /// another instance, which reads it again from the committed offset:
+    /// its open lists are that instance's to finish, its counters stay.
+    #[test]
+    fn assign_without_state_dir_drops_the_lists_of_partitions_gone_elsewhere() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.handle(&message(IMPRESSIONS, 0, 0, &impression("s1")), None, NOW_MS);
+        d.handle(&message(IMPRESSIONS, 1, 0, &impression("s2")), None, NOW_MS);
+        d.revoke(BTreeSet::from([0, 1])).unwrap();
+        d.assign(&[(IMPRESSIONS.to_string(), 1), (JUDGMENTS.to_string(), 1)]);
+        assert!(!d.shards.contains_key(&0));
+        assert_eq!(d.shards[&RETIRED].pipeline.open_lists(), 0);
+        assert_eq!(events(&d.shards[&RETIRED]), 1);
+        let kept = &d.shards[&1];
+        assert!(kept.owned);
+        assert!(!kept.idle, "a new assignment starts as a backlog");
+        assert_eq!(kept.pipeline.open_lists(), 1, "a partition given back continues its lists");
+        assert_eq!(kept.next_offsets[IMPRESSIONS], 1);
+        assert_eq!(d.open_lists(), 1);
+    }
+
+    /// Offsets noted for a later commit may be a revoked partition's:
+    /// committed after the new owner's, they would move it back.
+    #[test]
+    fn revoke_drops_the_pending_commit() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.pending_commit = Some((TopicPartitionList::new(), vec![((IMPRESSIONS.to_string(), 0), 1)], None));
+        d.revoke(BTreeSet::from([0])).unwrap();
+        assert!(d.pending_commit.is_none());
+    }
+
+    /// The callback only queues; the loop applies the events once flagged,
+    /// forgets commit floors (offsets may go back) and passes the events
+    /// on to the partition queues.
+    #[test]
+    fn rebalances_are_applied_once_flagged_and_passed_on_to_the_lanes() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.handle(&message(IMPRESSIONS, 0, 0, &impression("s1")), None, NOW_MS);
+        d.shards.get_mut(&0).unwrap().commit_floor = Some(Vec::new());
+        let revoked = RebalanceEvent::Revoked(vec![(IMPRESSIONS.to_string(), 0)]);
+        d.signals.rebalances.lock().unwrap().push(revoked.clone());
+        d.apply_rebalances().unwrap();
+        assert!(d.shards[&0].owned, "not flagged yet");
+        d.signals.rebalance_pending.store(true, Ordering::Release);
+        d.apply_rebalances().unwrap();
+        assert!(!d.shards[&0].owned);
+        assert!(d.shards[&0].commit_floor.is_none());
+        assert_eq!(d.lane_events, [revoked]);
+        assert!(!d.signals.rebalance_pending.load(Ordering::Relaxed));
+        assert!(d.signals.rebalances.lock().unwrap().is_empty());
+    }
+
+    /// Logs name the partitions per topic, in topic order.
+    #[test]
+    fn describe_groups_partitions_by_topic() {
+        let tps = [("b".to_string(), 1), ("a".to_string(), 2), ("a".to_string(), 0)];
+        assert_eq!(describe(&tps), "a[2, 0] b[1]");
+        assert_eq!(describe(&[]), "");
+    }
+}
