@@ -24,11 +24,19 @@ fn demo_shows_windowed_metrics_within_30_seconds() {
         .spawn()
         .unwrap();
     let started = Instant::now();
+    // Every windowed family for both rankers, not the first exposition
+    // with nDCG: a list whose shown results are all relevant or all not
+    // has no AUC, so GAUC may trail nDCG by a few lists.
+    let ready = |body: &str| {
+        body.contains(r#"rankpulse_ndcg{k="10",window="1m",ranker="control""#)
+            && body.contains(r#"rankpulse_ndcg{k="10",window="1m",ranker="candidate""#)
+            && body.contains(r#"rankpulse_gauc{window="1m",ranker="control""#)
+            && body.contains(r#"rankpulse_gauc{window="1m",ranker="candidate""#)
+    };
     let mut found = None;
     while started.elapsed() < Duration::from_secs(30) {
         if let Ok((200, body)) = http_get(&addr, "/metrics")
-            && body.contains(r#"rankpulse_ndcg{k="10",window="1m",ranker="control""#)
-            && body.contains(r#"rankpulse_ndcg{k="10",window="1m",ranker="candidate""#)
+            && ready(&body)
         {
             found = Some(body);
             break;
@@ -37,7 +45,7 @@ fn demo_shows_windowed_metrics_within_30_seconds() {
     }
     let body = found.unwrap_or_else(|| {
         let _ = demo.kill();
-        panic!("no windowed nDCG for both rankers within 30 s")
+        panic!("no windowed nDCG and GAUC for both rankers within 30 s")
     });
     eprintln!("windowed gauges after {:?}", started.elapsed());
     assert!(sum_of(&body, "rankpulse_events_rejected_total") > 0.0, "the demo sends some invalid events");
