@@ -91,8 +91,6 @@ pub enum DaemonError {
     Subscribe { topics: Vec<String>, cause: KafkaError },
     #[error(transparent)]
     State(#[from] StateError),
-    #[error("checkpoint {path}: {reason}")]
-    Restore { path: String, reason: String },
     #[error("cannot start the publishing thread: {0}")]
     Publisher(std::io::Error),
 }

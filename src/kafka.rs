@@ -12,6 +12,13 @@
 //! consume and the first offset of any list still open, so a restart never
 //! skips an event whose list was not yet folded into the accumulators
 //! (at-least-once).
+//!
+//! Everything that speaks librdkafka's callbacks and bookkeeping is here
+//! (the consumer context and its signals, outages, collapsed client errors,
+//! the dead-letter producer, per-partition sources and their commit
+//! points), so that the daemon's modules see plain types and the
+//! client's threads meet the consumer task in one place; about 640 lines
+//! before the tests.
 
 use crate::config::{Config, is_secret_property};
 use rdkafka::client::ClientContext;

@@ -8,7 +8,7 @@
 use crate::accumulate::{Accumulators, Moments};
 use crate::config::{Config, Span};
 use crate::daemon::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
-use crate::event::{IgnoreReason, RejectReason};
+use crate::event::{EventKind, IgnoreReason, RejectReason};
 use crate::kafka::PartitionState;
 use crate::metrics::list::Family;
 use crate::pipeline::OpsCounters;
@@ -197,7 +197,7 @@ pub fn render(s: &Snapshot) -> String {
             f.counter(
                 &format!("{PREFIX}lists_excluded_total"),
                 "Lists left out of a metric's mean since start, by metric and reason",
-                &with(&[(LABEL_METRIC, metric), (LABEL_REASON, reason.as_str())], &dl),
+                &with(&[(LABEL_METRIC, metric.name()), (LABEL_REASON, reason.as_str())], &dl),
                 *n as f64,
             );
         }
@@ -205,7 +205,7 @@ pub fn render(s: &Snapshot) -> String {
             f.counter(
                 &format!("{PREFIX}lists_no_relevant_total"),
                 "Lists with nothing relevant judged (kind graded: no positive grade; binary: none at the threshold), whatever metrics.no_relevant says",
-                &with(&[("kind", kind)], &dl),
+                &with(&[("kind", kind.as_str())], &dl),
                 *n as f64,
             );
         }
@@ -216,7 +216,7 @@ pub fn render(s: &Snapshot) -> String {
         f.counter(
             &format!("{PREFIX}events_total"),
             "Events accepted, by topic and type",
-            &[(LABEL_TOPIC, topic), (LABEL_TYPE, kind)],
+            &[(LABEL_TOPIC, topic), (LABEL_TYPE, kind.as_str())],
             *n as f64,
         );
     }
@@ -229,7 +229,7 @@ pub fn render(s: &Snapshot) -> String {
             n as f64,
         );
     }
-    for reason in IgnoreReason::ALL {
+    for &reason in IgnoreReason::ALL {
         let n = s.counters.ignored.get(&reason).copied().unwrap_or(0);
         f.counter(
             &format!("{PREFIX}events_ignored_total"),
@@ -238,12 +238,12 @@ pub fn render(s: &Snapshot) -> String {
             n as f64,
         );
     }
-    for kind in ["impression", "judgment"] {
-        let n = s.counters.duplicates.get(kind).copied().unwrap_or(0);
+    for kind in [EventKind::Impression, EventKind::Judgment] {
+        let n = s.counters.duplicates.get(&kind).copied().unwrap_or(0);
         f.counter(
             &format!("{PREFIX}events_duplicate_total"),
             "Events ignored because their event_id was already applied to the list",
-            &[(LABEL_TYPE, kind)],
+            &[(LABEL_TYPE, kind.as_str())],
             n as f64,
         );
     }

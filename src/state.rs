@@ -20,23 +20,20 @@
 //! file must pass before anything restores from it. It passes 600 lines
 //! only with the round-trip and corruption tests.
 
-use crate::accumulate::{Accumulators, Cell, Exclusion, Series};
+use crate::accumulate::Accumulators;
 use crate::assemble::{AssemblerState, DimensionBudget};
 use crate::config::Config;
-use crate::event::RejectReason;
-use crate::metrics::list::Family;
 use crate::pipeline::OpsCounters;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// First bytes of a checkpoint file; the trailing digits are the format version.
-const MAGIC: &[u8; 8] = b"RPCKPT02";
+const MAGIC: &[u8; 8] = b"RPCKPT03";
 /// Header: magic, payload length (u64 LE), payload checksum (xxh3-64, LE).
 const HEADER_LEN: usize = 8 + 8 + 8;
 pub const EXTENSION: &str = "ckpt";
@@ -67,8 +64,10 @@ pub struct ShardCheckpoint {
     /// Next offset to consume, per topic: everything before is in this state.
     pub offsets: BTreeMap<String, i64>,
     pub assembler: AssemblerState,
-    pub accumulators: AccumulatorsState,
-    pub counters: CountersState,
+    /// The core's own types, serialized as they are (their enum keys by
+    /// name, see `serde_by_name!`).
+    pub accumulators: Accumulators,
+    pub counters: OpsCounters,
 }
 
 impl ShardCheckpoint {
@@ -101,148 +100,6 @@ pub fn fingerprint(config: &Config) -> String {
     )
 }
 
-/// `Accumulators` with its static names spelled out.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct AccumulatorsState {
-    pub cutoffs: usize,
-    pub bucket_ms: i64,
-    pub series: Vec<SeriesState>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct SeriesState {
-    pub dims: Vec<String>,
-    pub total: Cell,
-    /// Shared with the accumulators the state was taken from (no copy).
-    pub buckets: Vec<(i64, Arc<Cell>)>,
-    pub excluded: Vec<(String, String, i64)>,
-    pub no_relevant: Vec<(String, i64)>,
-}
-
-/// `OpsCounters` with its static names spelled out.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct CountersState {
-    pub events: Vec<(String, String, u64)>,
-    pub rejected: Vec<(String, u64)>,
-    pub duplicates: Vec<(String, u64)>,
-    pub orphans: u64,
-    pub evicted: u64,
-    pub late_amended: u64,
-    pub late_dropped: u64,
-    pub dimension_overflow: Vec<(usize, u64)>,
-    pub combination_overflow: u64,
-}
-
-const EVENT_KINDS: [&str; 2] = ["impression", "judgment"];
-const NO_RELEVANT_KINDS: [&str; 2] = ["graded", "binary"];
-
-fn static_name(name: &str, known: impl IntoIterator<Item = &'static str>) -> Option<&'static str> {
-    known.into_iter().find(|k| *k == name)
-}
-
-fn metric_names() -> impl Iterator<Item = &'static str> {
-    Family::ALL.iter().map(|f| f.name()).chain(["gauc"])
-}
-
-impl AccumulatorsState {
-    pub fn from_accumulators(a: &Accumulators) -> Self {
-        AccumulatorsState {
-            cutoffs: a.cutoffs,
-            bucket_ms: a.bucket_ms,
-            series: a
-                .series
-                .iter()
-                .map(|(dims, s)| SeriesState {
-                    dims: dims.to_vec(),
-                    total: s.total(),
-                    buckets: s.buckets.iter().map(|(b, c)| (*b, c.clone())).collect(),
-                    excluded: s
-                        .excluded
-                        .iter()
-                        .map(|((m, e), n)| (m.to_string(), e.as_str().to_string(), *n))
-                        .collect(),
-                    no_relevant: s.no_relevant.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
-                })
-                .collect(),
-        }
-    }
-
-    /// The accumulators this state holds. Their moments wrap (see
-    /// [`crate::accumulate::Moments`]); the plain counts are added to with
-    /// `+=` and merged over shards, so one above [`MAX_COUNT`] is refused.
-    pub fn into_accumulators(self) -> Result<Accumulators, String> {
-        let mut a = Accumulators::new(self.cutoffs, self.bucket_ms);
-        for s in self.series {
-            let mut series = Series::restored(s.total, s.buckets.into_iter().collect());
-            for (m, e, n) in s.excluded {
-                plausible(n, "an exclusion count")?;
-                let metric = static_name(&m, metric_names()).ok_or_else(|| format!("unknown metric {m:?}"))?;
-                let exclusion = [Exclusion::NoRelevant, Exclusion::SingleClass]
-                    .into_iter()
-                    .find(|x| x.as_str() == e)
-                    .ok_or_else(|| format!("unknown exclusion {e:?}"))?;
-                series.excluded.insert((metric, exclusion), n);
-            }
-            for (k, n) in s.no_relevant {
-                plausible(n, "a no-relevant count")?;
-                let kind = static_name(&k, NO_RELEVANT_KINDS).ok_or_else(|| format!("unknown kind {k:?}"))?;
-                series.no_relevant.insert(kind, n);
-            }
-            a.series.insert(Arc::from(s.dims), Arc::new(series));
-        }
-        Ok(a)
-    }
-}
-
-impl CountersState {
-    pub fn from_counters(c: &OpsCounters) -> Self {
-        CountersState {
-            events: c.events.iter().map(|((t, k), n)| (t.clone(), k.to_string(), *n)).collect(),
-            rejected: c.rejected.iter().map(|(r, n)| (r.as_str().to_string(), *n)).collect(),
-            duplicates: c.duplicates.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
-            orphans: c.orphans,
-            evicted: c.evicted,
-            late_amended: c.late_amended,
-            late_dropped: c.late_dropped,
-            dimension_overflow: c.dimension_overflow.iter().map(|(k, n)| (*k, *n)).collect(),
-            combination_overflow: c.combination_overflow,
-        }
-    }
-
-    pub fn into_counters(self) -> Result<OpsCounters, String> {
-        let mut c = OpsCounters::default();
-        let counts = self.events.iter().map(|e| e.2).chain(self.rejected.iter().map(|r| r.1));
-        let counts =
-            counts.chain(self.duplicates.iter().map(|d| d.1)).chain(self.dimension_overflow.iter().map(|d| d.1));
-        let single = [self.orphans, self.evicted, self.late_amended, self.late_dropped, self.combination_overflow];
-        for n in counts.chain(single) {
-            plausible_unsigned(n, "a counter")?;
-        }
-        for (topic, kind, n) in self.events {
-            let kind = static_name(&kind, EVENT_KINDS).ok_or_else(|| format!("unknown event type {kind:?}"))?;
-            c.events.insert((topic, kind), n);
-        }
-        for (reason, n) in self.rejected {
-            let r = *RejectReason::ALL
-                .iter()
-                .find(|r| r.as_str() == reason)
-                .ok_or_else(|| format!("unknown reject reason {reason:?}"))?;
-            c.rejected.insert(r, n);
-        }
-        for (kind, n) in self.duplicates {
-            let kind = static_name(&kind, EVENT_KINDS).ok_or_else(|| format!("unknown event type {kind:?}"))?;
-            c.duplicates.insert(kind, n);
-        }
-        c.orphans = self.orphans;
-        c.evicted = self.evicted;
-        c.late_amended = self.late_amended;
-        c.late_dropped = self.late_dropped;
-        c.dimension_overflow = self.dimension_overflow.into_iter().collect();
-        c.combination_overflow = self.combination_overflow;
-        Ok(c)
-    }
-}
-
 /// The largest count a checkpoint may hold: 2^48 (2.8·10^14, nine years of
 /// a million events a second). Counts are added to with `+=` and summed over
 /// shards and instances, so anything larger can only come from a corrupt or
@@ -259,6 +116,27 @@ fn plausible(n: i64, what: &str) -> Result<(), String> {
 fn plausible_unsigned(n: u64, what: &str) -> Result<(), String> {
     if n > MAX_COUNT {
         return Err(format!("{what} of {n} is beyond any real stream (at most 2^48)"));
+    }
+    Ok(())
+}
+
+/// Refuses a shard whose plain counts no stream can reach. The moments
+/// themselves wrap (see [`crate::accumulate::Moments`]) and need no check.
+fn check_counts(shard: &ShardCheckpoint) -> Result<(), String> {
+    for series in shard.accumulators.series.values() {
+        for n in series.excluded.values() {
+            plausible(*n, "an exclusion count")?;
+        }
+        for n in series.no_relevant.values() {
+            plausible(*n, "a no-relevant count")?;
+        }
+    }
+    let c = &shard.counters;
+    let keyed = c.events.values().chain(c.rejected.values()).chain(c.ignored.values());
+    let keyed = keyed.chain(c.duplicates.values()).chain(c.dimension_overflow.values());
+    let single = [c.orphans, c.evicted, c.late_amended, c.late_dropped, c.combination_overflow];
+    for n in keyed.copied().chain(single) {
+        plausible_unsigned(n, "a counter")?;
     }
     Ok(())
 }
@@ -381,7 +259,11 @@ pub fn read(path: &Path) -> Result<Checkpoint, StateError> {
 /// Decodes a checkpoint's payload (what follows the header). Public for the
 /// `checkpoint` fuzz target: no bytes on disk may panic the process.
 pub fn decode(payload: &[u8]) -> Result<Checkpoint, String> {
-    postcard::from_bytes(payload).map_err(|e| e.to_string())
+    let checkpoint: Checkpoint = postcard::from_bytes(payload).map_err(|e| e.to_string())?;
+    for shard in &checkpoint.shards {
+        check_counts(shard).map_err(|e| format!("partition {}: {e}", shard.partition))?;
+    }
+    Ok(checkpoint)
 }
 
 /// The host name, else "rankpulse".
@@ -472,8 +354,8 @@ mod tests {
             // checkpoint does not keep apart from the totals).
             if !restored && step >= 1_500 && shards[0].series.get(&dims).is_some_and(|s| !s.amended.is_empty()) {
                 restored = true;
-                let state = AccumulatorsState::from_accumulators(&shards[0]);
-                let mut restored = state.into_accumulators().unwrap();
+                let bytes = postcard::to_stdvec(&shards[0]).unwrap();
+                let mut restored: Accumulators = postcard::from_bytes(&bytes).unwrap();
                 restored.range = shards[0].range;
                 assert_eq!(restored, shards[0]);
                 shards[0] = restored;
@@ -523,8 +405,8 @@ mod tests {
             owned: true,
             offsets: BTreeMap::from([("t".to_string(), 7)]),
             assembler: p.assembler().state(),
-            accumulators: AccumulatorsState::from_accumulators(p.accumulators()),
-            counters: CountersState::from_counters(p.counters()),
+            accumulators: p.accumulators().clone(),
+            counters: p.counters().clone(),
         }
     }
 
@@ -562,7 +444,7 @@ mod tests {
         assert_eq!(restored.shards[0].offsets["t"], 7);
         let mut second = Pipeline::new(&cfg.pipeline_settings());
         let shard = restored.shards.into_iter().next().unwrap();
-        let sums = (shard.accumulators.into_accumulators().unwrap(), shard.counters.into_counters().unwrap());
+        let sums = (shard.accumulators, shard.counters);
         second.restore(shard.assembler, Some(sums));
         for e in &evs[37..] {
             let _ = second.ingest("t", e.as_bytes(), crate::pipeline::Clock::replay(), None);
@@ -602,43 +484,53 @@ mod tests {
     }
 
     /// Numbers no stream can produce, as a corrupt or crafted checkpoint may
-    /// hold them: a counter past 2^48 is refused, and moments whose total
-    /// minus its buckets overflows restore without panicking (found by the
-    /// `checkpoint` fuzz target). The second half can only fail where
-    /// overflow checks are on (`cargo test` without `--release`, and the
-    /// fuzz build, whose corpus keeps the input that found it).
+    /// hold them: a counter or an exclusion count past 2^48 is refused, and
+    /// moments whose totals overflow decode and add up without panicking
+    /// (found by the `checkpoint` fuzz target; that half can only fail
+    /// where overflow checks are on: `cargo test` without `--release`, and
+    /// the fuzz build).
     #[test]
     fn absurd_numbers_are_refused_or_wrap() {
-        let mut counters = CountersState::from_counters(&OpsCounters::default());
-        counters.orphans = MAX_COUNT + 1;
-        assert!(counters.into_counters().unwrap_err().contains("beyond any real stream"));
+        use crate::accumulate::{Cell, Exclusion, Mean, Series};
+        use crate::metrics::list::Family;
+        use std::sync::Arc;
+        let shard = |accumulators: Accumulators, counters: OpsCounters| ShardCheckpoint {
+            partition: 3,
+            owned: true,
+            offsets: BTreeMap::new(),
+            assembler: Pipeline::new(&Config::default().pipeline_settings()).assembler().state(),
+            accumulators,
+            counters,
+        };
+        let round_trip = |shard: ShardCheckpoint| {
+            let c = Checkpoint {
+                fingerprint: String::new(),
+                instance: "x".into(),
+                written_ms: 0,
+                budget: DimensionBudget::default(),
+                shards: vec![shard],
+            };
+            decode(&postcard::to_stdvec(&c).unwrap())
+        };
+        let counters = OpsCounters { orphans: MAX_COUNT + 1, ..OpsCounters::default() };
+        let e = round_trip(shard(Accumulators::new(1, 10_000), counters)).unwrap_err();
+        assert!(e.contains("partition 3: a counter of 281474976710657 is beyond any real stream"), "{e}");
+
+        let mut excluded = Series::default();
+        excluded.excluded.insert((Mean::Family(Family::Ndcg), Exclusion::NoRelevant), -(1 << 50));
+        let mut acc = Accumulators::new(1, 10_000);
+        acc.series.insert(Arc::from(Vec::new()), Arc::new(excluded));
+        let e = round_trip(shard(acc, OpsCounters::default())).unwrap_err();
+        assert!(e.contains("an exclusion count"), "{e}");
 
         let mut total = Cell::new(1);
         total.metrics[0].sum = i128::MIN;
         let mut bucket = Cell::new(1);
         bucket.metrics[0].sum = 1;
-        let state = AccumulatorsState {
-            cutoffs: 1,
-            bucket_ms: 10_000,
-            series: vec![SeriesState {
-                dims: vec![],
-                total: total.clone(),
-                buckets: vec![(0, Arc::new(bucket))],
-                excluded: vec![],
-                no_relevant: vec![],
-            }],
-        };
-        let restored = state.into_accumulators().unwrap();
-        assert_eq!(restored.series.values().next().unwrap().total(), total);
-
-        let mut excluded = AccumulatorsState { cutoffs: 1, bucket_ms: 10_000, series: vec![] };
-        excluded.series.push(SeriesState {
-            dims: vec![],
-            total: Cell::new(1),
-            buckets: vec![],
-            excluded: vec![("ndcg".into(), "no_relevant".into(), -(1 << 50))],
-            no_relevant: vec![],
-        });
-        assert!(excluded.into_accumulators().is_err());
+        let mut acc = Accumulators::new(1, 10_000);
+        let series = Series::restored(total.clone(), BTreeMap::from([(0, Arc::new(bucket))]));
+        acc.series.insert(Arc::from(Vec::new()), Arc::new(series));
+        let restored = round_trip(shard(acc, OpsCounters::default())).unwrap();
+        assert_eq!(restored.shards[0].accumulators.series.values().next().unwrap().total(), total);
     }
 }

@@ -10,6 +10,7 @@
 use proptest::prelude::*;
 use rankpulse::accumulate::{Accumulators, Cell};
 use rankpulse::config::Config;
+use rankpulse::event::EventKind;
 use rankpulse::metrics::Grade;
 use rankpulse::metrics::list::{ListScore, ListScorer};
 use rankpulse::pipeline::Pipeline;
@@ -33,7 +34,7 @@ struct Scenario {
     events: Vec<(i64, String)>,
     lists: Vec<TrueList>,
     orphans: usize,
-    duplicates: BTreeMap<&'static str, u64>,
+    duplicates: BTreeMap<EventKind, u64>,
     impressions: u64,
     judgments: u64,
 }
@@ -111,7 +112,7 @@ fn scenario(seed: u64) -> Scenario {
             );
             if rng.below(4) == 0 {
                 s.events.push((t_imp + i as i64, ev.clone()));
-                *s.duplicates.entry("impression").or_default() += 1;
+                *s.duplicates.entry(EventKind::Impression).or_default() += 1;
                 s.impressions += 1;
             }
             s.events.push((t_imp + i as i64, ev));
@@ -136,7 +137,7 @@ fn scenario(seed: u64) -> Scenario {
             );
             if rng.below(4) == 0 {
                 s.events.push((t, ev.clone()));
-                *s.duplicates.entry("judgment").or_default() += 1;
+                *s.duplicates.entry(EventKind::Judgment).or_default() += 1;
                 s.judgments += 1;
             }
             s.events.push((t, ev));
@@ -222,7 +223,7 @@ proptest! {
         prop_assert_eq!(pipeline.counters().orphans as usize, s.orphans);
         prop_assert_eq!(&pipeline.counters().duplicates, &s.duplicates);
         let events = |kind| pipeline.counters().events.get(&("t".to_string(), kind)).copied().unwrap_or(0);
-        prop_assert_eq!(events("impression"), s.impressions);
-        prop_assert_eq!(events("judgment"), s.judgments);
+        prop_assert_eq!(events(EventKind::Impression), s.impressions);
+        prop_assert_eq!(events(EventKind::Judgment), s.judgments);
     }
 }

@@ -292,7 +292,7 @@ mod tests {
 }
 
 /// What to count a list under when it is left out of a mean.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::IntoStaticStr)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum Exclusion {
     /// `metrics.no_relevant = "skip"` and nothing relevant was judged.
@@ -306,6 +306,60 @@ impl Exclusion {
         self.into()
     }
 }
+
+/// A mean a list can be left out of: a cutoff family's, or GAUC's (the
+/// `metric` label of `rankpulse_lists_excluded_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mean {
+    Family(Family),
+    Gauc,
+}
+
+impl Mean {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mean::Family(f) => f.name(),
+            Mean::Gauc => "gauc",
+        }
+    }
+}
+
+/// By name, like [`Exclusion`] (see `serde_by_name!`).
+impl Serialize for Mean {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Mean {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Family::ALL
+            .iter()
+            .map(|&f| Mean::Family(f))
+            .chain([Mean::Gauc])
+            .find(|m| m.name() == name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown metric {name:?}")))
+    }
+}
+
+/// Which kind of relevance a list had none of (the `kind` label of
+/// `rankpulse_lists_no_relevant_total`): no positive grade (graded), none
+/// at the relevance threshold (binary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "lowercase")]
+pub enum Relevance {
+    Graded,
+    Binary,
+}
+
+impl Relevance {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+serde_by_name!(Exclusion, Relevance);
 
 /// Every metric of one slice of lists (a time bucket, a window, a total).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -373,7 +427,8 @@ static EMPTY: Moments = Moments { sum: 0, sum_sq: 0, weight: 0, weight_sq: 0, co
 /// A list goes into one cell, its time bucket; the since-start totals are
 /// the buckets' sum ([`Series::total`]), kept up as buckets are pruned.
 /// Folding each list into a total cell as well was half of accumulating.
-#[derive(Debug, Clone, Eq, Default)]
+/// Checkpoints hold it as it is.
+#[derive(Debug, Clone, Eq, Default, Serialize, Deserialize)]
 pub struct Series {
     /// The buckets pruned away, less their late amendments.
     retired: Cell,
@@ -387,10 +442,10 @@ pub struct Series {
     /// at its first finalization.
     pub amended: BTreeMap<i64, Cell>,
     /// Lists left out of a mean, by (metric, reason).
-    pub excluded: BTreeMap<(&'static str, Exclusion), i64>,
-    /// Lists with nothing relevant judged, by metric kind ("graded", "binary"),
-    /// counted under either `no_relevant` policy.
-    pub no_relevant: BTreeMap<&'static str, i64>,
+    pub excluded: BTreeMap<(Mean, Exclusion), i64>,
+    /// Lists with nothing relevant judged, by kind, counted under either
+    /// `no_relevant` policy.
+    pub no_relevant: BTreeMap<Relevance, i64>,
 }
 
 impl Series {
@@ -468,7 +523,9 @@ impl Default for BucketRange {
 }
 
 /// The accumulators of one shard: dimension values × time bucket.
-#[derive(Debug, Clone, Eq)]
+/// Checkpoints hold them as they are, but for `range`, which the
+/// configuration sets again on restore.
+#[derive(Debug, Clone, Eq, Serialize, Deserialize)]
 pub struct Accumulators {
     pub cutoffs: usize,
     pub bucket_ms: i64,
@@ -478,6 +535,7 @@ pub struct Accumulators {
     /// task; afterwards only what changes is copied, once per snapshot.
     pub series: BTreeMap<Arc<[String]>, Arc<Series>>,
     /// Which buckets may exist (unbounded unless set).
+    #[serde(skip)]
     pub range: BucketRange,
 }
 
@@ -561,17 +619,17 @@ impl Accumulators {
         for &family in Family::ALL {
             let first = score.values.get(family as usize * cutoffs).copied().flatten();
             if first.is_none() && !score.values.is_empty() {
-                *series.excluded.entry((family.name(), Exclusion::NoRelevant)).or_default() += sign;
+                *series.excluded.entry((Mean::Family(family), Exclusion::NoRelevant)).or_default() += sign;
             }
         }
         if score.gauc.is_none() {
-            *series.excluded.entry(("gauc", Exclusion::SingleClass)).or_default() += sign;
+            *series.excluded.entry((Mean::Gauc, Exclusion::SingleClass)).or_default() += sign;
         }
         if score.no_relevant_graded {
-            *series.no_relevant.entry("graded").or_default() += sign;
+            *series.no_relevant.entry(Relevance::Graded).or_default() += sign;
         }
         if score.no_relevant_binary {
-            *series.no_relevant.entry("binary").or_default() += sign;
+            *series.no_relevant.entry(Relevance::Binary).or_default() += sign;
         }
     }
 

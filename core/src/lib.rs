@@ -19,6 +19,29 @@
 //!   [`pipeline::PipelineSettings`].
 //! - [`eval`]: `rankpulse eval`, trec_eval-compatible.
 
+/// Serializes a unit enum by its stable name (strum's), not by its
+/// variant index: checkpoints hold these as map keys, and a name survives a
+/// variant added or reordered where an index would silently mean another.
+macro_rules! serde_by_name {
+    ($($ty:ty),+ $(,)?) => {$(
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(<&'static str>::from(*self))
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let name = String::deserialize(d)?;
+                <$ty as strum::VariantArray>::VARIANTS
+                    .iter()
+                    .copied()
+                    .find(|v| <&'static str>::from(*v) == name)
+                    .ok_or_else(|| serde::de::Error::custom(format!("unknown {} {name:?}", stringify!($ty))))
+            }
+        }
+    )+};
+}
+
 pub mod accumulate;
 pub mod assemble;
 pub mod eval;

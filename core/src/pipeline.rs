@@ -4,12 +4,16 @@
 //! `replay` drives one pipeline from a file; the Kafka consumer drives it
 //! from messages. Nothing here touches Prometheus: values accumulate here
 //! and are rendered at scrape time.
+//!
+//! Past 600 lines only with its tests, which drive hostile clocks and
+//! accumulations taken and merged through the whole stage chain.
 
 use crate::accumulate::{Accumulators, BucketRange};
 use crate::assemble::{Applied, Assembler, AssemblerState, AssemblyLimits, Closed, DimensionBudget, Source};
-use crate::event::{DecodeLimits, Event, Format, IgnoreReason, RejectReason, decode_as};
+use crate::event::{DecodeLimits, Event, EventKind, Format, IgnoreReason, RejectReason, decode_as};
 use crate::metrics::Conventions;
 use crate::metrics::list::{ListScore, ListScorer};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -124,18 +128,19 @@ fn wall_ms() -> i64 {
 }
 
 /// Counters of what went through the pipeline (the operation metrics).
-/// Shards' counters add up with [`OpsCounters::merge`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Shards' counters add up with [`OpsCounters::merge`]; checkpoints hold
+/// them as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpsCounters {
     /// Accepted events by (topic, type).
-    pub events: BTreeMap<(String, &'static str), u64>,
+    pub events: BTreeMap<(String, EventKind), u64>,
     /// Rejected messages by reason.
     pub rejected: BTreeMap<RejectReason, u64>,
     /// Valid messages that say nothing scored (UBI actions not mapped,
     /// `_bulk` action lines), by reason.
     pub ignored: BTreeMap<IgnoreReason, u64>,
     /// Events whose event id was already applied to their list, by type.
-    pub duplicates: BTreeMap<&'static str, u64>,
+    pub duplicates: BTreeMap<EventKind, u64>,
     /// Lists that ended with judgments but no impression.
     pub orphans: u64,
     /// Lists finalized before their gap (`session.max_open_lists`).

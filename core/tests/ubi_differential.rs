@@ -78,7 +78,8 @@ fn a_day_of_generated_ubi_equals_its_native_twin() {
     let lists: i64 = n.accumulators().series.values().map(|s| s.lists()).sum();
     assert!(lists > 2_500, "{lists} lists");
     assert!(
-        n.counters().orphans > 0 && n.counters().duplicates.get("judgment").copied().unwrap_or(0) > 10,
+        n.counters().orphans > 0
+            && n.counters().duplicates.get(&rankpulse_core::event::EventKind::Judgment).copied().unwrap_or(0) > 10,
         "{:?}",
         n.counters()
     );

@@ -30,7 +30,7 @@ use crate::kafka::DeliveryTracker;
 use crate::kafka::PartitionState;
 use crate::pipeline::OpsCounters;
 use crate::publish::{Snapshot, render};
-use crate::state::{AccumulatorsState, Checkpoint, CountersState, ShardCheckpoint, StateStore};
+use crate::state::{Checkpoint, ShardCheckpoint, StateStore};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
@@ -234,8 +234,8 @@ impl Worker {
                     owned: s.owned,
                     offsets: s.offsets,
                     assembler: s.assembler.into_state(),
-                    accumulators: AccumulatorsState::from_accumulators(&s.accumulators),
-                    counters: CountersState::from_counters(&s.counters),
+                    accumulators: s.accumulators,
+                    counters: s.counters,
                 }
             })
             .collect();

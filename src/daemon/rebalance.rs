@@ -104,7 +104,7 @@ impl Daemon {
             if self.store.is_some() {
                 let mut shard = Shard::new(&self.config, &self.budget);
                 if let Some(c) = own.remove(&p) {
-                    shard.restore(c, true).map_err(|reason| self.restore_error(reason))?;
+                    shard.restore(c, true);
                 }
                 self.shards.insert(p, shard);
             }
@@ -165,9 +165,8 @@ impl Daemon {
             let shard = self.shards.entry(p).or_insert_with(|| Shard::new(config, budget));
             if let Some(c) = candidates.remove(&p)
                 && c.progress() >= shard.next_offsets.values().sum::<i64>()
-                && let Err(reason) = shard.restore(c, false)
             {
-                tracing::warn!("cannot take over partition {p} from a checkpoint: {reason}");
+                shard.restore(c, false);
             }
             // Every topic of the partition is a lane: event time closes
             // lists only once each has delivered.
@@ -259,13 +258,6 @@ impl Daemon {
         }));
     }
 
-    pub(super) fn restore_error(&self, reason: String) -> DaemonError {
-        DaemonError::Restore {
-            path: self.store.as_ref().map(|s| s.path().display().to_string()).unwrap_or_default(),
-            reason,
-        }
-    }
-
     /// Loads this instance's last checkpoint: counters continue from it;
     /// open lists wait until their partition is assigned again.
     pub(super) fn restore_own(&mut self) -> Result<(), DaemonError> {
@@ -280,7 +272,7 @@ impl Daemon {
         for c in checkpoint.shards {
             let mut shard = Shard::new(&self.config, &self.budget);
             let p = c.partition;
-            shard.restore(c, true).map_err(|reason| self.restore_error(reason))?;
+            shard.restore(c, true);
             shard.owned = false;
             self.shards.insert(p, shard);
         }

@@ -58,14 +58,13 @@ impl Shard {
         }
     }
 
-    pub(super) fn restore(&mut self, c: ShardCheckpoint, whole: bool) -> Result<(), String> {
-        let sums = match whole {
-            true => Some((c.accumulators.into_accumulators()?, c.counters.into_counters()?)),
-            false => None,
-        };
+    /// Takes a checkpointed shard's open lists and offsets, and with
+    /// `whole` its sums too (its own restart, not another's hand-over).
+    /// [`crate::state::decode`] refused whatever numbers no stream makes.
+    pub(super) fn restore(&mut self, c: ShardCheckpoint, whole: bool) {
+        let sums = whole.then_some((c.accumulators, c.counters));
         self.pipeline.restore(c.assembler, sums);
         self.next_offsets = c.offsets;
-        Ok(())
     }
 
     /// Holds back or releases this partition's topics (see

@@ -5,7 +5,7 @@
 use super::{Conventions, Grade, NoRelevant, Scratch, auc, count_relevant, dcg, err, precision, rr};
 
 /// The metric families that have a cutoff, in exposition order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "lowercase")]
 pub enum Family {
     Ndcg,
