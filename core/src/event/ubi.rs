@@ -29,11 +29,11 @@
 //! that walk it field by field against the native twin).
 
 use super::{
-    DecodeLimits, Event, Format, IgnoreReason, Impression, Judgment, RawTimestamp, RejectReason, Shown, classify,
-    message_text,
+    DecodeLimits, Event, Format, IgnoreReason, Impression, Judgment, RawTimestamp, RejectReason, ScalarText, Shown,
+    classify, message_text,
 };
 use serde::Deserialize;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -162,46 +162,7 @@ struct AnyScalar<'a>(Option<Cow<'a, str>>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for AnyScalar<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = AnyScalar<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(AnyScalar(Some(Cow::Borrowed(v))))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(AnyScalar(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(AnyScalar(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                Ok(AnyScalar(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-                Ok(AnyScalar(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-                Ok(AnyScalar(Some(Cow::Borrowed(if v { "true" } else { "false" }))))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(AnyScalar(None))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(AnyScalar(None))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(AnyScalar(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(AnyScalar(None))
-            }
-        }
-        d.deserialize_any(V)
+        d.deserialize_any(ScalarText::<true>).map(AnyScalar)
     }
 }
 
