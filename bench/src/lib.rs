@@ -21,8 +21,8 @@ pub mod shapes;
 pub mod traffic;
 
 /// The `rankpulse` binary the process benchmarks start: `$RANKPULSE_BIN`,
-/// else the one beside this executable (`cargo build --release
-/// --workspace` puts both in `target/release`).
+/// else the one beside this executable (a workspace build puts both in
+/// `target/<profile>`).
 pub fn rankpulse_exe() -> std::io::Result<std::path::PathBuf> {
     if let Some(path) = std::env::var_os("RANKPULSE_BIN") {
         return Ok(path.into());
