@@ -91,3 +91,43 @@ fn a_mapped_replay_needs_its_mapping() {
         let _ = std::fs::remove_file(f);
     }
 }
+
+/// The example of docs/formats.md, as written there: its two messages
+/// through its configuration make one list, the click's add_to_cart
+/// (grade 2) on the second of two results.
+#[test]
+fn the_documented_example_reads_as_documented() {
+    let doc = include_str!("../docs/formats.md");
+    let example = doc.split("Example: search logs").nth(1).and_then(|s| s.split("Produce both topics").next());
+    let example = example.expect("docs/formats.md has the mapped example");
+    // Indented blocks: messages (a line starting with `{` begins one), then the TOML.
+    let mut messages: Vec<String> = Vec::new();
+    let mut toml = String::new();
+    for line in example.lines().filter_map(|l| l.strip_prefix("    ")) {
+        if line.starts_with('{') {
+            messages.push(line.to_string());
+        } else if line.starts_with(' ') {
+            if let Some(last) = messages.last_mut() {
+                last.push_str(line.trim_start());
+            }
+        } else {
+            toml.push_str(line);
+            toml.push('\n');
+        }
+    }
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    let data = temp("doc-example.ndjson", &messages.iter().map(|m| m.clone().into_bytes()).collect::<Vec<_>>());
+    let config = temp("doc-example.toml", &[toml.into_bytes()]);
+    let (code, out, err) = replay(&["--format", "mapped", "--config", config.to_str().unwrap()], &[&data]);
+    for f in [&data, &config] {
+        let _ = std::fs::remove_file(f);
+    }
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(sum_of(&out, "rankpulse_lists_finalized_total"), 1.0, "{out}");
+    assert_eq!(sum_of(&out, "rankpulse_events_rejected_total{"), 0.0);
+    // MRR@10 of a list whose only relevant result is second: 1/2, in the
+    // series of the ranker and market the impression names.
+    let mrr = out.lines().find(|l| l.starts_with("rankpulse_mrr_sum{") && l.contains(r#"k="10""#));
+    let mrr = mrr.unwrap_or_default();
+    assert!(mrr.contains(r#"ranker="v2""#) && mrr.contains(r#"market="us""#) && mrr.ends_with(" 0.5"), "{out}");
+}
