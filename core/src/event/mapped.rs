@@ -104,7 +104,8 @@ impl MappingError {
 }
 
 /// One segment of a path: an object key, and the array index it names
-/// when it is all digits.
+/// when it is all digits without a leading zero (RFC 6901's rule, kept
+/// for dotted paths too, so that both forms of a path mean the same).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Segment {
     key: String,
@@ -115,7 +116,8 @@ struct Segment {
 /// else a dotted path. `""` is the value itself (no segment).
 fn parse_path(path: &str) -> Result<Vec<Segment>, PathError> {
     let segment = |key: String| {
-        let digits = !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit());
+        let digits =
+            !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit()) && (key.len() == 1 || !key.starts_with('0'));
         let index = if digits { key.parse().ok() } else { None };
         Segment { key, index }
     };
@@ -129,13 +131,14 @@ fn parse_path(path: &str) -> Result<Vec<Segment>, PathError> {
                 let mut key = String::with_capacity(raw.len());
                 let mut chars = raw.chars();
                 while let Some(c) = chars.next() {
-                    match (c, c == '~') {
-                        (_, false) => key.push(c),
-                        (_, true) => match chars.next() {
-                            Some('0') => key.push('~'),
-                            Some('1') => key.push('/'),
-                            _ => return Err(PathError::BadEscape),
-                        },
+                    if c != '~' {
+                        key.push(c);
+                        continue;
+                    }
+                    match chars.next() {
+                        Some('0') => key.push('~'),
+                        Some('1') => key.push('/'),
+                        _ => return Err(PathError::BadEscape),
                     }
                 }
                 Ok(segment(key))
@@ -739,6 +742,8 @@ mod tests {
         assert_eq!(keys("a.b.0"), Ok(vec![("a".into(), None), ("b".into(), None), ("0".into(), Some(0))]));
         assert_eq!(keys("/a~1b/~0c/12"), Ok(vec![("a/b".into(), None), ("~c".into(), None), ("12".into(), Some(12))]));
         assert_eq!(keys("/x.y"), Ok(vec![("x.y".into(), None)]));
+        // A leading zero is a key, never an index (RFC 6901).
+        assert_eq!(keys("a.01./0"), Ok(vec![("a".into(), None), ("01".into(), None), ("/0".into(), None)]));
         // RFC 6901: `~01` is `~1`, not `/`; `/` is the empty key.
         assert_eq!(keys("/~01"), Ok(vec![("~1".into(), None)]));
         assert_eq!(keys("/"), Ok(vec![(String::new(), None)]));
