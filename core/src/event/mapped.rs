@@ -18,8 +18,10 @@
 //! visitor walks the message, descends only into keys and indices on a
 //! path, skips everything else with [`IgnoredAny`], and borrows strings
 //! from the message where JSON allows it, as the other decoders do. What
-//! it captures is a handful of scalars in fixed slots; the only
-//! allocation per message is the results `Vec` of an impression.
+//! it captures is a handful of scalars in fixed slots, and the results of
+//! an impression are converted as they are read, into the one `Vec` the
+//! event keeps (strings with escapes and integer ids are copied, as in
+//! the other decoders).
 //!
 //! Every way a message can be wrong maps to one [`RejectReason`], the same
 //! ones the UBI decoder gives for the same fault; an action missing from
@@ -364,7 +366,11 @@ type Slot<'a> = Option<(u8, Scalar<'a>)>;
 
 /// The results array, where one was found.
 enum Found<'a> {
-    Array(Vec<[Slot<'a>; RESULT_SLOTS]>),
+    /// Its results, converted as they are read, and the first result that
+    /// could not be (reported only once the message's own fields are
+    /// checked, so that a message gets the reason it would get whatever
+    /// the order of its fields).
+    Array(Vec<Shown<'a>>, Option<RejectReason>),
     /// Present, but not an array: the message is a judgment.
     Other,
 }
@@ -491,14 +497,19 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
         self.put(Scalar::Compound);
         if let Some(alt) = self.results_wanted() {
             let mut found = Vec::with_capacity(seq.size_hint().unwrap_or(16).min(16));
+            let mut failed = None;
+            // Elements read, kept or not: more than `max_results` is
+            // `too_many_results` whatever else is wrong with them.
+            let mut count = 0usize;
             let mapping = self.cx.mapping;
             let mut none: Option<(u8, Found<'de>)> = None;
             loop {
-                if found.len() >= self.cx.max_results {
+                if count >= self.cx.max_results || failed.is_some() {
                     if seq.next_element::<IgnoredAny>()?.is_none() {
                         break;
                     }
-                    *self.overflow = true;
+                    count = count.saturating_add(1);
+                    *self.overflow |= count > self.cx.max_results;
                     continue;
                 }
                 let mut slots: [Slot<'de>; RESULT_SLOTS] = [None, None, None];
@@ -514,9 +525,13 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
                 if seq.next_element_seed(element)?.is_none() {
                     break;
                 }
-                found.push(slots);
+                match shown(slots, count, mapping.position_base) {
+                    Ok(s) => found.push(s),
+                    Err(reason) => failed = Some(reason),
+                }
+                count += 1;
             }
-            *self.results = Some((alt, Found::Array(found)));
+            *self.results = Some((alt, Found::Array(found, failed)));
             return Ok(());
         }
         let mut index = 0usize;
@@ -556,7 +571,7 @@ pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, R
     walk.deserialize(&mut de).and_then(|()| de.end()).map_err(|e| classify(&e, text))?;
     let take = |t: Target, slots: &mut [Slot<'a>]| slots[t.slot()].take().map(|(_, v)| v);
     match results {
-        Some((_, Found::Array(found))) => {
+        Some((_, Found::Array(shown, failed))) => {
             if overflow {
                 return Err(RejectReason::TooManyResults);
             }
@@ -564,21 +579,8 @@ pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, R
             let timestamp_ms = time(take(Target::Time, &mut slots))?;
             let query_id = id_text(take(Target::Query, &mut slots))?;
             let event_id = event_id(mapping, text, take(Target::Id, &mut slots))?;
-            let mut shown = Vec::with_capacity(found.len());
-            for (i, mut r) in found.into_iter().enumerate() {
-                let doc_id = id_text(r[0].take().map(|(_, v)| v))?.ok_or(RejectReason::MissingField)?;
-                let position = match r[1].take().map(|(_, v)| v) {
-                    None => u32::try_from(i + 1).map_err(|_| RejectReason::InvalidPosition)?,
-                    Some(p) => position(p, mapping.position_base)?,
-                };
-                let score = match r[2].take().map(|(_, v)| v) {
-                    None => None,
-                    Some(Scalar::I64(v)) => Some(v as f64),
-                    Some(Scalar::U64(v)) => Some(v as f64),
-                    Some(Scalar::F64(v)) => Some(v),
-                    Some(_) => return Err(RejectReason::WrongType),
-                };
-                shown.push(Shown { doc_id, position, score });
+            if let Some(reason) = failed {
+                return Err(reason);
             }
             let mut dimensions = BTreeMap::new();
             for (i, label) in mapping.labels.iter().enumerate() {
@@ -616,6 +618,24 @@ pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, R
             Ok(Event::Judgment(Judgment { event_id, session_id, query_id, doc_id, grade, timestamp_ms }))
         }
     }
+}
+
+/// The result read into `slots`, the `index`th of its array.
+fn shown(slots: [Slot<'_>; RESULT_SLOTS], index: usize, base: u32) -> Result<Shown<'_>, RejectReason> {
+    let [doc, position_at, score] = slots.map(|s| s.map(|(_, v)| v));
+    let doc_id = id_text(doc)?.ok_or(RejectReason::MissingField)?;
+    let position = match position_at {
+        None => u32::try_from(index + 1).map_err(|_| RejectReason::InvalidPosition)?,
+        Some(p) => position(p, base)?,
+    };
+    let score = match score {
+        None => None,
+        Some(Scalar::I64(v)) => Some(v as f64),
+        Some(Scalar::U64(v)) => Some(v as f64),
+        Some(Scalar::F64(v)) => Some(v),
+        Some(_) => return Err(RejectReason::WrongType),
+    };
+    Ok(Shown { doc_id, position, score })
 }
 
 /// An identifier: a string or an integer; empty or absent is none.
@@ -903,6 +923,20 @@ mod tests {
         l.max_results = 2;
         let three = imp(r#"[{"doc_id":"a"},{"doc_id":"b"},{"doc_id":"c"}]"#);
         assert_eq!(decode(three.as_bytes(), &l), Err(RejectReason::TooManyResults));
+        let bad_then_many = imp(r#"[{"doc_id":"a","rank":0},{"doc_id":"b"},{"doc_id":"c"}]"#);
+        assert_eq!(
+            decode(bad_then_many.as_bytes(), &l),
+            Err(RejectReason::TooManyResults),
+            "as native: the count first"
+        );
+        let bad_first = imp(r#"[{"doc_id":"a","rank":0},{"doc_id":"b"}]"#);
+        assert_eq!(decode(bad_first.as_bytes(), &l), Err(RejectReason::InvalidPosition));
+        let no_session = r#"{"ts":1,"hits":[{"doc_id":"a","rank":0}]}"#;
+        assert_eq!(
+            decode(no_session.as_bytes(), &l),
+            Err(RejectReason::MissingField),
+            "the message's own fields first"
+        );
         assert!(decode(imp(r#"[{"doc_id":"a"},{"doc_id":"b"}]"#).as_bytes(), &l).is_ok());
         l.max_message_bytes = 16;
         assert_eq!(decode(three.as_bytes(), &l), Err(RejectReason::TooLarge));
