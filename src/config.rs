@@ -1058,6 +1058,8 @@ mod tests {
         assert!(settings.decode.mapped.is_some());
         assert_eq!(c.mapped.as_ref().map(|m| m.time.0.len()), Some(2), "a list of alternatives");
         assert_eq!(c.mapped.as_ref().map(|m| m.position_base), Some(1), "1-based by default");
+        let core_default = crate::event::mapped::MappingSpec::default();
+        assert_eq!(MappedConfig::default().spec(), core_default, "the core's defaults are the configuration's");
         // Printed and read back, the same mapping.
         let printed = c.redacted_toml();
         let again = from_toml(&printed).unwrap();

@@ -40,8 +40,9 @@ use thiserror::Error;
 
 /// The configured paths, as written (`[mapped]`): each key a list of
 /// alternatives, the first present one winning; an empty list is a key
-/// not given.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// not given. The default is the configuration's: nothing mapped,
+/// positions 1-based.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MappingSpec {
     pub session: Vec<String>,
     pub query: Vec<String>,
@@ -58,6 +59,26 @@ pub struct MappingSpec {
     pub action: Vec<String>,
     /// Dimension label → its paths.
     pub dimensions: Vec<(String, Vec<String>)>,
+}
+
+impl Default for MappingSpec {
+    fn default() -> Self {
+        MappingSpec {
+            session: Vec::new(),
+            query: Vec::new(),
+            time: Vec::new(),
+            id: Vec::new(),
+            results: Vec::new(),
+            result_doc: Vec::new(),
+            result_position: Vec::new(),
+            result_score: Vec::new(),
+            position_base: 1,
+            judged_doc: Vec::new(),
+            grade: Vec::new(),
+            action: Vec::new(),
+            dimensions: Vec::new(),
+        }
+    }
 }
 
 /// Why one path does not parse.
