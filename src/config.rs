@@ -129,6 +129,10 @@ pub struct Config {
     pub state: StateConfig,
     pub log: LogConfig,
     pub ubi: UbiConfig,
+    /// The paths of the `mapped` format; required when a topic (or a
+    /// replay) is mapped, absent by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mapped: Option<MappedConfig>,
 }
 
 /// The wire format of a consumed topic (`[kafka.formats]`).
@@ -143,6 +147,8 @@ pub enum TopicFormat {
     UbiEvents,
     /// UBI queries and events in one topic, told apart by `action_name`.
     Ubi,
+    /// Any JSON schema, read through the paths of `[mapped]`.
+    Mapped,
 }
 
 impl TopicFormat {
@@ -153,6 +159,7 @@ impl TopicFormat {
             TopicFormat::UbiQueries => Format::UbiQueries,
             TopicFormat::UbiEvents => Format::UbiEvents,
             TopicFormat::Ubi => Format::Ubi,
+            TopicFormat::Mapped => Format::Mapped,
         }
     }
 }
@@ -168,6 +175,127 @@ pub struct UbiConfig {
     /// `event_attributes.<name>`). A label of `dimensions.labels` not
     /// listed is read from `query_attributes.<label>`.
     pub dimensions: BTreeMap<String, String>,
+}
+
+/// One `[mapped]` path or a list of alternatives (the first present one
+/// wins): `time = "ts"` or `time = ["ts", "clicked_at"]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Paths(pub Vec<String>);
+
+impl Paths {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'de> Deserialize<'de> for Paths {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Paths, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Paths;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a path (\"a.b\" or \"/a/b\") or a list of paths")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Paths, E> {
+                Ok(Paths(vec![v.to_string()]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Paths, A::Error> {
+                let mut out = Vec::new();
+                while let Some(p) = seq.next_element::<String>()? {
+                    out.push(p);
+                }
+                Ok(Paths(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for Paths {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => s.serialize_str(one),
+            many => many.serialize(s),
+        }
+    }
+}
+
+/// How a `mapped` topic's JSON maps to rankpulse's events
+/// (docs/formats.md): each key a path (dotted, or a JSON pointer starting
+/// with `/`) or a list of alternatives. Parsed and checked at load
+/// ([`crate::event::mapped::Mapping`]).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MappedConfig {
+    #[serde(skip_serializing_if = "Paths::is_empty")]
+    pub session: Paths,
+    #[serde(skip_serializing_if = "Paths::is_empty")]
+    pub query: Paths,
+    #[serde(skip_serializing_if = "Paths::is_empty")]
+    pub time: Paths,
+    #[serde(skip_serializing_if = "Paths::is_empty")]
+    pub id: Paths,
+    /// Where this holds an array the message is an impression; otherwise a judgment.
+    #[serde(skip_serializing_if = "Paths::is_empty")]
+    pub results: Paths,
+    /// Inside a result; `""` is the result itself.
+    #[serde(skip_serializing_if = "Paths::is_empty")]
+    pub result_doc: Paths,
+    #[serde(skip_serializing_if = "Paths::is_empty")]
+    pub result_position: Paths,
+    #[serde(skip_serializing_if = "Paths::is_empty")]
+    pub result_score: Paths,
+    /// `result_position` of the first result: 1 or 0.
+    pub position_base: u32,
+    #[serde(skip_serializing_if = "Paths::is_empty")]
+    pub judged_doc: Paths,
+    #[serde(skip_serializing_if = "Paths::is_empty")]
+    pub grade: Paths,
+    #[serde(skip_serializing_if = "Paths::is_empty")]
+    pub action: Paths,
+    /// Label of `dimensions.labels` → its paths; labels not listed are `unknown`.
+    pub dimensions: BTreeMap<String, Paths>,
+}
+
+impl Default for MappedConfig {
+    fn default() -> Self {
+        MappedConfig {
+            session: Paths::default(),
+            query: Paths::default(),
+            time: Paths::default(),
+            id: Paths::default(),
+            results: Paths::default(),
+            result_doc: Paths::default(),
+            result_position: Paths::default(),
+            result_score: Paths::default(),
+            position_base: 1,
+            judged_doc: Paths::default(),
+            grade: Paths::default(),
+            action: Paths::default(),
+            dimensions: BTreeMap::new(),
+        }
+    }
+}
+
+impl MappedConfig {
+    /// The core's form of these settings.
+    pub fn spec(&self) -> crate::event::mapped::MappingSpec {
+        crate::event::mapped::MappingSpec {
+            session: self.session.0.clone(),
+            query: self.query.0.clone(),
+            time: self.time.0.clone(),
+            id: self.id.0.clone(),
+            results: self.results.0.clone(),
+            result_doc: self.result_doc.0.clone(),
+            result_position: self.result_position.0.clone(),
+            result_score: self.result_score.0.clone(),
+            position_base: self.position_base,
+            judged_doc: self.judged_doc.0.clone(),
+            grade: self.grade.0.clone(),
+            action: self.action.0.clone(),
+            dimensions: self.dimensions.iter().map(|(l, p)| (l.clone(), p.0.clone())).collect(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -421,6 +549,7 @@ impl Default for Config {
             state: StateConfig::default(),
             log: LogConfig::default(),
             ubi: UbiConfig::default(),
+            mapped: None,
         }
     }
 }
@@ -461,8 +590,27 @@ impl Config {
                 .find_map(|(var, value)| env_key_error(&defaults, var, value))
                 .unwrap_or(ConfigError::Key { key, message })
         })?;
-        config.validate()?;
+        config.validate().map_err(|e| match e {
+            // A bad value an override set is the override's.
+            ConfigError::Key { key, message } => match overrides.iter().find(|(var, _)| sets_key(var, &key)) {
+                Some((var, _)) => ConfigError::EnvKey { var: var.clone(), key, message },
+                None => ConfigError::Key { key, message },
+            },
+            other => other,
+        })?;
         Ok(config)
+    }
+
+    /// Checks that `[mapped]` is there for a replay of `--format mapped`
+    /// (a topic's format is checked by [`Config::validate`]).
+    pub fn require_mapped(&self, format: crate::event::Format) -> Result<(), ConfigError> {
+        if format == crate::event::Format::Mapped && self.mapped.is_none() {
+            return Err(ConfigError::key(
+                "mapped",
+                "missing: --format mapped reads each field from the paths of [mapped] in the --config file (docs/formats.md)",
+            ));
+        }
+        Ok(())
     }
 
     /// The metric conventions these settings select.
@@ -645,6 +793,30 @@ impl Config {
             }
             crate::event::ubi::UbiPath::parse(path).map_err(|e| ConfigError::key(&key, e.to_string()))?;
         }
+        match &self.mapped {
+            Some(m) => {
+                for label in m.dimensions.keys() {
+                    if !self.dimensions.labels.contains(label) {
+                        return Err(ConfigError::key(
+                            &format!("mapped.dimensions.{label}"),
+                            format!("{label:?} is not one of dimensions.labels {:?}", self.dimensions.labels),
+                        ));
+                    }
+                }
+                crate::event::mapped::Mapping::new(&m.spec())
+                    .map_err(|e| ConfigError::key(&format!("mapped.{}", e.key()), e.to_string()))?;
+            }
+            None => {
+                if let Some((topic, _)) = self.kafka.formats.iter().find(|(_, f)| **f == TopicFormat::Mapped) {
+                    return Err(ConfigError::key(
+                        "mapped",
+                        format!(
+                            "missing: kafka.formats.{topic} is mapped, which reads each field from the paths of [mapped] (docs/formats.md)"
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -666,6 +838,8 @@ impl Config {
                     .filter_map(|(label, path)| Some((label.clone(), crate::event::ubi::UbiPath::parse(path).ok()?)))
                     .collect(),
             },
+            // Validated at load.
+            mapped: self.mapped.as_ref().and_then(|m| crate::event::mapped::Mapping::new(&m.spec()).ok()),
         }
     }
 
@@ -765,6 +939,15 @@ fn apply_env(
     Ok(())
 }
 
+/// Whether the override `var` sets `key` (`mapped.time`), a key below it
+/// or the section holding it.
+fn sets_key(var: &str, key: &str) -> bool {
+    let Some(rest) = var.strip_prefix(ENV_PREFIX) else { return false };
+    let path = rest.split("__").map(|p| p.to_ascii_lowercase()).collect::<Vec<_>>().join(".");
+    let key = key.to_ascii_lowercase();
+    path == key || key.starts_with(&format!("{path}.")) || path.starts_with(&format!("{key}."))
+}
+
 /// The typed configuration in `table`, or the failing key and why.
 fn deserialize(table: toml::Table) -> Result<Config, (String, String)> {
     serde_path_to_error::deserialize(toml::Value::Table(table))
@@ -857,6 +1040,86 @@ mod tests {
         assert_eq!(settings.decode.ubi.ordinal_base, 1);
         let e = from_toml("[http]\nlisten = \"localhost\"\n").unwrap_err().to_string();
         assert!(e.starts_with("config key http.listen:"), "{e}");
+    }
+
+    const MAPPED: &str = "[kafka]\ntopics = [\"hits\", \"clicks\"]\n[kafka.formats]\nhits = \"mapped\"\nclicks = \"mapped\"\n\
+                          [mapped]\nsession = \"user.sid\"\ntime = [\"ts\", \"/clicked~1at\"]\nresults = \"hits\"\n\
+                          result_doc = \"\"\njudged_doc = \"doc\"\naction = \"what\"\n[mapped.dimensions]\nranker = \"exp.arm\"\n";
+
+    /// Every `[mapped]` error names its key, and the variable that set it
+    /// when an override did; a mapped topic or replay without `[mapped]`
+    /// names the section.
+    #[test]
+    fn mapped_errors_name_their_key_and_source() {
+        let c = from_toml(MAPPED).unwrap();
+        let settings = c.pipeline_settings();
+        use crate::event::Format;
+        assert_eq!(settings.formats, [("clicks".to_string(), Format::Mapped), ("hits".to_string(), Format::Mapped)]);
+        assert!(settings.decode.mapped.is_some());
+        assert_eq!(c.mapped.as_ref().map(|m| m.time.0.len()), Some(2), "a list of alternatives");
+        assert_eq!(c.mapped.as_ref().map(|m| m.position_base), Some(1), "1-based by default");
+        let core_default = crate::event::mapped::MappingSpec::default();
+        assert_eq!(MappedConfig::default().spec(), core_default, "the core's defaults are the configuration's");
+        // Printed and read back, the same mapping.
+        let printed = c.redacted_toml();
+        let again = from_toml(&printed).unwrap();
+        assert_eq!(again.pipeline_settings(), settings, "{printed}");
+
+        let with = |edit: &str| from_toml(&format!("{MAPPED}{edit}")).unwrap_err().to_string();
+        let without =
+            |key: &str| from_toml(&MAPPED.replace(&format!("\n{key} ="), "\nx_unused =")).unwrap_err().to_string();
+        for key in ["session", "time", "results", "result_doc", "judged_doc"] {
+            let e = from_toml(&MAPPED.replace(&format!("\n{key} = "), "\n# ")).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("config key mapped.{key}: is required")), "{key}: {e}");
+        }
+        let e = from_toml(&MAPPED.replace("\naction = ", "\n# ")).unwrap_err().to_string();
+        assert!(e.starts_with("config key mapped.grade: one of grade or action"), "{e}");
+        let e = without("time");
+        assert!(e.starts_with("config key mapped.x_unused: unknown field `x_unused`"), "{e}");
+        let e =
+            from_toml(&MAPPED.replace("session = \"user.sid\"", "session = \"user..sid\"")).unwrap_err().to_string();
+        assert!(e.starts_with("config key mapped.session: `user..sid` is not a path"), "{e}");
+        let e = from_toml(&MAPPED.replace("/clicked~1at", "/clicked~2at")).unwrap_err().to_string();
+        assert!(e.starts_with("config key mapped.time: `/clicked~2at` is not a path"), "{e}");
+        let e = from_toml(&MAPPED.replace("judged_doc = \"doc\"", "judged_doc = \"\"")).unwrap_err().to_string();
+        assert!(e.starts_with("config key mapped.judged_doc: `` is not a path: a path must not be empty"), "{e}");
+        let e = from_toml(&MAPPED.replace("session = \"user.sid\"", "session = 7")).unwrap_err().to_string();
+        assert!(e.starts_with("config key mapped.session:") && e.contains("a list of paths"), "{e}");
+        let e =
+            from_toml(&MAPPED.replace("session = \"user.sid\"", "session = \"hits.0.sid\"")).unwrap_err().to_string();
+        assert!(e.starts_with("config key mapped.session: `hits.0.sid` leads into results"), "{e}");
+        let e = with("arm = \"exp.arm\"\n");
+        assert!(e.starts_with("config key mapped.dimensions.arm:") && e.contains("dimensions.labels"), "{e}");
+        let e = with("ranker_x = [\"a\", \"b..c\"]\n");
+        assert!(e.starts_with("config key mapped.dimensions.ranker_x:"), "{e}");
+        let e = from_toml(&MAPPED.replace("[mapped]\n", "[mapped]\nposition_base = 2\n")).unwrap_err().to_string();
+        assert!(e.starts_with("config key mapped.position_base: 2 is neither 0 nor 1"), "{e}");
+        let e = from_toml(&MAPPED.replace("[mapped]\n", "[mapped]\nsesion = \"s\"\n")).unwrap_err().to_string();
+        assert!(e.starts_with("config key mapped.sesion: unknown field `sesion`"), "{e}");
+        // A mapped topic, or a mapped replay, without [mapped].
+        let bare = MAPPED.split("[mapped]").next().unwrap_or_default();
+        let e = from_toml(bare).unwrap_err().to_string();
+        assert!(e.starts_with("config key mapped: missing: kafka.formats.clicks is mapped"), "{e}");
+        let e = Config::default().require_mapped(Format::Mapped).unwrap_err().to_string();
+        assert!(e.starts_with("config key mapped: missing: --format mapped"), "{e}");
+        assert!(Config::default().require_mapped(Format::Ubi).is_ok());
+        assert!(c.require_mapped(Format::Mapped).is_ok());
+        // From the environment: the variable, then the key.
+        let path = std::env::temp_dir().join(format!("rankpulse-config-mapped-{}", std::process::id()));
+        std::fs::write(&path, MAPPED).unwrap();
+        let load = |pairs: &[(&str, &str)]| Config::load_with_env(Some(&path), env(pairs));
+        let e = load(&[("RANKPULSE__MAPPED__TIME", "a..b")]).unwrap_err().to_string();
+        let e2 = load(&[("RANKPULSE__MAPPED__DIMENSIONS__MARKET", "geo..x")]).unwrap_err().to_string();
+        let ok = load(&[("RANKPULSE__MAPPED__QUERY", "[\"q\", \"/query/id\"]")]);
+        let _ = std::fs::remove_file(&path);
+        assert!(e.starts_with("environment variable RANKPULSE__MAPPED__TIME: config key mapped.time: `a..b`"), "{e}");
+        assert!(
+            e2.starts_with(
+                "environment variable RANKPULSE__MAPPED__DIMENSIONS__MARKET: config key mapped.dimensions.market:"
+            ),
+            "{e2}"
+        );
+        assert_eq!(ok.unwrap().mapped.map(|m| m.query.0), Some(vec!["q".to_string(), "/query/id".to_string()]));
     }
 
     #[test]

@@ -122,8 +122,9 @@ struct ReplayArgs {
     /// Configuration file (TOML); defaults apply to every key it leaves out.
     #[arg(long, short = 'C', value_name = "PATH")]
     config: Option<PathBuf>,
-    /// Format of the files: rankpulse (docs/event.schema.json), or OpenSearch UBI 1.3: ubi
-    /// (queries and events, _bulk NDJSON exports included), ubi_queries, ubi_events.
+    /// Format of the files: rankpulse (docs/event.schema.json), OpenSearch UBI 1.3: ubi
+    /// (queries and events, _bulk NDJSON exports included), ubi_queries, ubi_events; or mapped
+    /// (any JSON schema, read through the paths of [mapped] in the --config file).
     #[arg(long, default_value = "rankpulse", value_parser = parse_format)]
     format: rankpulse::event::Format,
     /// Events files, one JSON event per line, read in turn into one pipeline; `-` for stdin.
@@ -350,6 +351,7 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
     use rankpulse::replay::{ReplayError, replay_events_as};
     use std::io::{BufRead, Write};
     let config = Config::load(args.config.as_deref())?;
+    config.require_mapped(args.format)?;
     let is_stdin = |f: &PathBuf| f.as_os_str() == "-";
     let name = |f: &PathBuf| if is_stdin(f) { "standard input".to_string() } else { f.display().to_string() };
     let mut inputs: Vec<Box<dyn BufRead>> = Vec::with_capacity(args.files.len());

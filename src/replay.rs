@@ -74,7 +74,7 @@ pub fn replay_inputs<R: BufRead>(
     let (mut lines, mut accepted, mut first_reject, mut first_reject_input) = (0, 0, None, 0);
     // One more byte than a message may have: the `\r` of a CRLF line.
     let limit = config.input.max_message_bytes.saturating_add(1);
-    let ubi = format != Format::Rankpulse;
+    let ubi = format.is_ubi();
     for (index, mut input) in inputs.into_iter().enumerate() {
         let mut number = 0;
         // What the last `_bulk` action line said the next line is.

@@ -10,7 +10,8 @@
 //! The native schema, its borrowing decoder and the reason each failure
 //! maps to stay in one file (past 600 lines with the tests): a reason is
 //! only stable if it is read next to the code that gives it. The UBI
-//! formats are in [`ubi`].
+//! formats are in [`ubi`], the declarative mapping of any other JSON
+//! schema in [`mapped`].
 
 use crate::metrics::Grade;
 use serde::Deserialize;
@@ -19,6 +20,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub mod mapped;
 pub mod ubi;
 
 /// What an accepted event was: the `type` label of the event counters.
@@ -187,16 +189,26 @@ pub enum Format {
     UbiEvents,
     /// Either, told apart per message: an event has an `action_name`.
     Ubi,
+    /// Any JSON schema, read through the paths of `[mapped]`
+    /// ([`DecodeLimits::mapped`]).
+    Mapped,
 }
 
 impl Format {
     /// The configuration's names of the formats.
-    pub const NAMES: [(&'static str, Format); 4] = [
+    pub const NAMES: [(&'static str, Format); 5] = [
         ("rankpulse", Format::Rankpulse),
         ("ubi_queries", Format::UbiQueries),
         ("ubi_events", Format::UbiEvents),
         ("ubi", Format::Ubi),
+        ("mapped", Format::Mapped),
     ];
+
+    /// Whether this is one of the OpenSearch UBI formats (whose files may
+    /// be `_bulk` exports).
+    pub fn is_ubi(self) -> bool {
+        matches!(self, Format::UbiQueries | Format::UbiEvents | Format::Ubi)
+    }
 
     pub fn name(self) -> &'static str {
         Self::NAMES.iter().find(|(_, f)| *f == self).map_or("rankpulse", |(n, _)| n)
@@ -219,6 +231,9 @@ pub struct DecodeLimits {
     pub actions: BTreeMap<String, Grade>,
     /// How UBI input maps to events (`[ubi]`).
     pub ubi: ubi::UbiSettings,
+    /// How `mapped` input maps to events (`[mapped]`); none when no topic
+    /// is mapped.
+    pub mapped: Option<mapped::Mapping>,
 }
 
 impl Default for DecodeLimits {
@@ -230,6 +245,7 @@ impl Default for DecodeLimits {
             max_grade: crate::metrics::Conventions::default().max_grade,
             actions: actions.into_iter().map(|(a, g)| (a.to_string(), g)).collect(),
             ubi: ubi::UbiSettings::default(),
+            mapped: None,
         }
     }
 }
@@ -529,6 +545,7 @@ pub fn decode_as<'a>(format: Format, bytes: &'a [u8], limits: &DecodeLimits) -> 
     match format {
         Format::Rankpulse => decode(bytes, limits),
         Format::UbiQueries | Format::UbiEvents | Format::Ubi => ubi::decode(format, bytes, limits),
+        Format::Mapped => mapped::decode(bytes, limits),
     }
 }
 

@@ -7,9 +7,12 @@
 //!   to make it.
 //! - [`ubi::ubi_mix`]: the same lists as OpenSearch UBI queries and events
 //!   and as native events, for differential tests of UBI input.
+//! - [`mapped::mapped_twin`]: native events rewritten in an invented
+//!   schema, with the `[mapped]` section that reads them.
 //! - [`http_get`], [`sum_of`]: reading a daemon's `/metrics` the way a
 //!   scraper does.
 
+pub mod mapped;
 pub mod ubi;
 
 use rand::{Rng as _, RngCore, SeedableRng};

@@ -265,15 +265,15 @@ fn present(id: Option<Id<'_>>) -> Option<Cow<'_, str>> {
     id.and_then(|i| i.0).filter(|s| !s.is_empty())
 }
 
-/// Decodes one UBI message of `format` (`Rankpulse` is not one: it is
-/// decoded as `Ubi`). Never panics on any input.
+/// Decodes one UBI message of `format` (`Rankpulse` and `Mapped` are not
+/// UBI: they are decoded as `Ubi`). Never panics on any input.
 pub fn decode<'a>(format: Format, bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, RejectReason> {
     let text = message_text(bytes, limits)?;
     let raw: RawUbi<'a> = serde_json::from_str(text).map_err(|e| classify(&e, text))?;
     let is_event = match format {
         Format::UbiQueries => false,
         Format::UbiEvents => true,
-        Format::Ubi | Format::Rankpulse => raw.action_name.is_some(),
+        Format::Ubi | Format::Rankpulse | Format::Mapped => raw.action_name.is_some(),
     };
     if is_event { decode_event(text, raw, limits) } else { decode_query(text, raw, limits).map(Event::Impression) }
 }
