@@ -20,6 +20,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+mod iso;
 pub mod mapped;
 pub mod ubi;
 
@@ -502,25 +503,15 @@ impl RawTimestamp<'_> {
     /// one of UBI's own examples) is UTC, rather than invalid.
     fn to_millis_with(&self, zoneless: bool) -> Result<i64, RejectReason> {
         let ms = match self {
-            // RFC 3339; an offset without a colon (`+0000`, OpenSearch's
-            // own rendering); no zone at all (UTC).
-            RawTimestamp::Text(s) if zoneless => chrono::DateTime::parse_from_rfc3339(s)
-                .or_else(|_| chrono::DateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f%z"))
-                .map(|t| t.timestamp_millis())
-                .or_else(|_| {
-                    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
-                        .map(|t| t.and_utc().timestamp_millis())
-                })
-                .map_err(|_| RejectReason::InvalidTimestamp)? as f64,
+            // RFC 3339; with `zoneless`, an offset without a colon (`+0000`,
+            // OpenSearch's own rendering) or no zone at all (UTC).
+            RawTimestamp::Text(s) => iso::millis(s, zoneless).ok_or(RejectReason::InvalidTimestamp)? as f64,
             RawTimestamp::Millis(v) => {
                 if !v.is_finite() {
                     return Err(RejectReason::NonFinite);
                 }
                 v.floor()
             }
-            RawTimestamp::Text(s) => chrono::DateTime::parse_from_rfc3339(s)
-                .map_err(|_| RejectReason::InvalidTimestamp)?
-                .timestamp_millis() as f64,
         };
         if !(0.0..=MAX_TIMESTAMP_MS as f64).contains(&ms) {
             return Err(RejectReason::InvalidTimestamp);
