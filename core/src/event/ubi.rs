@@ -239,26 +239,89 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawEventAttributes<'a> {
 
 /// A UBI query or event, every field optional so that a missing one is
 /// reported as `missing_field`; unknown fields are ignored.
-#[derive(Deserialize)]
+#[derive(Default)]
 struct RawUbi<'a> {
-    #[serde(borrow, default)]
     action_name: Option<super::Text<'a>>,
-    #[serde(borrow, default)]
     application: Option<super::Text<'a>>,
-    #[serde(borrow, default)]
     query_id: Option<Id<'a>>,
-    #[serde(borrow, default)]
     client_id: Option<Id<'a>>,
-    #[serde(borrow, default)]
     session_id: Option<Id<'a>>,
-    #[serde(borrow, default)]
     timestamp: Option<RawTimestamp<'a>>,
-    #[serde(borrow, default)]
     query_response_hit_ids: Option<Vec<Id<'a>>>,
-    #[serde(borrow, default)]
     query_attributes: Option<Scalars<'a>>,
-    #[serde(borrow, default)]
     event_attributes: Option<RawEventAttributes<'a>>,
+}
+
+/// Reads a [`RawUbi`], and stops at an `action_name` that names an action
+/// rankpulse does not score: such an event is ignored whatever else it
+/// holds, so the rest of it is not parsed (UBI streams carry many of them:
+/// searches, views, hovers). Written by hand for that early stop only; a
+/// field given twice is refused as serde's derive refuses it.
+struct RawUbiSeed<'l> {
+    /// `[judgments.actions]`; `None` reads every field (queries).
+    stop_unless_in: Option<&'l BTreeMap<String, crate::metrics::Grade>>,
+    /// Set when the read stopped at an unmapped action.
+    unmapped: &'l std::cell::Cell<bool>,
+}
+
+impl<'de> de::DeserializeSeed<'de> for RawUbiSeed<'_> {
+    type Value = RawUbi<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+/// The next value of `map`, refused if its field was seen before.
+fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
+    map: &mut A,
+    seen: &mut u16,
+    bit: u16,
+    name: &'static str,
+) -> Result<Option<T>, A::Error> {
+    if *seen & bit != 0 {
+        return Err(de::Error::duplicate_field(name));
+    }
+    *seen |= bit;
+    map.next_value()
+}
+
+impl<'de> Visitor<'de> for RawUbiSeed<'_> {
+    type Value = RawUbi<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a UBI query or event object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut raw = RawUbi::default();
+        let mut seen = 0u16;
+        while let Some(key) = map.next_key::<super::Text<'de>>()? {
+            match key.0.as_ref() {
+                "action_name" => {
+                    raw.action_name = once(&mut map, &mut seen, 1, "action_name")?;
+                    if let (Some(actions), Some(action)) = (self.stop_unless_in, &raw.action_name) {
+                        let a = action.0.as_ref();
+                        if !a.is_empty() && a != "impression" && !actions.contains_key(a) {
+                            self.unmapped.set(true);
+                            return Err(de::Error::custom("unmapped action"));
+                        }
+                    }
+                }
+                "application" => raw.application = once(&mut map, &mut seen, 1 << 1, "application")?,
+                "query_id" => raw.query_id = once(&mut map, &mut seen, 1 << 2, "query_id")?,
+                "client_id" => raw.client_id = once(&mut map, &mut seen, 1 << 3, "client_id")?,
+                "session_id" => raw.session_id = once(&mut map, &mut seen, 1 << 4, "session_id")?,
+                "timestamp" => raw.timestamp = once(&mut map, &mut seen, 1 << 5, "timestamp")?,
+                "query_response_hit_ids" => {
+                    raw.query_response_hit_ids = once(&mut map, &mut seen, 1 << 6, "query_response_hit_ids")?
+                }
+                "query_attributes" => raw.query_attributes = once(&mut map, &mut seen, 1 << 7, "query_attributes")?,
+                "event_attributes" => raw.event_attributes = once(&mut map, &mut seen, 1 << 8, "event_attributes")?,
+                _ => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(raw)
+    }
 }
 
 fn present(id: Option<Id<'_>>) -> Option<Cow<'_, str>> {
@@ -269,7 +332,15 @@ fn present(id: Option<Id<'_>>) -> Option<Cow<'_, str>> {
 /// UBI: they are decoded as `Ubi`). Never panics on any input.
 pub fn decode<'a>(format: Format, bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, RejectReason> {
     let text = message_text(bytes, limits)?;
-    let raw: RawUbi<'a> = serde_json::from_str(text).map_err(|e| classify(&e, text))?;
+    let unmapped = std::cell::Cell::new(false);
+    let seed =
+        RawUbiSeed { stop_unless_in: (format != Format::UbiQueries).then_some(&limits.actions), unmapped: &unmapped };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let raw = match de::DeserializeSeed::deserialize(seed, &mut de).and_then(|raw| de.end().map(|()| raw)) {
+        Ok(raw) => raw,
+        Err(_) if unmapped.get() => return Ok(Event::Ignored(IgnoreReason::UnmappedAction)),
+        Err(e) => return Err(classify(&e, text)),
+    };
     let is_event = match format {
         Format::UbiQueries => false,
         Format::UbiEvents => true,
@@ -542,6 +613,31 @@ mod tests {
             event(r#"{"client_id":"c","timestamp":1,"query_response_hit_ids":[1e999]}"#),
             Err(RejectReason::NonFinite)
         );
+    }
+
+    #[test]
+    fn an_unmapped_action_stops_the_read_and_only_an_events_action_does() {
+        // Nothing after an unmapped action is read, so nothing after it can
+        // be wrong (docs/formats.md: "nothing else is checked").
+        let rest = r#","client_id":"c","timestamp":"yesterday","event_attributes":{"object":"#;
+        for format in [Format::UbiEvents, Format::Ubi] {
+            let m = format!(r#"{{"application":"shop","action_name":"hover"{rest}"#);
+            assert_eq!(decode(format, m.as_bytes(), &limits()), Ok(Event::Ignored(IgnoreReason::UnmappedAction)));
+        }
+        // A mapped action, an impression or an empty action reads on.
+        for action in ["click", "impression", ""] {
+            let m = format!(r#"{{"action_name":"{action}"{rest}"#);
+            assert_eq!(decode(Format::UbiEvents, m.as_bytes(), &limits()), Err(RejectReason::InvalidJson), "{action}");
+        }
+        // A query topic's message is a query whatever action it names.
+        let q = r#"{"action_name":"hover","client_id":"c","timestamp":1}"#;
+        assert!(matches!(decode(Format::UbiQueries, q.as_bytes(), &limits()), Ok(Event::Impression(_))));
+        // A field given twice is refused, as the derived reader refused it.
+        let twice = r#"{"action_name":"click","client_id":"c","client_id":"d","timestamp":1}"#;
+        assert_eq!(event(twice), Err(RejectReason::WrongType));
+        assert_eq!(event("[]"), Err(RejectReason::WrongType), "not an object");
+        assert_eq!(event(r#"{"action_name":"hover"} x"#), Ok(Event::Ignored(IgnoreReason::UnmappedAction)));
+        assert_eq!(event(r#"{"action_name":"click"} x"#), Err(RejectReason::InvalidJson), "trailing characters");
     }
 
     #[test]
