@@ -185,6 +185,15 @@ impl Moments {
         (self.weight > 0).then(|| self.sum as f64 / SCALE / self.weight as f64)
     }
 
+    /// The effective number of lists, n_eff = (Σw)² / Σw² (Kish): the
+    /// count itself for unit weights. `None` when nothing was added.
+    pub fn effective_count(&self) -> Option<f64> {
+        (self.weight > 0 && self.weight_sq > 0).then(|| {
+            let w = self.weight as f64;
+            w * w / self.weight_sq as f64
+        })
+    }
+
     /// Standard error of the weighted mean: sqrt(V / (n_eff − 1)), where V is
     /// the weighted (population) variance and n_eff = (Σw)² / Σw² the
     /// effective number of lists (Kish). With unit weights this is the usual

@@ -15,6 +15,8 @@
 //!   family, [`metrics::Conventions`] and [`metrics::list::ListScorer`].
 //! - [`accumulate`]: exactly mergeable and retractable sums per dimension
 //!   values × time bucket; [`window`]: rolling windows out of them.
+//! - [`compare`]: candidate against baseline (Welch), lists needed, the
+//!   sign test of interleaving: read-time statistics of merged sums.
 //! - [`pipeline`]: the stages above as one shard, built from
 //!   [`pipeline::PipelineSettings`].
 //! - [`eval`]: `rankpulse eval`, trec_eval-compatible.
@@ -44,6 +46,7 @@ macro_rules! serde_by_name {
 
 pub mod accumulate;
 pub mod assemble;
+pub mod compare;
 pub mod eval;
 pub mod event;
 pub mod metrics;

@@ -8,6 +8,7 @@
 //! equals the batch mean of the lists it holds.
 
 use crate::accumulate::{Accumulators, Cell, Series};
+use std::collections::BTreeMap;
 
 /// The merged cell of `series` for the window of `span_ms` ending at `now_ms`.
 pub fn window_cell(acc: &Accumulators, series: &Series, now_ms: i64, span_ms: i64) -> Cell {
@@ -21,6 +22,24 @@ pub fn window_cell(acc: &Accumulators, series: &Series, now_ms: i64, span_ms: i6
         cell.merge(bucket);
     }
     cell
+}
+
+/// The window of every value of dimension label `label` (an index into
+/// the dimension tuple), merged over the other labels' values: the arms of
+/// a comparison, each over all markets. Exact, like every merge of cells.
+pub fn window_cells_by(acc: &Accumulators, label: usize, now_ms: i64, span_ms: i64) -> BTreeMap<String, Cell> {
+    let mut by: BTreeMap<String, Cell> = BTreeMap::new();
+    for (dims, series) in &acc.series {
+        let Some(value) = dims.get(label) else { continue };
+        let cell = window_cell(acc, series, now_ms, span_ms);
+        match by.get_mut(value.as_str()) {
+            Some(merged) => merged.merge(&cell),
+            None => {
+                by.insert(value.clone(), cell);
+            }
+        }
+    }
+    by
 }
 
 /// Which buckets a window holds, as (first bucket start, last bucket start) in ms.
@@ -61,5 +80,22 @@ mod tests {
         assert_eq!(window_cell(&acc, series, 60_000, 9_000).lists, 0);
         assert_eq!(window_cell(&acc, series, 60_000, 10_000).lists, 1);
         assert_eq!(window_bounds(10_000, 60_000, 55_000), (10_000, 60_000));
+    }
+
+    #[test]
+    fn cells_by_a_label_merge_the_other_labels() {
+        let mut acc = Accumulators::new(1, 10_000);
+        let dim = |r: &str, m: &str| -> Arc<[String]> { vec![r.to_string(), m.to_string()].into() };
+        acc.fold(&dim("control", "us"), 15_000, &score(0.5));
+        acc.fold(&dim("control", "fr"), 15_000, &score(1.0));
+        acc.fold(&dim("control", "fr"), 25_000, &score(0.0));
+        acc.fold(&dim("v2", "us"), 25_000, &score(0.25));
+        let arms = window_cells_by(&acc, 0, 30_000, 30_000);
+        assert_eq!(arms.keys().collect::<Vec<_>>(), ["control", "v2"]);
+        assert_eq!((arms["control"].lists, arms["control"].gauc().mean()), (3, Some(0.5)));
+        assert_eq!((arms["v2"].lists, arms["v2"].gauc().mean()), (1, Some(0.25)));
+        let markets = window_cells_by(&acc, 1, 30_000, 30_000);
+        assert_eq!((markets["fr"].lists, markets["us"].lists), (2, 2));
+        assert!(window_cells_by(&acc, 2, 30_000, 30_000).is_empty());
     }
 }
