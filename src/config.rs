@@ -129,6 +129,7 @@ pub struct Config {
     pub state: StateConfig,
     pub log: LogConfig,
     pub ubi: UbiConfig,
+    pub compare: CompareConfig,
     /// The paths of the `mapped` format; required when a topic (or a
     /// replay) is mapped, absent by default.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -161,6 +162,39 @@ impl TopicFormat {
             TopicFormat::Ubi => Format::Ubi,
             TopicFormat::Mapped => Format::Mapped,
         }
+    }
+}
+
+/// Every arm against the baseline arm (`[compare]`, docs/metrics.md).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompareConfig {
+    /// The dimension label whose values are the arms. Unset: `ranker` when
+    /// that is one of `dimensions.labels`, else no comparison; `""`: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dimension: Option<String>,
+    /// The arm every other arm is compared with.
+    pub baseline: String,
+    /// Significance level: the status page colours a difference only below
+    /// it, and `rankpulse_compare_lists_needed` is for a test at this level.
+    pub alpha: f64,
+    /// Probability of detecting `effect` that `lists_needed` is sized for.
+    pub power: f64,
+    /// Smallest absolute difference of means worth detecting (metric units).
+    pub effect: f64,
+}
+
+impl Default for CompareConfig {
+    fn default() -> Self {
+        CompareConfig { dimension: None, baseline: "control".into(), alpha: 0.05, power: 0.8, effect: 0.01 }
+    }
+}
+
+impl CompareConfig {
+    /// The index in `dimensions.labels` of the arm label, when comparing.
+    pub fn arm_index(&self, labels: &[String]) -> Option<usize> {
+        let name = self.dimension.as_deref().unwrap_or("ranker");
+        labels.iter().position(|l| l == name)
     }
 }
 
@@ -549,6 +583,7 @@ impl Default for Config {
             state: StateConfig::default(),
             log: LogConfig::default(),
             ubi: UbiConfig::default(),
+            compare: CompareConfig::default(),
             mapped: None,
         }
     }
@@ -793,6 +828,29 @@ impl Config {
             }
             crate::event::ubi::UbiPath::parse(path).map_err(|e| ConfigError::key(&key, e.to_string()))?;
         }
+        let c = &self.compare;
+        if let Some(d) = c.dimension.as_deref().filter(|d| !d.is_empty()) {
+            if !self.dimensions.labels.iter().any(|l| l == d) {
+                return Err(ConfigError::key(
+                    "compare.dimension",
+                    format!(
+                        "{d:?} is not one of dimensions.labels {:?} (\"\" turns comparison off)",
+                        self.dimensions.labels
+                    ),
+                ));
+            }
+        }
+        if c.baseline.is_empty() {
+            return Err(ConfigError::key("compare.baseline", "must name the baseline arm"));
+        }
+        for (key, value) in [("compare.alpha", c.alpha), ("compare.power", c.power)] {
+            if !(value > 0.0 && value < 1.0) {
+                return Err(ConfigError::key(key, format!("must be between 0 and 1 (exclusive), got {value}")));
+            }
+        }
+        if !(c.effect > 0.0 && c.effect.is_finite()) {
+            return Err(ConfigError::key("compare.effect", format!("must be above 0, got {}", c.effect)));
+        }
         match &self.mapped {
             Some(m) => {
                 for label in m.dimensions.keys() {
@@ -1006,6 +1064,30 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml");
         let from_file = Config::load_with_env(Some(&path), env(&[])).unwrap();
         assert_eq!(toml::to_string(&from_file).unwrap(), toml::to_string(&Config::default()).unwrap());
+    }
+
+    #[test]
+    fn compare_settings_name_their_key_and_source() {
+        let labels = |c: &Config| c.compare.arm_index(&c.dimensions.labels);
+        assert_eq!(labels(&Config::default()), Some(0), "ranker is the default arm label");
+        let c = from_toml("[dimensions]\nlabels = [\"market\"]\n").unwrap();
+        assert_eq!(labels(&c), None, "no ranker label: no comparison, and no error");
+        let c = from_toml("[dimensions]\nlabels = [\"market\", \"arm\"]\n[compare]\ndimension = \"arm\"\n").unwrap();
+        assert_eq!(labels(&c), Some(1));
+        let c = from_toml("[compare]\ndimension = \"\"\n").unwrap();
+        assert_eq!(labels(&c), None, "\"\" turns comparison off");
+        for (text, key, value) in [
+            ("[compare]\ndimension = \"arm\"\n", "compare.dimension", "\"arm\""),
+            ("[compare]\nalpha = 1.5\n", "compare.alpha", "1.5"),
+            ("[compare]\npower = 0\n", "compare.power", "0"),
+            ("[compare]\neffect = -0.01\n", "compare.effect", "-0.01"),
+            ("[compare]\nbaseline = \"\"\n", "compare.baseline", ""),
+        ] {
+            let e = from_toml(text).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("config key {key}:")) && e.contains(value), "{text}: {e}");
+        }
+        let e = Config::load_with_env(None, env(&[("RANKPULSE__COMPARE__ALPHA", "2")])).unwrap_err().to_string();
+        assert!(e.starts_with("environment variable RANKPULSE__COMPARE__ALPHA: config key compare.alpha:"), "{e}");
     }
 
     #[test]

@@ -6,13 +6,14 @@
 //! contract (dashboards and alerts depend on them): see the README.
 
 use crate::accumulate::{Accumulators, Moments};
+use crate::compare;
 use crate::config::{Config, Span};
 use crate::daemon::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
 use crate::event::{EventKind, IgnoreReason, RejectReason};
 use crate::kafka::PartitionState;
 use crate::metrics::list::Family;
 use crate::pipeline::OpsCounters;
-use crate::window::window_cell;
+use crate::window::{window_cell, window_cells_by};
 use prometheus::proto::{Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Encoder, TextEncoder};
 use std::collections::BTreeMap;
@@ -211,6 +212,8 @@ pub fn render(s: &Snapshot) -> String {
         }
     }
 
+    comparisons(&mut f, s, &cutoffs, &k_text);
+
     // Operation.
     for ((topic, kind), n) in &s.counters.events {
         f.counter(
@@ -374,6 +377,68 @@ pub fn render(s: &Snapshot) -> String {
     }
     f.gauge(&format!("{PREFIX}build_info"), "Build information", &[("version", env!("CARGO_PKG_VERSION"))], 1.0);
     f.encode()
+}
+
+/// `rankpulse_compare_*`: every arm against `compare.baseline`, per metric
+/// and window, from the arms' windows merged over the other labels. Per
+/// instance, like every window gauge; the alert rules compare arms across
+/// instances from the exact `_sum`/`_sum_squares`/`_count` counters.
+fn comparisons(f: &mut Families, s: &Snapshot, cutoffs: &[usize], k_text: &[String]) {
+    let config = s.config;
+    let c = &config.compare;
+    let Some(arm_index) = c.arm_index(&config.dimensions.labels) else { return };
+    let arm_label = config.dimensions.labels[arm_index].as_str();
+    for span in &config.windows.spans {
+        let arms = window_cells_by(s.accumulators, arm_index, s.now_ms, span.ms());
+        let Some(baseline) = arms.get(&c.baseline) else { continue };
+        for (arm, cell) in arms.iter().filter(|(arm, _)| **arm != c.baseline) {
+            let mut emit = |metric: &str, k: Option<&str>, candidate: &Moments, base: &Moments| {
+                let mut labels = vec![(arm_label, arm.as_str()), (LABEL_METRIC, metric)];
+                labels.extend(k.map(|k| (LABEL_K, k)));
+                labels.push((LABEL_WINDOW, span.text.as_str()));
+                let Some(cmp) = compare::welch(candidate, base) else { return };
+                f.gauge(
+                    &format!("{PREFIX}compare_difference"),
+                    "Mean of the arm minus mean of compare.baseline, lists in the window (merged over the other labels)",
+                    &labels,
+                    cmp.difference,
+                );
+                f.gauge(
+                    &format!("{PREFIX}compare_stderr"),
+                    "Standard error of rankpulse_compare_difference (Welch: sqrt(se_arm^2 + se_baseline^2))",
+                    &labels,
+                    cmp.stderr,
+                );
+                if let Some(p) = cmp.p_value {
+                    f.gauge(
+                        &format!("{PREFIX}compare_p_value"),
+                        "Two-sided p-value of rankpulse_compare_difference (Welch's t-test)",
+                        &labels,
+                        p,
+                    );
+                }
+                if let Some(n) = compare::lists_needed(candidate, base, c.effect, c.alpha, c.power) {
+                    f.gauge(
+                        &format!("{PREFIX}compare_lists_needed"),
+                        "Lists per arm needed to detect a difference of compare.effect at level compare.alpha with probability compare.power, at the window's per-list variances",
+                        &labels,
+                        n,
+                    );
+                }
+            };
+            for &family in Family::ALL {
+                for (i, k) in k_text.iter().enumerate() {
+                    emit(
+                        family.name(),
+                        Some(k),
+                        cell.family(family, cutoffs.len(), i),
+                        baseline.family(family, cutoffs.len(), i),
+                    );
+                }
+            }
+            emit(GAUC, None, cell.gauc(), baseline.gauc());
+        }
+    }
 }
 
 /// `rankpulse_<m>` (mean) and `rankpulse_<m>_stderr`, when defined.

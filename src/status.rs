@@ -1,14 +1,17 @@
-//! The status page at `/`: per-ranker charts of the windowed metrics over
-//! the last hour, with current values and standard errors. Server-rendered
-//! HTML with inline SVG: no scripts, no build chain, refreshes itself.
+//! The status page at `/`: first every arm against the baseline (the
+//! comparison of `[compare]`), then per-arm charts of the windowed metrics
+//! over the last hour with the breakdown by the other labels as a table.
+//! Server-rendered HTML with inline SVG: no scripts, no build chain,
+//! refreshes itself.
 //!
 //! The daemon samples a few headline series into [`History`] as it
 //! publishes (every [`SAMPLE_EVERY_MS`]); the page only reads that history.
 
-use crate::accumulate::{Accumulators, Moments};
+use crate::accumulate::{Accumulators, Cell, Moments};
+use crate::compare::{Comparison, welch};
 use crate::config::Config;
 use crate::metrics::list::Family;
-use crate::window::window_cell;
+use crate::window::{window_cell, window_cells_by};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
@@ -23,27 +26,76 @@ pub const CHARTED: [&str; 4] = ["ndcg", "mrr", "err", "gauc"];
 /// One sample of one series: (mean, standard error, lists).
 pub type Point = (f64, Option<f64>, i64);
 
-/// Sampled history of the headline series, per dimension values.
+/// One arm against the baseline on one charted metric, as last sampled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArmComparison {
+    pub arm: String,
+    pub metric: &'static str,
+    pub comparison: Comparison,
+    /// Lists of the arm and of the baseline in the window.
+    pub lists: (i64, i64),
+}
+
+/// Sampled history of the headline series.
 #[derive(Debug, Clone, Default)]
 pub struct History {
     /// The cutoff charted (10 when configured, else the largest).
     pub k: usize,
     /// The window charted (the shortest configured).
     pub window: String,
+    /// The window compared (the longest configured: the most lists).
+    pub compare_window: String,
     /// Dimension label names, for legends.
     pub labels: Vec<String>,
+    /// The arm label (`[compare]`) and the baseline arm, when comparing.
+    pub arm: Option<(String, String)>,
+    /// Significance level of the colours.
+    pub alpha: f64,
     /// Sample times (ms).
     pub times: VecDeque<i64>,
-    /// dims → metric → samples aligned with `times` (None: no lists then).
+    /// Chart lines: one per arm (merged over the other labels) when
+    /// comparing, else one per dimension values → metric → samples aligned
+    /// with `times` (None: no lists then).
     pub series: BTreeMap<Vec<String>, BTreeMap<&'static str, VecDeque<Option<Point>>>>,
+    /// The breakdown: latest values per dimension values.
+    pub now: BTreeMap<Vec<String>, BTreeMap<&'static str, Point>>,
+    /// Latest comparisons, arm by arm in CHARTED order.
+    pub comparisons: Vec<ArmComparison>,
+}
+
+fn charted<'c>(cell: &'c Cell, metric: &str, cutoffs: usize, k_index: usize) -> &'c Moments {
+    match metric {
+        "ndcg" => cell.family(Family::Ndcg, cutoffs, k_index),
+        "mrr" => cell.family(Family::Mrr, cutoffs, k_index),
+        "err" => cell.family(Family::Err, cutoffs, k_index),
+        _ => cell.gauc(),
+    }
+}
+
+fn point(m: &Moments, lists: i64) -> Option<Point> {
+    m.mean().map(|mean| (mean, m.stderr(), lists))
 }
 
 impl History {
     pub fn new(config: &Config) -> Self {
         let cutoffs = config.sorted_cutoffs();
         let k = if cutoffs.contains(&10) { 10 } else { cutoffs.last().copied().unwrap_or(1) };
-        let window = config.windows.spans.iter().min_by_key(|s| s.duration).map(|s| s.text.clone()).unwrap_or_default();
-        History { k, window, labels: config.dimensions.labels.clone(), ..History::default() }
+        let by_length = |longest: bool| {
+            let spans = config.windows.spans.iter();
+            let s = if longest { spans.max_by_key(|s| s.duration) } else { spans.min_by_key(|s| s.duration) };
+            s.map(|s| s.text.clone()).unwrap_or_default()
+        };
+        let labels = config.dimensions.labels.clone();
+        let arm = config.compare.arm_index(&labels).map(|i| (labels[i].clone(), config.compare.baseline.clone()));
+        History {
+            k,
+            window: by_length(false),
+            compare_window: by_length(true),
+            labels,
+            arm,
+            alpha: config.compare.alpha,
+            ..History::default()
+        }
     }
 
     /// Samples the accumulators at `now_ms` if a sample is due.
@@ -53,22 +105,31 @@ impl History {
         }
         let cutoffs = config.sorted_cutoffs();
         let k_index = cutoffs.iter().position(|&c| c == self.k).unwrap_or(0);
-        let span_ms = config.windows.spans.iter().find(|s| s.text == self.window).map_or(60_000, |s| s.ms());
+        let span_of = |text: &str| config.windows.spans.iter().find(|s| s.text == text).map_or(60_000, |s| s.ms());
+        let span_ms = span_of(&self.window);
         let n = self.times.len();
         self.times.push_back(now_ms);
+        self.now.clear();
+        let arm_index = config.compare.arm_index(&config.dimensions.labels);
         for (dims, s) in &acc.series {
             let cell = window_cell(acc, s, now_ms, span_ms);
-            let entry = self.series.entry(dims.to_vec()).or_default();
+            let now = self.now.entry(dims.to_vec()).or_default();
             for metric in CHARTED {
-                let m: &Moments = match metric {
-                    "ndcg" => cell.family(Family::Ndcg, cutoffs.len(), k_index),
-                    "mrr" => cell.family(Family::Mrr, cutoffs.len(), k_index),
-                    "err" => cell.family(Family::Err, cutoffs.len(), k_index),
-                    _ => cell.gauc(),
-                };
+                if let Some(p) = point(charted(&cell, metric, cutoffs.len(), k_index), cell.lists) {
+                    now.insert(metric, p);
+                }
+            }
+        }
+        let lines: BTreeMap<Vec<String>, Cell> = match arm_index {
+            Some(i) => window_cells_by(acc, i, now_ms, span_ms).into_iter().map(|(arm, c)| (vec![arm], c)).collect(),
+            None => acc.series.iter().map(|(d, s)| (d.to_vec(), window_cell(acc, s, now_ms, span_ms))).collect(),
+        };
+        for (key, cell) in &lines {
+            let entry = self.series.entry(key.clone()).or_default();
+            for metric in CHARTED {
                 let samples = entry.entry(metric).or_default();
                 samples.resize(n, None);
-                samples.push_back(m.mean().map(|mean| (mean, m.stderr(), cell.lists)));
+                samples.push_back(point(charted(cell, metric, cutoffs.len(), k_index), cell.lists));
             }
         }
         // Series without lists this time get an empty sample.
@@ -85,6 +146,28 @@ impl History {
                 }
             }
         }
+        self.comparisons.clear();
+        if let (Some(i), Some((_, baseline))) = (arm_index, &self.arm) {
+            let arms = window_cells_by(acc, i, now_ms, span_of(&self.compare_window));
+            if let Some(base) = arms.get(baseline) {
+                for (arm, cell) in arms.iter().filter(|(a, _)| *a != baseline) {
+                    for metric in CHARTED {
+                        let (c, b) = (
+                            charted(cell, metric, cutoffs.len(), k_index),
+                            charted(base, metric, cutoffs.len(), k_index),
+                        );
+                        if let Some(comparison) = welch(c, b) {
+                            self.comparisons.push(ArmComparison {
+                                arm: arm.clone(),
+                                metric,
+                                comparison,
+                                lists: (cell.lists, base.lists),
+                            });
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -93,6 +176,23 @@ fn escape(s: &str) -> String {
 }
 
 const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+
+fn title(metric: &str, k: usize) -> String {
+    match metric {
+        "gauc" => "GAUC".to_string(),
+        "ndcg" => format!("nDCG@{k}"),
+        m => format!("{}@{k}", m.to_uppercase()),
+    }
+}
+
+/// "p < 0.001" or "p = 0.042", as HTML.
+fn p_text(p: Option<f64>) -> String {
+    match p {
+        Some(p) if p < 0.001 => "p &lt; 0.001".to_string(),
+        Some(p) => format!("p = {p:.3}"),
+        None => "no variance".to_string(),
+    }
+}
 
 /// Renders the page.
 pub fn render_page(h: &History, ready: bool) -> String {
@@ -104,8 +204,10 @@ pub fn render_page(h: &History, ready: bool) -> String {
          body{{font-family:system-ui,sans-serif;margin:1.5em;color:#222}} h1{{margin:0 0 .2em}}\
          .grid{{display:flex;flex-wrap:wrap;gap:1em}} .chart{{border:1px solid #ddd;padding:.5em}}\
          table{{border-collapse:collapse}} td,th{{padding:.2em .6em;border-bottom:1px solid #eee;text-align:right}}\
-         th:first-child,td:first-child{{text-align:left}} .muted{{color:#777}}</style></head><body>\
-         <h1>rankpulse</h1><p class=\"muted\">{} · window {} · k = {} · <a href=\"/metrics\">/metrics</a> · \
+         th:first-child,td:first-child{{text-align:left}} .muted{{color:#777}}\
+         .worse{{color:#b00020;font-weight:600}} .better{{color:#137333;font-weight:600}}\
+         .arm{{margin:.3em 0}} .arm b{{display:inline-block;min-width:8em}}</style></head><body>\
+         <h1>rankpulse</h1><p class=\"muted\">{} · charts: window {} · k = {} · <a href=\"/metrics\">/metrics</a> · \
          <a href=\"/readyz\">/readyz</a></p>",
         if ready { "consuming" } else { "not ready" },
         escape(&h.window),
@@ -115,24 +217,30 @@ pub fn render_page(h: &History, ready: bool) -> String {
         out.push_str("<p>No list finalized yet: waiting for impressions and judgments.</p></body></html>");
         return out;
     }
-    // Current values.
+    comparisons(&mut out, h);
+    // The breakdown: current values per dimension values.
     out.push_str("<h2>Now</h2><table><tr><th>");
     out.push_str(&escape(&h.labels.join(" / ")));
     for m in CHARTED {
-        let _ = write!(
-            out,
-            "<th>{}</th>",
-            if m == "gauc" { "GAUC".to_string() } else { format!("{}@{}", m.to_uppercase(), h.k) }
-        );
+        let _ = write!(out, "<th>{}</th>", title(m, h.k));
     }
     out.push_str("<th>lists</th></tr>");
-    for (i, (dims, metrics)) in h.series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let _ = write!(out, "<tr><td><span style=\"color:{color}\">■</span> {}</td>", escape(&dims.join(" / ")));
+    let lines: Vec<&Vec<String>> = h.series.keys().collect();
+    for (dims, metrics) in &h.now {
+        // The swatch of the chart line this row belongs to.
+        let line = if h.arm.is_some() {
+            let arm_index = h.arm.as_ref().and_then(|(l, _)| h.labels.iter().position(|x| x == l)).unwrap_or(0);
+            lines.iter().position(|k| k.first() == dims.get(arm_index))
+        } else {
+            lines.iter().position(|k| *k == dims)
+        };
+        let swatch =
+            line.map_or(String::new(), |i| format!("<span style=\"color:{}\">■</span> ", COLORS[i % COLORS.len()]));
+        let _ = write!(out, "<tr><td>{swatch}{}</td>", escape(&dims.join(" / ")));
         let mut lists = 0;
         for m in CHARTED {
-            match metrics.get(m).and_then(|s| s.back().copied().flatten()) {
-                Some((mean, se, n)) => {
+            match metrics.get(m) {
+                Some(&(mean, se, n)) => {
                     lists = n;
                     let se = se.map_or(String::new(), |se| format!(" ± {se:.4}"));
                     let _ = write!(out, "<td>{mean:.4}<span class=\"muted\">{se}</span></td>");
@@ -142,7 +250,15 @@ pub fn render_page(h: &History, ready: bool) -> String {
         }
         let _ = write!(out, "<td>{lists}</td></tr>");
     }
-    out.push_str("</table><h2>Last hour</h2><div class=\"grid\">");
+    let _ = write!(
+        out,
+        "</table><h2>Last hour</h2><p class=\"muted\">{}</p><div class=\"grid\">",
+        match &h.arm {
+            Some((label, _)) =>
+                format!("One line per {} (all other labels merged); the table above breaks it down.", escape(label)),
+            None => "One line per combination of dimension values.".to_string(),
+        }
+    );
     for m in CHARTED {
         chart(&mut out, h, m);
     }
@@ -150,8 +266,73 @@ pub fn render_page(h: &History, ready: bool) -> String {
     out
 }
 
+/// The lead: every arm against the baseline, coloured only when the
+/// difference is significant at `compare.alpha`.
+fn comparisons(out: &mut String, h: &History) {
+    let Some((label, baseline)) = &h.arm else { return };
+    let _ = write!(
+        out,
+        "<h2>Against {label} = {base}</h2><p class=\"muted\">window {w}: difference of means ± standard error (Welch), \
+         coloured when p &lt; {alpha}</p>",
+        label = escape(label),
+        base = escape(baseline),
+        w = escape(&h.compare_window),
+        alpha = h.alpha,
+    );
+    if h.comparisons.is_empty() {
+        let _ = write!(
+            out,
+            "<p>Nothing to compare yet: needs lists of {} = {} and of another arm, two or more each, in the last {}.</p>",
+            escape(label),
+            escape(baseline),
+            escape(&h.compare_window)
+        );
+        return;
+    }
+    let mut arm: Option<&str> = None;
+    for c in &h.comparisons {
+        if arm != Some(c.arm.as_str()) {
+            if arm.is_some() {
+                out.push_str("</div>");
+            }
+            let _ = write!(
+                out,
+                "<div class=\"arm\"><b>{}</b> <span class=\"muted\">{} lists against {}</span><br>",
+                escape(&c.arm),
+                c.lists.0,
+                c.lists.1
+            );
+            arm = Some(c.arm.as_str());
+        }
+        let d = &c.comparison;
+        let class = match d.p_value {
+            Some(p) if p < h.alpha && d.difference < 0.0 => "worse",
+            Some(p) if p < h.alpha && d.difference > 0.0 => "better",
+            _ => "muted",
+        };
+        let sign = if d.difference < 0.0 { '\u{2212}' } else { '+' };
+        let _ = write!(
+            out,
+            "<span class=\"{class}\">{} {sign}{:.3} ± {:.3} vs {} ({})</span><br>",
+            title(c.metric, h.k),
+            d.difference.abs(),
+            d.stderr,
+            escape(baseline),
+            p_text(d.p_value)
+        );
+    }
+    out.push_str("</div>");
+}
+
+/// Tick step for a range: 1, 2 or 5 times a power of ten, about 4 ticks.
+fn tick_step(range: f64) -> f64 {
+    let raw = (range / 4.0).max(1e-9);
+    let magnitude = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * magnitude).find(|s| *s >= raw).unwrap_or(10.0 * magnitude)
+}
+
 fn chart(out: &mut String, h: &History, metric: &str) {
-    let (w, ht, pad) = (460.0, 220.0, 36.0);
+    let (w, ht, pad) = (460.0, 220.0, 40.0);
     let t0 = h.times.front().copied().unwrap_or(0);
     let t1 = h.times.back().copied().unwrap_or(t0 + 1).max(t0 + 1);
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
@@ -168,24 +349,52 @@ fn chart(out: &mut String, h: &History, metric: &str) {
     let (lo, hi) = ((lo - margin).max(0.0), (hi + margin).min(1.0));
     let x = |t: i64| pad + (t - t0) as f64 / (t1 - t0) as f64 * (w - 2.0 * pad);
     let y = |v: f64| ht - pad - (v - lo) / (hi - lo).max(1e-9) * (ht - 2.0 * pad);
-    let title = if metric == "gauc" { "GAUC".to_string() } else { format!("{}@{}", metric.to_uppercase(), h.k) };
+    let title = title(metric, h.k);
     let _ = write!(
         out,
         "<div class=\"chart\"><svg width=\"{w}\" height=\"{ht}\" role=\"img\" aria-label=\"{title}\">\
          <text x=\"{pad}\" y=\"16\" font-size=\"13\" font-weight=\"bold\">{title}</text>\
          <line x1=\"{pad}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#999\"/>\
-         <line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{b}\" stroke=\"#999\"/>\
-         <text x=\"2\" y=\"{yt}\" font-size=\"10\">{hi:.3}</text><text x=\"2\" y=\"{yb}\" font-size=\"10\">{lo:.3}</text>\
-         <text x=\"{pad}\" y=\"{xl}\" font-size=\"10\">-{mins} min</text><text x=\"{xr}\" y=\"{xl}\" font-size=\"10\">now</text>",
+         <line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{b}\" stroke=\"#999\"/>",
         b = ht - pad,
         r = w - pad,
-        yt = pad + 4.0,
-        yb = ht - pad,
-        xl = ht - pad + 14.0,
-        xr = w - pad - 20.0,
-        mins = (t1 - t0) / 60_000,
     );
-    for (i, metrics) in h.series.values().enumerate() {
+    // Value ticks with grid lines.
+    let step = tick_step(hi - lo);
+    let decimals = (-step.log10().floor()).clamp(0.0, 6.0) as usize;
+    let mut v = (lo / step).ceil() * step;
+    while v <= hi + step * 1e-9 {
+        let yv = y(v);
+        let _ = write!(
+            out,
+            "<line x1=\"{pad}\" y1=\"{yv:.1}\" x2=\"{r}\" y2=\"{yv:.1}\" stroke=\"#eee\"/>\
+             <line x1=\"{l}\" y1=\"{yv:.1}\" x2=\"{pad}\" y2=\"{yv:.1}\" stroke=\"#999\"/>\
+             <text x=\"{tx}\" y=\"{ty:.1}\" font-size=\"10\" text-anchor=\"end\">{v:.decimals$}</text>",
+            r = w - pad,
+            l = pad - 4.0,
+            tx = pad - 6.0,
+            ty = yv + 3.5,
+        );
+        v += step;
+    }
+    // Time ticks: minutes before the newest sample.
+    let span_min = (t1 - t0) as f64 / 60_000.0;
+    let every = [1.0, 2.0, 5.0, 10.0, 15.0, 30.0].into_iter().find(|m| span_min / m <= 6.0).unwrap_or(60.0);
+    let mut m = 0.0;
+    while m <= span_min + 1e-9 {
+        let xt = x(t1 - (m * 60_000.0) as i64);
+        let label = if m == 0.0 { "now".to_string() } else { format!("\u{2212}{m:.0} min") };
+        let _ = write!(
+            out,
+            "<line x1=\"{xt:.1}\" y1=\"{b}\" x2=\"{xt:.1}\" y2=\"{b4}\" stroke=\"#999\"/>\
+             <text x=\"{xt:.1}\" y=\"{ly}\" font-size=\"10\" text-anchor=\"middle\">{label}</text>",
+            b = ht - pad,
+            b4 = ht - pad + 4.0,
+            ly = ht - pad + 15.0,
+        );
+        m += every;
+    }
+    for (i, (key, metrics)) in h.series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let Some(samples) = metrics.get(metric) else { continue };
         let mut path = String::new();
@@ -202,6 +411,14 @@ fn chart(out: &mut String, h: &History, metric: &str) {
         if !path.is_empty() {
             let _ = write!(out, "<path d=\"{path}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"1.8\"/>");
         }
+        // Legend, top right.
+        let _ = write!(
+            out,
+            "<text x=\"{lx}\" y=\"{ly}\" font-size=\"10\" fill=\"{color}\" text-anchor=\"end\">{}</text>",
+            escape(&key.join(" / ")),
+            lx = w - 4.0,
+            ly = 16.0 + 11.0 * i as f64,
+        );
     }
     out.push_str("</svg></div>");
 }
@@ -221,7 +438,7 @@ mod tests {
         s.values.iter_mut().for_each(|v| *v = Some(0.5));
         s.gauc = Some((0.75, 3));
         let mut h = History::new(&config);
-        assert_eq!((h.k, h.window.as_str()), (10, "1m"));
+        assert_eq!((h.k, h.window.as_str(), h.compare_window.as_str()), (10, "1m", "1h"));
         assert!(render_page(&h, false).contains("No list finalized yet"));
         for t in 0..5 {
             acc.fold(&dims, 1_000_000 + t * 10_000, &s);
@@ -235,5 +452,58 @@ mod tests {
         assert!(page.contains("0.7500"));
         assert!(page.matches("<svg").count() == 4);
         assert!(page.contains("<path d=\"M"));
+        assert!(page.contains("Nothing to compare yet"), "only the baseline has lists");
+    }
+
+    fn score(cutoffs: usize, v: f64) -> ListScore {
+        let mut s = ListScore::new(cutoffs);
+        s.values.iter_mut().for_each(|x| *x = Some(v));
+        s.gauc = Some((v, 1));
+        s
+    }
+
+    /// Control at 0.50/0.60 alternating in two markets, v2 at 0.40/0.50:
+    /// difference −0.100, se = sqrt(2 · 0.0025 / 40) per arm-pair (each
+    /// arm: 40 lists, s² = 0.05²·40/39), so p is tiny and v2 is red; v3
+    /// equals control and stays uncoloured. Charts get one line per arm.
+    #[test]
+    fn leads_with_the_comparison_and_charts_arms() {
+        let config = Config::default();
+        let cutoffs = config.metrics.cutoffs.len();
+        let mut acc = Accumulators::new(cutoffs, config.windows.bucket.ms());
+        let now = 2_000_000;
+        for (arm, base) in [("control", 0.5), ("v2", 0.4), ("v3", 0.5)] {
+            for market in ["us", "fr"] {
+                let dims: Arc<[String]> = vec![arm.to_string(), market.to_string()].into();
+                for i in 0..20 {
+                    acc.fold(&dims, now - 30_000, &score(cutoffs, base + 0.1 * f64::from(i % 2)));
+                }
+            }
+        }
+        let mut h = History::new(&config);
+        h.sample(&config, &acc, now);
+        assert_eq!(h.series.keys().cloned().collect::<Vec<_>>(), [["control"], ["v2"], ["v3"]]);
+        assert_eq!(h.now.len(), 6, "the breakdown keeps every market");
+        let v2: Vec<_> = h.comparisons.iter().filter(|c| c.arm == "v2").collect();
+        assert_eq!(v2.len(), 4);
+        assert!((v2[0].comparison.difference + 0.1).abs() < 1e-12);
+        assert_eq!(v2[0].lists, (40, 40));
+        let page = render_page(&h, true);
+        let lead = page.find("Against ranker = control").expect("comparison section");
+        assert!(lead < page.find("<h2>Now").unwrap(), "the comparison leads");
+        assert!(
+            page.contains("<span class=\"worse\">nDCG@10 \u{2212}0.100 ± 0.011 vs control (p &lt; 0.001)</span>"),
+            "{page}"
+        );
+        assert!(page.contains("<span class=\"muted\">nDCG@10 +0.000 ± 0.011 vs control (p = 1.000)</span>"), "{page}");
+        assert!(page.contains("text-anchor=\"end\">0.45</text>"), "value ticks");
+        assert!(page.contains(">now</text>"));
+    }
+
+    #[test]
+    fn tick_steps_are_round() {
+        for (range, step) in [(1.0, 0.5), (0.12, 0.05), (0.03, 0.01), (0.3, 0.1), (0.0, 1e-9)] {
+            assert!((tick_step(range) - step).abs() < step * 1e-9, "{range}: {}", tick_step(range));
+        }
     }
 }

@@ -253,3 +253,63 @@ fn exposition_passes_promtool() {
     assert!(unexpected.is_empty(), "promtool check metrics:\n{}", unexpected.join("\n"));
     assert!(report.contains("rankpulse_ndcg_sum"), "the lint should have seen the contract names: {report}");
 }
+
+/// Arms compared with the baseline through the binary. Per arm and market,
+/// 20 lists of one result, the first `hits` of them clicked, so P@1 per
+/// list is 0 or 1:
+///   control: us 12/20, fr 10/20 → 22/40 = 0.55
+///   v2:      us  6/20, fr  8/20 → 14/40 = 0.35
+/// Each arm merges its markets. Per arm, V = p(1 − p) and
+/// se² = V / (n − 1): control 0.2475/39, v2 0.2275/39, so the difference
+/// −0.2 has standard error sqrt(0.475/39) = 0.110361….
+#[test]
+fn arms_are_compared_with_the_baseline_over_all_markets() {
+    let mut lines = String::new();
+    let t0 = 1_700_000_000_000i64;
+    for (arm, market, hits) in [("control", "us", 12), ("control", "fr", 10), ("v2", "us", 6), ("v2", "fr", 8)] {
+        for i in 0..20 {
+            let s = format!("{arm}-{market}-{i}");
+            let t = t0 + i64::from(i) * 1000;
+            lines += &format!(
+                r#"{{"type":"impression","event_id":"i{s}","session_id":"{s}","timestamp":{t},"results":[{{"doc_id":"d","position":1}}],"dimensions":{{"ranker":"{arm}","market":"{market}"}}}}"#
+            );
+            lines.push('\n');
+            if i < hits {
+                lines += &format!(
+                    r#"{{"type":"judgment","event_id":"j{s}","session_id":"{s}","doc_id":"d","action":"click","timestamp":{}}}"#,
+                    t + 500
+                );
+                lines.push('\n');
+            }
+        }
+    }
+    let file = std::env::temp_dir().join(format!("rankpulse-arms-{}.jsonl", std::process::id()));
+    std::fs::write(&file, lines).unwrap();
+    let (code, out, err) = replay(&[], &file);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(code, 0, "{err}");
+    let series =
+        |name: &str| format!(r#"rankpulse_compare_{name}{{ranker="v2",metric="precision",k="1",window="1h"}}"#);
+    assert!((value(&out, &series("difference")) + 0.2).abs() < 1e-12, "{out}");
+    let se = (0.475f64 / 39.0).sqrt();
+    assert!((value(&out, &series("stderr")) - se).abs() < 1e-12);
+    let p = value(&out, &series("p_value"));
+    assert!(p > 0.05 && p < 0.1, "t = -1.81 on about 78 degrees of freedom: p = {p}");
+    // Per-list variances s² = V · n/(n − 1): (1.959964 + 0.841621)² ·
+    // (0.2475 + 0.2275) · 40/39 / 0.01² = 38,238.1… → 38,239.
+    assert_eq!(value(&out, &series("lists_needed")), 38_239.0);
+    // One result per list: no AUC, so no GAUC comparison either.
+    assert!(!out.contains(r#"rankpulse_compare_difference{ranker="v2",metric="gauc""#), "{out}");
+    assert!(
+        !out.contains(r#"rankpulse_compare_difference{ranker="control""#),
+        "the baseline is not compared with itself"
+    );
+    // Off: no comparison gauges at all.
+    let config = std::env::temp_dir().join(format!("rankpulse-arms-{}.toml", std::process::id()));
+    std::fs::write(&config, "[compare]\ndimension = \"\"\n").unwrap();
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
+    let (code, out, err) = replay(&["--config", config.to_str().unwrap()], &file);
+    let _ = std::fs::remove_file(&config);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("rankpulse_compare_"), "{out}");
+}
