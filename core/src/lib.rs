@@ -20,6 +20,8 @@
 //! - [`pipeline`]: the stages above as one shard, built from
 //!   [`pipeline::PipelineSettings`].
 //! - [`eval`]: `rankpulse eval`, trec_eval-compatible.
+//! - [`interleave`]: team-draft interleaving of two rankers and the credit
+//!   of one interleaved list's clicks to either.
 
 /// Serializes a unit enum by its stable name (strum's), not by its
 /// variant index: checkpoints hold these as map keys, and a name survives a
@@ -49,6 +51,7 @@ pub mod assemble;
 pub mod compare;
 pub mod eval;
 pub mod event;
+pub mod interleave;
 pub mod metrics;
 pub mod pipeline;
 pub mod window;
