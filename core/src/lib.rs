@@ -17,6 +17,9 @@
 //!   values × time bucket; [`window`]: rolling windows out of them.
 //! - [`pipeline`]: the stages above as one shard, built from
 //!   [`pipeline::PipelineSettings`].
+//! - [`debias`]: position-debiased click metrics under the position-based
+//!   model: propensities from randomized lists, IPS-weighted click moments,
+//!   both exactly mergeable.
 //! - [`eval`]: `rankpulse eval`, trec_eval-compatible.
 
 /// Serializes a unit enum by its stable name (strum's), not by its
@@ -44,6 +47,7 @@ macro_rules! serde_by_name {
 
 pub mod accumulate;
 pub mod assemble;
+pub mod debias;
 pub mod eval;
 pub mod event;
 pub mod metrics;
