@@ -19,6 +19,9 @@
 //!   sign test of interleaving: read-time statistics of merged sums.
 //! - [`pipeline`]: the stages above as one shard, built from
 //!   [`pipeline::PipelineSettings`].
+//! - [`debias`]: position-debiased click metrics under the position-based
+//!   model: propensities from randomized lists, IPS-weighted click moments,
+//!   both exactly mergeable.
 //! - [`eval`]: `rankpulse eval`, trec_eval-compatible.
 //! - [`interleave`]: team-draft interleaving of two rankers and the credit
 //!   of one interleaved list's clicks to either.
@@ -49,6 +52,7 @@ macro_rules! serde_by_name {
 pub mod accumulate;
 pub mod assemble;
 pub mod compare;
+pub mod debias;
 pub mod eval;
 pub mod event;
 pub mod interleave;

@@ -1,0 +1,672 @@
+//! Position-debiased click metrics under the position-based model.
+//!
+//! Clicks are a biased judgment: a result is clicked only if it is examined
+//! and found relevant, and lower ranks are examined less. The position-based
+//! model (PBM; Craswell et al., WSDM 2008) writes this as
+//! P(click at rank k on document d) = θ_k · γ_d, with θ_k the examination
+//! propensity of rank k and γ_d the document's attractiveness (relevance).
+//! Weighting each click by 1/θ_k (inverse propensity scoring; Joachims,
+//! Swaminathan and Schnabel, WSDM 2017) makes a click metric an unbiased
+//! estimate of the same metric on γ.
+//!
+//! Where this sits in the flow:
+//!
+//! ```text
+//! finalized lists judged by clicks ─┬─ production order ──→ per-arm ClickMoments ─┐
+//!                                   └─ randomized top K ───→ PositionCounts       │
+//!                                                              │ (read time)      │
+//!                                                              └→ propensities θ ─┴→ IPS gauges
+//! ```
+//!
+//! - [`PositionCounts`] is fed only by lists whose top K were uniformly
+//!   shuffled (impressions flagged randomized, e.g. RandTop-K). Under the
+//!   shuffle every rank sees the same distribution of γ, so the CTR at rank k
+//!   is proportional to θ_k alone.
+//! - [`ClickMoments`] keeps, per arm, the first and second moments of the
+//!   per-rank click indicators. Any metric that is a weighted sum of clicks
+//!   over ranks, with weights chosen at read time, then has an exact mean and
+//!   standard error: new propensity estimates re-weight the same counters
+//!   without re-reading a single list.
+//!
+//! Both hold integer counters only, so shards, buckets and instances combine
+//! exactly (merge is associative and commutative, unmerge its inverse) and
+//! every estimate is computed when read. All arithmetic wraps, as in
+//! [`crate::accumulate::Moments`]: a corrupt or crafted checkpoint gives
+//! absurd numbers rather than a panic. Work per list is constant: O(c²) for c
+//! distinct clicked ranks within the top K, K ≤ [`MAX_RANK`].
+
+use serde::{Deserialize, Serialize};
+
+/// The deepest rank either structure tracks. Ranks are deduplicated through
+/// a 64-bit mask, which keeps `add_list` allocation-free; position bias
+/// is estimated over a randomized top K, and nobody shuffles 64 results.
+pub const MAX_RANK: usize = 64;
+
+/// Bit mask of the distinct ranks in `ranks` (1-based) that lie in 1..=k.
+/// A rank clicked twice in one list is still one click under the PBM, whose
+/// click is a Bernoulli event per (list, rank).
+fn rank_mask(ranks: impl Iterator<Item = usize>, k: usize) -> u64 {
+    let k = k.min(MAX_RANK);
+    ranks.filter(|r| (1..=k).contains(r)).fold(0u64, |m, r| m | (1u64 << (r - 1)))
+}
+
+/// `a += b` (or `a -= b`) elementwise with wrapping, growing `a` to `b`'s
+/// length so that the empty (default) value is the identity of merge.
+fn fold_into(a: &mut Vec<u64>, b: &[u64], subtract: bool) {
+    if a.len() < b.len() {
+        a.resize(b.len(), 0);
+    }
+    for (x, &y) in a.iter_mut().zip(b) {
+        *x = if subtract { x.wrapping_sub(y) } else { x.wrapping_add(y) };
+    }
+}
+
+/// Propensity counters from randomized lists: per rank k, the lists with a
+/// result at rank k and the clicks there.
+///
+/// Under the PBM with the top K uniformly shuffled, E[CTR_k] = θ_k · E[γ],
+/// the same E[γ] at every rank, so θ_k = θ_1 · CTR_k / CTR_1. Only ratios are
+/// identified; IPS needs propensities only up to a common constant, which is
+/// why θ_1 is a parameter (1.0: relative to the top rank).
+///
+/// Lists shorter than K contribute to the ranks they fill. If short lists
+/// differ in relevance from full ones, the deeper ranks see a different γ
+/// mix; feeding only full lists avoids that.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PositionCounts {
+    /// Randomized lists with a result at rank k (index k-1).
+    pub lists: Vec<u64>,
+    /// Clicks at rank k (index k-1) in those lists.
+    pub clicks: Vec<u64>,
+}
+
+impl PositionCounts {
+    /// Counters for ranks 1..=max_rank (capped at [`MAX_RANK`]).
+    pub fn new(max_rank: usize) -> Self {
+        let k = max_rank.min(MAX_RANK);
+        PositionCounts { lists: vec![0; k], clicks: vec![0; k] }
+    }
+
+    /// The deepest rank counted.
+    pub fn max_rank(&self) -> usize {
+        self.lists.len().min(self.clicks.len()).min(MAX_RANK)
+    }
+
+    /// Adds one randomized list of `shown` results with clicks at
+    /// `clicked_ranks` (1-based). Ranks beyond K, beyond `shown`, or 0 are
+    /// ignored: a click where no result was shown is an upstream error, and
+    /// counting it would lift that rank's CTR over what its lists can give.
+    pub fn add_list(&mut self, clicked_ranks: impl Iterator<Item = usize>, shown: usize) {
+        let depth = shown.min(self.max_rank());
+        for n in &mut self.lists[..depth] {
+            *n = n.wrapping_add(1);
+        }
+        let mut mask = rank_mask(clicked_ranks, depth);
+        while mask != 0 {
+            let r = mask.trailing_zeros() as usize;
+            self.clicks[r] = self.clicks[r].wrapping_add(1);
+            mask &= mask - 1;
+        }
+    }
+
+    /// Adds another shard's counts.
+    pub fn merge(&mut self, other: &PositionCounts) {
+        fold_into(&mut self.lists, &other.lists, false);
+        fold_into(&mut self.clicks, &other.clicks, false);
+    }
+
+    /// Removes counts previously merged in; exact, since all are integers.
+    pub fn unmerge(&mut self, other: &PositionCounts) {
+        fold_into(&mut self.lists, &other.lists, true);
+        fold_into(&mut self.clicks, &other.clicks, true);
+    }
+
+    /// θ_k for k = 1..=K, scaled so that θ_1 = `top`. `None` at ranks with no
+    /// lists, and everywhere when the top rank has no lists or no clicks (the
+    /// scale is then unknown), or when `top` is not a positive finite number.
+    ///
+    /// No monotonicity is imposed: an estimate above θ_1 at a low rank is
+    /// noise that shrinks with data, and hiding it would hide the fact.
+    pub fn propensities(&self, top: f64) -> Vec<Option<f64>> {
+        let k = self.max_rank();
+        let ctr = |i: usize| match self.lists[i] {
+            0 => None,
+            n => Some(self.clicks[i] as f64 / n as f64),
+        };
+        let ctr_1 = if k > 0 && top.is_finite() && top > 0.0 { ctr(0).filter(|&c| c > 0.0) } else { None };
+        match ctr_1 {
+            None => vec![None; k],
+            Some(c1) => (0..k).map(|i| ctr(i).map(|c| top * c / c1).filter(|t| t.is_finite())).collect(),
+        }
+    }
+}
+
+/// Index of S_jk (0-based ranks, j ≤ k) in the packed upper triangle,
+/// column by column as in LAPACK's packed storage: column k starts at
+/// k(k+1)/2. The layout of the first K columns does not depend on K, so
+/// structures of different depths merge by zero-padding.
+#[inline]
+fn packed(j: usize, k: usize) -> usize {
+    k * (k + 1) / 2 + j
+}
+
+/// How clicks are weighted at read time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Weighting<'a> {
+    /// w_r = 1: the naive click metric, biased towards the top ranks.
+    Unweighted,
+    /// w_r = 1/θ_r with θ_r = `propensities[r-1]` (e.g. from
+    /// [`PositionCounts::propensities`], missing ones mapped to 0.0). A rank
+    /// whose propensity is missing (slice too short), zero, negative or not
+    /// finite makes the value `None`: no weight can stand in for an unknown
+    /// propensity.
+    ///
+    /// `min_propensity` clips: w_r = 1/max(θ_r, min), so w ≤ 1/min. Clipping
+    /// trades a bias (towards the naive metric at the clipped ranks) for
+    /// variance, which 1/θ blows up at deep ranks. `None` (the default from
+    /// [`Weighting::ips`]) means unclipped, hence unbiased.
+    Ips { propensities: &'a [f64], min_propensity: Option<f64> },
+}
+
+impl<'a> Weighting<'a> {
+    /// Unclipped inverse propensity weights.
+    pub fn ips(propensities: &'a [f64]) -> Self {
+        Weighting::Ips { propensities, min_propensity: None }
+    }
+
+    /// The weight of rank `r` (1-based).
+    fn weight(&self, r: usize) -> Option<f64> {
+        match *self {
+            Weighting::Unweighted => Some(1.0),
+            Weighting::Ips { propensities, min_propensity } => {
+                let theta = *propensities.get(r.checked_sub(1)?)?;
+                if !(theta.is_finite() && theta > 0.0) {
+                    return None;
+                }
+                let floor = min_propensity.filter(|m| m.is_finite() && *m > 0.0).unwrap_or(0.0);
+                Some(1.0 / theta.max(floor))
+            }
+        }
+    }
+}
+
+/// First and second moments of per-rank click indicators over lists, for
+/// ranks 1..=K.
+///
+/// For weights w_k chosen at read time, the per-list value
+/// X = Σ_k w_k·click_k has mean Σ_k w_k C_k / N and
+/// E[X²] = Σ_{j,k} w_j w_k S_jk / N, so the mean and its standard error
+/// sqrt((E[X²] − mean²)/(N − 1)) are exact for any weights, including
+/// propensities estimated after the lists were counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ClickMoments {
+    /// N: lists counted.
+    pub lists: u64,
+    /// C_k = Σ_lists click_k (index k-1).
+    pub clicks: Vec<u64>,
+    /// S_jk = Σ_lists click_j·click_k for j ≤ k, upper triangle packed by
+    /// column: S_jk (1-based) at (k-1)k/2 + (j-1). The diagonal S_kk equals
+    /// C_k (clicks are 0/1) and is kept anyway so the read path needs no
+    /// special case.
+    pub co_clicks: Vec<u64>,
+}
+
+impl ClickMoments {
+    /// Moments for ranks 1..=max_rank (capped at [`MAX_RANK`]).
+    pub fn new(max_rank: usize) -> Self {
+        let k = max_rank.min(MAX_RANK);
+        ClickMoments { lists: 0, clicks: vec![0; k], co_clicks: vec![0; packed(0, k)] }
+    }
+
+    /// The deepest rank whose moments are all present.
+    pub fn max_rank(&self) -> usize {
+        let mut k = self.clicks.len().min(MAX_RANK);
+        // A deserialized value may carry a short triangle; read only what
+        // is complete rather than index past it.
+        while packed(0, k) > self.co_clicks.len() {
+            k -= 1;
+        }
+        k
+    }
+
+    /// Adds one list with clicks at `clicked_ranks` (1-based; repeats count
+    /// once, ranks beyond K or 0 are ignored). O(c²) in the c distinct
+    /// clicked ranks within the top K.
+    pub fn add_list(&mut self, clicked_ranks: impl Iterator<Item = usize>) {
+        self.lists = self.lists.wrapping_add(1);
+        let mut rows = rank_mask(clicked_ranks, self.max_rank());
+        while rows != 0 {
+            let j = rows.trailing_zeros() as usize;
+            self.clicks[j] = self.clicks[j].wrapping_add(1);
+            // Columns k ≥ j among this list's clicks, j itself included.
+            let mut cols = rows;
+            while cols != 0 {
+                let k = cols.trailing_zeros() as usize;
+                let s = &mut self.co_clicks[packed(j, k)];
+                *s = s.wrapping_add(1);
+                cols &= cols - 1;
+            }
+            rows &= rows - 1;
+        }
+    }
+
+    /// Adds another shard's moments.
+    pub fn merge(&mut self, other: &ClickMoments) {
+        self.lists = self.lists.wrapping_add(other.lists);
+        fold_into(&mut self.clicks, &other.clicks, false);
+        fold_into(&mut self.co_clicks, &other.co_clicks, false);
+    }
+
+    /// Removes moments previously merged in; exact, since all are integers.
+    pub fn unmerge(&mut self, other: &ClickMoments) {
+        self.lists = self.lists.wrapping_sub(other.lists);
+        fold_into(&mut self.clicks, &other.clicks, true);
+        fold_into(&mut self.co_clicks, &other.co_clicks, true);
+    }
+
+    /// clicks@k = Σ_{r≤k} w_r·click_r: (mean, standard error of the mean).
+    /// `None` when k > K, fewer than two lists were counted (no standard
+    /// error), or a weight is unavailable.
+    pub fn clicks_at(&self, k: usize, weights: Weighting<'_>) -> Option<(f64, f64)> {
+        self.weighted(k, |r| weights.weight(r))
+    }
+
+    /// click-DCG@k = Σ_{r≤k} w_r·click_r / log2(r+1): (mean, standard error).
+    /// `None` as for [`ClickMoments::clicks_at`].
+    pub fn dcg_at(&self, k: usize, weights: Weighting<'_>) -> Option<(f64, f64)> {
+        self.weighted(k, |r| Some(weights.weight(r)? / ((r + 1) as f64).log2()))
+    }
+
+    /// Mean and standard error of X = Σ_{r≤k} w(r)·click_r.
+    fn weighted(&self, k: usize, w: impl Fn(usize) -> Option<f64>) -> Option<(f64, f64)> {
+        if k > self.max_rank() || self.lists < 2 {
+            return None;
+        }
+        let weights: Vec<f64> = (1..=k).map(w).collect::<Option<_>>()?;
+        let n = self.lists as f64;
+        let mean = weights.iter().zip(&self.clicks).map(|(w, &c)| w * c as f64).sum::<f64>() / n;
+        let mut second = 0.0;
+        for (kk, wk) in weights.iter().enumerate() {
+            for (j, wj) in weights[..=kk].iter().enumerate() {
+                // Off-diagonal pairs occur twice in Σ_{j,k}.
+                let both = if j == kk { 1.0 } else { 2.0 };
+                second += both * wj * wk * self.co_clicks[packed(j, kk)] as f64;
+            }
+        }
+        // Rounding can leave E[X²] − mean² a hair below zero.
+        let variance = (second / n - mean * mean).max(0.0);
+        let stderr = (variance / (n - 1.0)).sqrt();
+        (mean.is_finite() && stderr.is_finite()).then_some((mean, stderr))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn moments(k: usize, lists: &[&[usize]]) -> ClickMoments {
+        let mut m = ClickMoments::new(k);
+        for l in lists {
+            m.add_list(l.iter().copied());
+        }
+        m
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-12 * (1.0 + b.abs())
+    }
+
+    #[test]
+    fn co_clicks_are_packed_by_column_for_j_le_k() {
+        // K = 4: column k (0-based) holds S_0k..S_kk from k(k+1)/2.
+        let order: Vec<(usize, usize)> = (0..4).flat_map(|k| (0..=k).map(move |j| (j, k))).collect();
+        for (i, &(j, k)) in order.iter().enumerate() {
+            assert_eq!(packed(j, k), i, "S_{j}{k}");
+        }
+        // One list clicked at ranks 2 and 4 (0-based 1 and 3): S_11, S_13, S_33.
+        let m = moments(4, &[&[4, 2]]);
+        assert_eq!(m.co_clicks.len(), 10);
+        let set: Vec<usize> = (0..10).filter(|&i| m.co_clicks[i] == 1).collect();
+        assert_eq!(set, vec![packed(1, 1), packed(1, 3), packed(3, 3)]);
+        assert_eq!(m.clicks, vec![0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn ranks_beyond_k_zero_and_repeats_are_ignored() {
+        let m = moments(3, &[&[0, 1, 1, 3, 4, 99, usize::MAX]]);
+        assert_eq!(m, moments(3, &[&[1, 3]]));
+        let mut p = PositionCounts::new(3);
+        p.add_list([0, 1, 1, 2, 3, 7].into_iter(), 2);
+        // Two results shown: rank 3's click has no result under it.
+        assert_eq!(p.lists, vec![1, 1, 0]);
+        assert_eq!(p.clicks, vec![1, 1, 0]);
+        assert_eq!(ClickMoments::new(1000).max_rank(), MAX_RANK);
+    }
+
+    #[test]
+    fn hand_derived_unweighted_and_ips() {
+        // Three lists, K = 2: clicks {1}, {1,2}, {}.
+        // X = click_1 + click_2 per list: 1, 2, 0 → mean 1,
+        // E[X²] = (1 + 4 + 0)/3 = 5/3, variance 5/3 − 1 = 2/3,
+        // SE = sqrt((2/3)/2) = sqrt(1/3).
+        let m = moments(2, &[&[1], &[1, 2], &[]]);
+        assert_eq!((m.lists, m.clicks.clone(), m.co_clicks.clone()), (3, vec![2, 1], vec![2, 1, 1]));
+        let (mean, se) = m.clicks_at(2, Weighting::Unweighted).unwrap();
+        assert!(close(mean, 1.0) && close(se, (1.0f64 / 3.0).sqrt()), "{mean} {se}");
+
+        // θ = [1, 0.5]: X = click_1 + 2·click_2 per list: 1, 3, 0 → mean 4/3,
+        // E[X²] = (1 + 9)/3 = 10/3, variance 10/3 − 16/9 = 14/9,
+        // SE = sqrt((14/9)/2) = sqrt(7/9).
+        let theta = [1.0, 0.5];
+        let (mean, se) = m.clicks_at(2, Weighting::ips(&theta)).unwrap();
+        assert!(close(mean, 4.0 / 3.0) && close(se, (7.0f64 / 9.0).sqrt()), "{mean} {se}");
+
+        // DCG with the same θ: X = click_1 + 2·click_2/log2(3).
+        // With a = 2/log2(3): values 1, 1 + a, 0.
+        let a = 2.0 / 3f64.log2();
+        let xs = [1.0, 1.0 + a, 0.0];
+        let mu = xs.iter().sum::<f64>() / 3.0;
+        let var = xs.iter().map(|x| x * x).sum::<f64>() / 3.0 - mu * mu;
+        let (mean, se) = m.dcg_at(2, Weighting::ips(&theta)).unwrap();
+        assert!(close(mean, mu) && close(se, (var / 2.0).sqrt()), "{mean} {se}");
+
+        // clicks@1: X = click_1: 1, 1, 0 → mean 2/3, variance 2/3 − 4/9 = 2/9,
+        // SE = sqrt(1/9) = 1/3.
+        let (mean, se) = m.clicks_at(1, Weighting::Unweighted).unwrap();
+        assert!(close(mean, 2.0 / 3.0) && close(se, 1.0 / 3.0), "{mean} {se}");
+    }
+
+    #[test]
+    fn clipping_caps_the_weight() {
+        // One click at rank 2 in each of two lists: X = w_2 with no spread.
+        let m = moments(2, &[&[2], &[2]]);
+        let theta = [1.0, 0.01];
+        assert!(close(m.clicks_at(2, Weighting::ips(&theta)).unwrap().0, 100.0));
+        let clipped = Weighting::Ips { propensities: &theta, min_propensity: Some(0.1) };
+        assert_eq!(m.clicks_at(2, clipped), Some((10.0, 0.0)));
+        // A nonsensical clip is no clip.
+        let bad = Weighting::Ips { propensities: &theta, min_propensity: Some(f64::NAN) };
+        assert!(close(m.clicks_at(2, bad).unwrap().0, 100.0));
+    }
+
+    #[test]
+    fn unavailable_values_are_none() {
+        let m = moments(3, &[&[1], &[2]]);
+        assert_eq!(m.clicks_at(4, Weighting::Unweighted), None, "beyond K");
+        assert_eq!(moments(3, &[&[1]]).clicks_at(1, Weighting::Unweighted), None, "one list");
+        assert_eq!(ClickMoments::default().clicks_at(0, Weighting::Unweighted), None);
+        for theta in [&[1.0, 0.5][..], &[1.0, 0.5, 0.0], &[1.0, 0.5, f64::NAN], &[1.0, -0.5, 0.3]] {
+            assert_eq!(m.dcg_at(3, Weighting::ips(theta)), None, "{theta:?}");
+        }
+        assert!(m.clicks_at(2, Weighting::ips(&[1.0, 0.5])).is_some());
+        // A truncated triangle (from a hand-edited checkpoint) shrinks K.
+        let mut short = m.clone();
+        short.co_clicks.truncate(4);
+        assert_eq!(short.max_rank(), 2);
+        assert_eq!(short.clicks_at(3, Weighting::Unweighted), None);
+        short.add_list([3, 2].into_iter());
+        assert_eq!(short.clicks[2], 0);
+    }
+
+    #[test]
+    fn propensities_are_ctr_ratios() {
+        let mut p = PositionCounts::new(3);
+        assert_eq!(p.propensities(1.0), vec![None; 3]);
+        // Rank 1: 2 clicks in 4 lists; rank 2: 1 in 4; rank 3: 1 in 2.
+        p.add_list([1, 2].into_iter(), 3);
+        p.add_list([1, 3].into_iter(), 3);
+        p.add_list([].into_iter(), 2);
+        p.add_list([].into_iter(), 2);
+        assert_eq!(p.propensities(1.0), vec![Some(1.0), Some(0.5), Some(1.0)]);
+        assert_eq!(p.propensities(0.8), vec![Some(0.8), Some(0.4), Some(0.8)]);
+        assert_eq!(p.propensities(f64::NAN), vec![None; 3]);
+        // No click at the top: the scale is unknown.
+        let mut q = PositionCounts::new(2);
+        q.add_list([2].into_iter(), 2);
+        assert_eq!(q.propensities(1.0), vec![None, None]);
+        // Rank 2 never shown.
+        let mut r = PositionCounts::new(2);
+        r.add_list([1].into_iter(), 1);
+        assert_eq!(r.propensities(1.0), vec![Some(1.0), None]);
+        assert_eq!(PositionCounts::default().propensities(1.0), vec![]);
+    }
+
+    fn random_moments(seed: u64, lists: usize) -> (ClickMoments, PositionCounts) {
+        let mut rng = rankpulse_testkit::Rng::new(seed);
+        let (mut m, mut p) = (ClickMoments::new(6), PositionCounts::new(6));
+        for _ in 0..lists {
+            let clicks: Vec<usize> = (0..rng.below(5)).map(|_| rng.below(8) as usize).collect();
+            m.add_list(clicks.iter().copied());
+            p.add_list(clicks.into_iter(), rng.below(8) as usize);
+        }
+        (m, p)
+    }
+
+    #[test]
+    fn merge_then_unmerge_restores_exactly_and_order_does_not_matter() {
+        let (a, pa) = random_moments(1, 50);
+        let (b, pb) = random_moments(2, 70);
+        let (c, pc) = random_moments(3, 30);
+
+        let mut ab_c = a.clone();
+        ab_c.merge(&b);
+        ab_c.merge(&c);
+        let mut c_ba = c.clone();
+        c_ba.merge(&b);
+        c_ba.merge(&a);
+        assert_eq!(ab_c, c_ba);
+        // The default is the identity, from either side.
+        let mut from_empty = ClickMoments::default();
+        for x in [&b, &a, &c] {
+            from_empty.merge(x);
+        }
+        assert_eq!(from_empty, ab_c);
+        ab_c.unmerge(&b);
+        ab_c.unmerge(&c);
+        assert_eq!(ab_c, a);
+
+        let mut p = pa.clone();
+        p.merge(&pb);
+        p.merge(&pc);
+        let mut q = pc.clone();
+        q.merge(&pa);
+        q.merge(&pb);
+        assert_eq!(p, q);
+        p.unmerge(&pc);
+        p.unmerge(&pb);
+        assert_eq!(p, pa);
+
+        // Merging equals counting everything in one place.
+        let mut rng = rankpulse_testkit::Rng::new(9);
+        let (mut one, mut left, mut right) = (ClickMoments::new(5), ClickMoments::new(5), ClickMoments::new(5));
+        for i in 0..200 {
+            let clicks: Vec<usize> = (0..rng.below(6)).map(|_| 1 + rng.below(6) as usize).collect();
+            one.add_list(clicks.iter().copied());
+            let shard = if i % 3 == 0 { &mut left } else { &mut right };
+            shard.add_list(clicks.into_iter());
+        }
+        left.merge(&right);
+        assert_eq!(left, one);
+    }
+
+    #[test]
+    fn wrapping_instead_of_panics() {
+        let (a, pa) = random_moments(4, 20);
+        let mut m = ClickMoments::default();
+        m.unmerge(&a);
+        // Negative counts: absurd, but no panic, and merge restores.
+        let _ = m.clicks_at(6, Weighting::Unweighted);
+        let _ = m.dcg_at(6, Weighting::ips(&[1.0; 6]));
+        m.merge(&a);
+        assert_eq!(m.lists, 0);
+        assert!(m.clicks.iter().chain(&m.co_clicks).all(|&x| x == 0));
+        let mut p = PositionCounts::default();
+        p.unmerge(&pa);
+        let _ = p.propensities(1.0);
+        let mut big = ClickMoments::new(2);
+        big.lists = u64::MAX;
+        big.add_list([1].into_iter());
+        assert_eq!(big.lists, 0);
+        // Mismatched lengths from a deserialized value.
+        let odd = PositionCounts { lists: vec![3, 3], clicks: vec![1] };
+        assert_eq!(odd.propensities(1.0), vec![Some(1.0)]);
+    }
+
+    /// Mean and standard error of values summed as (Σx, Σx², n).
+    fn mean_se((sum, sum_sq, n): (f64, f64, f64)) -> (f64, f64) {
+        let mean = sum / n;
+        (mean, ((sum_sq / n - mean * mean).max(0.0) / (n - 1.0)).sqrt())
+    }
+
+    /// Standard error that an IPS mean inherits from estimated propensities,
+    /// by the delta method. With a_k = w_k·C_k/N rank k's share of the mean
+    /// and θ̂_k = θ_1·r_k/r_1 (r the randomized CTRs, independent binomial
+    /// estimates), d mean = −Σ_{k≥2} a_k·(d ln r_k − d ln r_1), and
+    /// Var(ln r) ≈ (1 − r)/(n·r).
+    fn propensity_se(counts: &PositionCounts, moments: &ClickMoments, discount: impl Fn(usize) -> f64) -> f64 {
+        let theta: Vec<f64> = counts.propensities(1.0).into_iter().map(|t| t.unwrap_or(0.0)).collect();
+        let var_ln = |i: usize| {
+            let r = counts.clicks[i] as f64 / counts.lists[i] as f64;
+            (1.0 - r) / (counts.lists[i] as f64 * r)
+        };
+        let share = |i: usize| discount(i + 1) * moments.clicks[i] as f64 / theta[i] / moments.lists as f64;
+        let lower: f64 = (1..theta.len()).map(share).sum();
+        ((1..theta.len()).map(|i| share(i).powi(2) * var_ln(i)).sum::<f64>() + lower.powi(2) * var_ln(0)).sqrt()
+    }
+
+    /// The simulation tier of issue #25: clicks drawn from a known PBM, and
+    /// the estimators held to the truth they are meant to recover.
+    ///
+    /// Numbers: 200,000 lists of 10 from a pool of 1,000 documents with
+    /// γ = u² (u uniform: skewed, mean 1/3, most documents seldom clicked);
+    /// a production ranker sorting by γ plus uniform noise of width 0.2;
+    /// 25% of lists uniformly shuffled (randomized) feeding PositionCounts,
+    /// the other 75% feeding ClickMoments. Why not 10% of 100,000: rank 10
+    /// then gets about 430 randomized clicks, a relative error near 5% on
+    /// θ_10 from counting alone, and (a)'s 10% bound would sit under two of
+    /// those; at 50,000 randomized lists it sits over four.
+    #[test]
+    fn simulation_pbm_ips_recovers_true_relevance_metrics() {
+        const K: usize = 10;
+        const THETA: [f64; K] = [1.0, 0.62, 0.45, 0.35, 0.28, 0.23, 0.2, 0.17, 0.15, 0.13];
+        const DOCS: usize = 1000;
+        const LISTS: usize = 200_000;
+        const RANDOMIZED: f64 = 0.25;
+        let discount = |r: usize| 1.0 / ((r + 1) as f64).log2();
+
+        let mut rng = rankpulse_testkit::Rng::new(25);
+        let gamma: Vec<f64> = (0..DOCS).map(|_| rng.unit().powi(2)).collect();
+        let (mut counts, mut moments) = (PositionCounts::new(K), ClickMoments::new(K));
+        // (Σx, Σx², n) of the true-relevance metrics over the production lists.
+        let (mut true_clicks, mut true_dcg) = ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0));
+        let mut ranked: Vec<usize> = Vec::with_capacity(K);
+        let mut scored: Vec<(f64, usize)> = Vec::with_capacity(K);
+        for _ in 0..LISTS {
+            scored.clear();
+            while scored.len() < K {
+                let d = rng.below(DOCS as u64) as usize;
+                if !scored.iter().any(|&(_, e)| e == d) {
+                    scored.push((gamma[d] + 0.2 * (rng.unit() - 0.5), d));
+                }
+            }
+            scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+            ranked.clear();
+            ranked.extend(scored.iter().map(|&(_, d)| d));
+            let randomized = rng.unit() < RANDOMIZED;
+            if randomized {
+                for i in (1..K).rev() {
+                    ranked.swap(i, rng.below(i as u64 + 1) as usize);
+                }
+            }
+            let clicked = (0..K).filter(|&i| rng.unit() < THETA[i] * gamma[ranked[i]]).fold(0u64, |m, i| m | 1 << i);
+            let ranks = (1..=K).filter(|r| (clicked >> (r - 1)) & 1 == 1);
+            if randomized {
+                counts.add_list(ranks, K);
+                continue;
+            }
+            moments.add_list(ranks);
+            let c: f64 = ranked.iter().map(|&d| gamma[d]).sum();
+            let g: f64 = ranked.iter().enumerate().map(|(i, &d)| gamma[d] * discount(i + 1)).sum();
+            true_clicks = (true_clicks.0 + c, true_clicks.1 + c * c, true_clicks.2 + 1.0);
+            true_dcg = (true_dcg.0 + g, true_dcg.1 + g * g, true_dcg.2 + 1.0);
+        }
+
+        let mut failures = Vec::new();
+        eprintln!("randomized lists {}, production lists {}", counts.lists[0], moments.lists);
+
+        // (a) Propensities from the randomized lists.
+        let estimated = counts.propensities(1.0);
+        for (k, (est, truth)) in estimated.iter().zip(THETA).enumerate() {
+            let est = est.unwrap_or(f64::NAN);
+            let rel = (est - truth) / truth;
+            eprintln!("θ_{:<2} true {truth:.3} estimated {est:.4} ({:+.1}%)", k + 1, 100.0 * rel);
+            let within = rel.abs() <= 0.10;
+            if !within {
+                failures.push(format!("(a) θ_{} = {est} vs {truth}", k + 1));
+            }
+        }
+
+        // (b) IPS with the estimated propensities against the same metric on
+        // true relevance, over the same lists. The tolerance is two standard
+        // errors of the difference, which has two parts:
+        // - the IPS standard error from ClickMoments, alone: the true-relevance
+        //   mean is computed on the very same lists, so its sampling error is
+        //   shared with the IPS mean, not independent of it. Per list,
+        //   IPS = truth + click noise of mean zero, so Var(IPS − truth) =
+        //   Var(IPS) − Var(truth) ≤ Var(IPS); adding the truth's SE would
+        //   count the list-to-list spread twice.
+        // - the error inherited from the estimated propensities, which
+        //   ClickMoments treats as known. Here it is of the same order as the
+        //   IPS SE (both shrink as 1/√lists, and the randomized lists carry
+        //   no more information each than the others), so leaving it out
+        //   would make (b) pass or fail on the seed's luck.
+        let theta: Vec<f64> = estimated.iter().map(|t| t.unwrap_or(0.0)).collect();
+        let ips = Weighting::ips(&theta);
+        let metrics = [
+            (
+                "clicks@10",
+                moments.clicks_at(K, ips),
+                moments.clicks_at(K, Weighting::Unweighted),
+                mean_se(true_clicks),
+                propensity_se(&counts, &moments, |_| 1.0),
+            ),
+            (
+                "click-DCG@10",
+                moments.dcg_at(K, ips),
+                moments.dcg_at(K, Weighting::Unweighted),
+                mean_se(true_dcg),
+                propensity_se(&counts, &moments, discount),
+            ),
+        ];
+        for (name, ips, naive, (truth, truth_se), prop_se) in metrics {
+            let (ips, ips_se) = ips.unwrap_or((f64::NAN, f64::NAN));
+            let (naive, naive_se) = naive.unwrap_or((f64::NAN, f64::NAN));
+            let se = ips_se.hypot(prop_se);
+            let z = (ips - truth) / se;
+            eprintln!(
+                "{name}: true {truth:.4} ± {truth_se:.4}; IPS {ips:.4} ± {ips_se:.4} (clicks) ± {prop_se:.4} \
+                 (propensities) = ± {se:.4}, z = {z:+.2}; naive {naive:.4} ± {naive_se:.4}, {:.0} SE below",
+                (truth - naive) / naive_se,
+            );
+            let within = z.abs() <= 2.0;
+            if !within {
+                failures.push(format!("(b) {name}: IPS {ips} vs true {truth}, z = {z}"));
+            }
+            // (c) The naive metric is biased, and by far more than noise.
+            let biased = truth - naive > 10.0 * naive_se;
+            if !biased {
+                failures.push(format!("(c) {name}: naive {naive} ± {naive_se} vs true {truth}"));
+            }
+        }
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
+
+    #[test]
+    fn serde_round_trip() {
+        let (m, p) = random_moments(5, 40);
+        let back: ClickMoments = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(back, m);
+        let back: PositionCounts = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
+    }
+}
