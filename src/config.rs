@@ -130,6 +130,7 @@ pub struct Config {
     pub log: LogConfig,
     pub ubi: UbiConfig,
     pub compare: CompareConfig,
+    pub debias: DebiasConfig,
     /// The paths of the `mapped` format; required when a topic (or a
     /// replay) is mapped, absent by default.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -196,6 +197,21 @@ impl CompareConfig {
         let name = self.dimension.as_deref().unwrap_or("ranker");
         labels.iter().position(|l| l == name)
     }
+}
+
+/// Position-debiased click metrics (`[debias]`, docs/metrics.md).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DebiasConfig {
+    /// Ranks tracked (at most 64); 0: off. Each time bucket of each series
+    /// then holds (K + K(K+1)/2 + 2K) counters: about 700 bytes at K = 10.
+    pub max_rank: usize,
+    /// Examination propensities of ranks 1…K under the position-based
+    /// model; empty: estimated from randomized lists (θ₁ = 1).
+    pub propensities: Vec<f64>,
+    /// Weights are at most 1 / this (clipping trades bias for variance);
+    /// 0: no clipping.
+    pub min_propensity: f64,
 }
 
 /// How OpenSearch UBI input maps to rankpulse's events (docs/formats.md).
@@ -584,6 +600,7 @@ impl Default for Config {
             log: LogConfig::default(),
             ubi: UbiConfig::default(),
             compare: CompareConfig::default(),
+            debias: DebiasConfig::default(),
             mapped: None,
         }
     }
@@ -829,16 +846,16 @@ impl Config {
             crate::event::ubi::UbiPath::parse(path).map_err(|e| ConfigError::key(&key, e.to_string()))?;
         }
         let c = &self.compare;
-        if let Some(d) = c.dimension.as_deref().filter(|d| !d.is_empty()) {
-            if !self.dimensions.labels.iter().any(|l| l == d) {
-                return Err(ConfigError::key(
-                    "compare.dimension",
-                    format!(
-                        "{d:?} is not one of dimensions.labels {:?} (\"\" turns comparison off)",
-                        self.dimensions.labels
-                    ),
-                ));
-            }
+        if let Some(d) = c.dimension.as_deref().filter(|d| !d.is_empty())
+            && !self.dimensions.labels.iter().any(|l| l == d)
+        {
+            return Err(ConfigError::key(
+                "compare.dimension",
+                format!(
+                    "{d:?} is not one of dimensions.labels {:?} (\"\" turns comparison off)",
+                    self.dimensions.labels
+                ),
+            ));
         }
         if c.baseline.is_empty() {
             return Err(ConfigError::key("compare.baseline", "must name the baseline arm"));
@@ -850,6 +867,28 @@ impl Config {
         }
         if !(c.effect > 0.0 && c.effect.is_finite()) {
             return Err(ConfigError::key("compare.effect", format!("must be above 0, got {}", c.effect)));
+        }
+        let d = &self.debias;
+        if d.max_rank > crate::debias::MAX_RANK {
+            return Err(ConfigError::key(
+                "debias.max_rank",
+                format!("at most {}, got {}", crate::debias::MAX_RANK, d.max_rank),
+            ));
+        }
+        if !d.propensities.is_empty() && d.propensities.len() != d.max_rank {
+            return Err(ConfigError::key(
+                "debias.propensities",
+                format!("lists {} values for debias.max_rank = {} ranks", d.propensities.len(), d.max_rank),
+            ));
+        }
+        if let Some(p) = d.propensities.iter().find(|p| !(**p > 0.0 && **p <= 1.0)) {
+            return Err(ConfigError::key("debias.propensities", format!("{p} is not in (0, 1]")));
+        }
+        if !(0.0..1.0).contains(&d.min_propensity) {
+            return Err(ConfigError::key(
+                "debias.min_propensity",
+                format!("must be in [0, 1), got {}", d.min_propensity),
+            ));
         }
         match &self.mapped {
             Some(m) => {
@@ -927,6 +966,7 @@ impl Config {
                 .filter(|(_, f)| **f != TopicFormat::Rankpulse)
                 .map(|(t, f)| (t.clone(), f.core()))
                 .collect(),
+            click_ranks: self.debias.max_rank,
         }
     }
 
@@ -1064,6 +1104,22 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml");
         let from_file = Config::load_with_env(Some(&path), env(&[])).unwrap();
         assert_eq!(toml::to_string(&from_file).unwrap(), toml::to_string(&Config::default()).unwrap());
+    }
+
+    #[test]
+    fn debias_settings_name_their_key() {
+        assert_eq!(Config::default().pipeline_settings().click_ranks, 0, "off by default");
+        let c = from_toml("[debias]\nmax_rank = 3\npropensities = [1.0, 0.5, 0.25]\n").unwrap();
+        assert_eq!(c.pipeline_settings().click_ranks, 3);
+        for (text, key, value) in [
+            ("[debias]\nmax_rank = 65\n", "debias.max_rank", "65"),
+            ("[debias]\nmax_rank = 3\npropensities = [1.0, 0.5]\n", "debias.propensities", "2 values"),
+            ("[debias]\nmax_rank = 2\npropensities = [1.0, 0.0]\n", "debias.propensities", "0 is not"),
+            ("[debias]\nmin_propensity = 1.0\n", "debias.min_propensity", "1"),
+        ] {
+            let e = from_toml(text).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("config key {key}:")) && e.contains(value), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! result, the likelier it is examined; examined results are clicked with
 //! probability R(g) = (2^g − 1)/16) and sometimes buy, and raters grade a
 //! share of lists. After `degrade_after` the candidate's ranking gets much
-//! noisier, so its quality visibly drops. A small share of messages is
+//! noisier, so its quality visibly drops. One search in five runs a
+//! team-draft interleaving experiment of the same two rankers instead
+//! (`ranker = "interleaved"`, team A the candidate), which shows the
+//! degradation as the candidate losing. A small share of messages is
 //! invalid, so the reject counters have data too. Events go through the real
 //! Kafka producer API.
 //!
@@ -21,6 +24,7 @@
 use crate::config::Config;
 use crate::event::Format;
 use crate::http::Published;
+use crate::interleave::{Team, team_draft};
 use rand::seq::IndexedRandom;
 use rand::{Rng as _, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -99,7 +103,12 @@ fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64, ubi: bool) -> (Strin
     let session = format!("sess-{n}");
     let query = format!("q{}", n % 7);
     let market = MARKETS.choose(rng).copied().unwrap_or("us");
-    let ranker = if rng.random_bool(0.5) { "control" } else { "candidate" };
+    let interleaved = n.is_multiple_of(5);
+    let ranker = match rng.random_bool(0.5) {
+        _ if interleaved => "interleaved",
+        true => "control",
+        false => "candidate",
+    };
     // Hidden true relevance of the candidates: mostly irrelevant.
     let grades: Vec<i32> = (0..CANDIDATES_PER_QUERY)
         .map(|_| match rng.random::<f64>() {
@@ -110,23 +119,42 @@ fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64, ubi: bool) -> (Strin
             _ => 4,
         })
         .collect();
-    let noise = match (ranker, degraded) {
-        ("control", _) => 1.2,
-        (_, false) => 1.0,
-        (_, true) => 3.5,
+    let candidate_noise = if degraded { 3.5 } else { 1.0 };
+    let noise = if ranker == "candidate" { candidate_noise } else { 1.2 };
+    let rank = |rng: &mut Rng, noise: f64| {
+        let mut ranked: Vec<(f64, usize)> = grades
+            .iter()
+            .enumerate()
+            .map(|(i, &g)| (f64::from(g) + noise * rng.sample::<f64, _>(StandardNormal), i))
+            .collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+        ranked
     };
-    let mut ranked: Vec<(f64, usize)> = grades
-        .iter()
-        .enumerate()
-        .map(|(i, &g)| (f64::from(g) + noise * rng.sample::<f64, _>(StandardNormal), i))
-        .collect();
-    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut ranked = rank(rng, noise);
+    // Interleaved: the candidate's (team A) and the control's (team B, the
+    // ranking above) drafted into one list; then the control's others, for
+    // the raters. Scores of two rankers do not compare: none are sent.
+    let mut teams = Vec::new();
+    if interleaved {
+        let candidate: Vec<usize> = rank(rng, candidate_noise).into_iter().map(|(_, d)| d).collect();
+        let control: Vec<usize> = ranked.iter().map(|&(_, d)| d).collect();
+        let mut drafted = Vec::with_capacity(SHOWN);
+        team_draft(&candidate, &control, SHOWN, || rng.random_bool(0.5), &mut drafted);
+        let rest = ranked.iter().filter(|(_, d)| !drafted.iter().any(|(x, _)| x == d)).copied();
+        ranked = drafted.iter().map(|&(d, _)| (f64::NAN, d)).chain(rest).collect();
+        teams = drafted.into_iter().map(|(_, team)| team).collect();
+    }
     let shown = &ranked[..SHOWN];
     let results: Vec<String> = shown
         .iter()
         .enumerate()
-        .map(|(p, (score, doc))| {
-            format!(r#"{{"doc_id":"doc-{query}-{doc}","position":{},"score":{:.4}}}"#, p + 1, score)
+        .map(|(p, (score, doc))| match teams.get(p) {
+            Some(team) => format!(
+                r#"{{"doc_id":"doc-{query}-{doc}","position":{},"team":"{}"}}"#,
+                p + 1,
+                if *team == Team::A { "A" } else { "B" }
+            ),
+            None => format!(r#"{{"doc_id":"doc-{query}-{doc}","position":{},"score":{:.4}}}"#, p + 1, score),
         })
         .collect();
     let impression = if ubi {
@@ -384,7 +412,7 @@ pub fn demo(options: DemoOptions, stop: impl Future<Output = ()>) -> anyhow::Res
         println!("  status page  http://{addr}/");
         println!("  metrics      http://{addr}/metrics");
         println!(
-            "  traffic      {} lists/s, rankers control and candidate; the candidate degrades after {} s",
+            "  traffic      {} lists/s, rankers control and candidate, one search in five interleaved (team A the candidate); the candidate degrades after {} s",
             options.traffic.lists_per_second,
             options.traffic.degrade_after.as_secs()
         );
@@ -510,6 +538,43 @@ mod tests {
         };
         assert!(native.accumulators().series.values().map(|s| s.lists()).sum::<i64>() == 300);
         assert_eq!(sums(&ubi), sums(&native));
+    }
+
+    /// The interleaved searches: before the candidate degrades it is the
+    /// slightly better ranker (noise 1.0 against 1.2) and must not lose;
+    /// after, it loses clearly (exact sign test).
+    #[test]
+    fn the_interleaved_experiment_shows_the_degradation() {
+        use crate::pipeline::{Clock, Pipeline};
+        let outcomes = |degraded: bool| {
+            let config = Config::default();
+            let mut p = Pipeline::new(&config.pipeline_settings());
+            let mut rng = Rng::seed_from_u64(17);
+            for n in 0..5_000 {
+                let ts = 1_700_000_000_000 + n as i64 * 100;
+                let (_, first, rest) = simulate(&mut rng, n, degraded, ts, false);
+                p.ingest("q", first.as_bytes(), Clock::replay(), None).unwrap();
+                for m in rest {
+                    p.ingest("e", m.as_bytes(), Clock::replay(), None).unwrap();
+                }
+            }
+            p.finalize_all();
+            let key: Vec<&str> = vec!["interleaved", "us"];
+            let (_, series) = p
+                .accumulators()
+                .series
+                .iter()
+                .find(|(d, _)| d.iter().map(String::as_str).eq(key.iter().copied()))
+                .unwrap();
+            series.total().interleaving
+        };
+        let before = outcomes(false);
+        let after = outcomes(true);
+        assert!(before.lists() > 200, "{before:?}");
+        assert!(before.a_wins >= before.b_wins, "{before:?}");
+        assert!(after.b_wins > after.a_wins, "{after:?}");
+        let p = crate::compare::sign_test(after.a_wins as u64, after.b_wins as u64).unwrap();
+        assert!(p < 1e-6, "{after:?}: p = {p}");
     }
 
     /// The demo's broker holds at most DEMO_BROKER_BYTES however long it

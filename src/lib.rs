@@ -39,7 +39,7 @@
 //!
 //! `src/main.rs` is only the command line.
 
-pub use rankpulse_core::{accumulate, assemble, compare, eval, event, metrics, pipeline, window};
+pub use rankpulse_core::{accumulate, assemble, compare, debias, eval, event, interleave, metrics, pipeline, window};
 
 pub mod align;
 pub mod config;

@@ -5,10 +5,11 @@
 //! families; nothing is touched per event. Names and labels are a public
 //! contract (dashboards and alerts depend on them): see the README.
 
-use crate::accumulate::{Accumulators, Moments};
+use crate::accumulate::{Accumulators, Interleaving, Moments};
 use crate::compare;
 use crate::config::{Config, Span};
 use crate::daemon::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
+use crate::debias::{ClickMoments, PositionCounts, Weighting};
 use crate::event::{EventKind, IgnoreReason, RejectReason};
 use crate::kafka::PartitionState;
 use crate::metrics::list::Family;
@@ -140,6 +141,7 @@ pub fn render(s: &Snapshot) -> String {
     let cutoffs = config.sorted_cutoffs();
     let k_text: Vec<String> = cutoffs.iter().map(|k| k.to_string()).collect();
     let acc = s.accumulators;
+    let propensities = propensities(&mut f, s);
 
     for (dims, series) in &acc.series {
         let dl: Vec<(&str, &str)> =
@@ -178,6 +180,10 @@ pub fn render(s: &Snapshot) -> String {
                 &with(&[(LABEL_WINDOW, window)], &dl),
                 cell.gauc(),
             );
+            interleaving_gauges(&mut f, &with(&[(LABEL_WINDOW, window)], &dl), &cell.interleaving);
+            if let Some(clicks) = &cell.clicks {
+                click_gauges(&mut f, config, &cutoffs, &k_text, &propensities, window, &dl, &clicks.moments);
+            }
         }
         // Counters since start.
         let total = series.total();
@@ -188,6 +194,35 @@ pub fn render(s: &Snapshot) -> String {
             }
         }
         total_counters(&mut f, GAUC, &with(&[], &dl), total.gauc());
+        if let Some(clicks) = &total.clicks {
+            let m = &clicks.moments;
+            f.counter(
+                &format!("{PREFIX}click_lists_total"),
+                "Lists in production order counted by the position-debiased click metrics (debias.max_rank)",
+                &with(&[], &dl),
+                m.lists as f64,
+            );
+            for (rank, n) in m.clicks.iter().enumerate().take(m.max_rank()) {
+                let r = (rank + 1).to_string();
+                f.counter(
+                    &format!("{PREFIX}rank_clicks_total"),
+                    "Clicks at each rank of those lists: with propensities theta, sum over ranks of rate(_total)/theta / rate(rankpulse_click_lists_total) is the IPS clicks@k across instances",
+                    &with(&[("rank", &r)], &dl),
+                    *n as f64,
+                );
+            }
+        }
+        let outcomes = &total.interleaving;
+        if outcomes.lists() != 0 {
+            for (outcome, n) in [("a_wins", outcomes.a_wins), ("b_wins", outcomes.b_wins), ("tie", outcomes.ties)] {
+                f.counter(
+                    &format!("{PREFIX}interleaving_outcomes_total"),
+                    "Team-draft interleaved lists with a click on a team's result, by outcome (team A is the candidate)",
+                    &with(&[("outcome", outcome)], &dl),
+                    n as f64,
+                );
+            }
+        }
         f.counter(
             &format!("{PREFIX}lists_finalized_total"),
             "Lists finalized and scored since start",
@@ -438,6 +473,139 @@ fn comparisons(f: &mut Families, s: &Snapshot, cutoffs: &[usize], k_text: &[Stri
             }
             emit(GAUC, None, cell.gauc(), baseline.gauc());
         }
+    }
+}
+
+/// The propensities the IPS gauges use: `debias.propensities`, else
+/// estimated from the randomized lists of every series since start. Also
+/// exposes them and the counts they come from. Empty when debias is off.
+fn propensities(f: &mut Families, s: &Snapshot) -> Vec<f64> {
+    let d = &s.config.debias;
+    if d.max_rank == 0 {
+        return Vec::new();
+    }
+    let mut counts = PositionCounts::new(d.max_rank);
+    for series in s.accumulators.series.values() {
+        if let Some(c) = &series.total().clicks {
+            counts.merge(&c.positions);
+        }
+    }
+    for (rank, (lists, clicks)) in counts.lists.iter().zip(&counts.clicks).enumerate().take(counts.max_rank()) {
+        let r = (rank + 1).to_string();
+        f.counter(
+            &format!("{PREFIX}randomized_lists_total"),
+            "Randomized lists (impressions flagged randomized) with a result at the rank",
+            &[("rank", &r)],
+            *lists as f64,
+        );
+        f.counter(
+            &format!("{PREFIX}randomized_clicks_total"),
+            "Clicks at the rank in randomized lists: the click-through rate per rank is proportional to its propensity",
+            &[("rank", &r)],
+            *clicks as f64,
+        );
+    }
+    // A rank without an estimate makes every IPS value through it absent
+    // (weight 1/0), never silently unweighted.
+    let theta: Vec<f64> = if d.propensities.is_empty() {
+        counts.propensities(1.0).into_iter().map(|p| p.unwrap_or(0.0)).collect()
+    } else {
+        d.propensities.clone()
+    };
+    for (rank, p) in theta.iter().enumerate().filter(|(_, p)| **p > 0.0) {
+        f.gauge(
+            &format!("{PREFIX}position_propensity"),
+            "Examination propensity of the rank under the position-based model, relative to rank 1 (debias.propensities, else estimated from randomized lists since start)",
+            &[("rank", &(rank + 1).to_string())],
+            *p,
+        );
+    }
+    theta
+}
+
+/// Unweighted and IPS-weighted clicks@k and click-DCG@k of a window, for
+/// the cutoffs within `debias.max_rank`.
+#[allow(clippy::too_many_arguments)]
+fn click_gauges(
+    f: &mut Families,
+    config: &Config,
+    cutoffs: &[usize],
+    k_text: &[String],
+    propensities: &[f64],
+    window: &str,
+    dl: &[(&str, &str)],
+    moments: &ClickMoments,
+) {
+    let clip = (config.debias.min_propensity > 0.0).then_some(config.debias.min_propensity);
+    let ips = Weighting::Ips { propensities, min_propensity: clip };
+    for (k, k_label) in cutoffs.iter().zip(k_text) {
+        let mut labels = vec![(LABEL_K, k_label.as_str()), (LABEL_WINDOW, window)];
+        labels.extend(dl.iter().copied());
+        let series = [
+            (
+                "clicks",
+                "Mean clicks in the top k per list (biased by position)",
+                moments.clicks_at(*k, Weighting::Unweighted),
+            ),
+            (
+                "clicks_ips",
+                "Mean clicks in the top k per list, each weighted by 1/propensity of its rank (IPS)",
+                moments.clicks_at(*k, ips),
+            ),
+            (
+                "click_dcg",
+                "Mean DCG@k of the clicks per list (gain 1 per click, biased by position)",
+                moments.dcg_at(*k, Weighting::Unweighted),
+            ),
+            (
+                "click_dcg_ips",
+                "Mean DCG@k of the clicks per list, each click weighted by 1/propensity of its rank (IPS)",
+                moments.dcg_at(*k, ips),
+            ),
+        ];
+        for (name, help, value) in series {
+            if let Some((mean, se)) = value {
+                f.gauge(&format!("{PREFIX}{name}"), help, &labels, mean);
+                f.gauge(
+                    &format!("{PREFIX}{name}_stderr"),
+                    &format!(
+                        "Standard error of rankpulse_{name} (click sampling only; the propensities are taken as exact)"
+                    ),
+                    &labels,
+                    se,
+                );
+            }
+        }
+    }
+}
+
+/// `rankpulse_interleaving_{lists,delta,p_value}` of a window that holds
+/// interleaved lists with an outcome.
+fn interleaving_gauges(f: &mut Families, labels: &[(&str, &str)], outcomes: &Interleaving) {
+    let (wins, losses, ties) = (outcomes.a_wins, outcomes.b_wins, outcomes.ties);
+    let (Ok(wins), Ok(losses), Ok(ties)) = (u64::try_from(wins), u64::try_from(losses), u64::try_from(ties)) else {
+        return;
+    };
+    let Some(delta) = compare::interleaving_delta(wins, losses, ties) else { return };
+    f.gauge(
+        &format!("{PREFIX}interleaving_lists"),
+        "Interleaved lists in the window with a click on a team's result",
+        labels,
+        (wins + losses + ties) as f64,
+    );
+    f.gauge(
+        &format!("{PREFIX}interleaving_delta"),
+        "(A wins + ties/2) / lists - 1/2 of the interleaved lists in the window: above 0, the candidate (team A) is preferred",
+        labels,
+        delta,
+    );
+    if let Some(p) = compare::sign_test(wins, losses) {
+        f.gauge(
+            &format!("{PREFIX}interleaving_p_value"),
+            "Two-sided sign test of A wins against B wins in the window (ties left out)",
+            labels,
+            p,
+        );
     }
 }
 

@@ -33,7 +33,7 @@ use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// First bytes of a checkpoint file; the trailing digits are the format version.
-const MAGIC: &[u8; 8] = b"RPCKPT03";
+const MAGIC: &[u8; 8] = b"RPCKPT04";
 /// Header: magic, payload length (u64 LE), payload checksum (xxh3-64, LE).
 const HEADER_LEN: usize = 8 + 8 + 8;
 pub const EXTENSION: &str = "ckpt";

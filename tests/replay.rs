@@ -313,3 +313,146 @@ fn arms_are_compared_with_the_baseline_over_all_markets() {
     assert_eq!(code, 0, "{err}");
     assert!(!out.contains("rankpulse_compare_"), "{out}");
 }
+
+/// Team-draft interleaving through the binary: teams on the results,
+/// clicks as judgments (grade 1 reaches the default relevance threshold).
+///   L1: a(A) b(B) c(A), b clicked        → B wins
+///   L2: a(A) b(B), a clicked             → A wins; a late click on b
+///       (after the list is final, within late.horizon) makes it a tie
+///   L3: a(B) b(A), both clicked          → tie
+///   L4: a(A) b(B), no click              → no outcome (not counted)
+///   L5: a(A) b(B), a clicked             → A wins
+///   L7: a(B) b(A), b clicked             → A wins
+/// Windows (amended): A 2 (L5, L7), B 1 (L1), ties 2 (L2, L3), 5 lists:
+/// Δ = (2 + 2/2) / 5 − 1/2 = 0.1; sign test of 2 against 1:
+/// 2 · P(X ≤ 1 | n = 3, ½) = 2 · 4/8 = 1. The since-start counters are
+/// Prometheus counters and keep each list's first outcome (README): A 3
+/// (L2, L5, L7), B 1, ties 1.
+#[test]
+fn interleaved_lists_are_credited_to_their_teams() {
+    let t0 = 1_700_000_000_000i64;
+    let imp = |s: &str, results: &[(&str, &str)]| {
+        let r: Vec<String> = results.iter().map(|(d, team)| format!(r#"{{"doc_id":"{d}","team":"{team}"}}"#)).collect();
+        format!(
+            r#"{{"type":"impression","event_id":"i{s}","session_id":"{s}","timestamp":{t0},"results":[{}],"dimensions":{{"ranker":"tdi","market":"us"}}}}"#,
+            r.join(",")
+        )
+    };
+    let click = |s: &str, d: &str, dt: i64| {
+        format!(
+            r#"{{"type":"judgment","event_id":"j{s}{d}","session_id":"{s}","doc_id":"{d}","action":"click","timestamp":{}}}"#,
+            t0 + dt
+        )
+    };
+    let lines = [
+        imp("L1", &[("a", "A"), ("b", "B"), ("c", "A")]),
+        click("L1", "b", 1000),
+        imp("L2", &[("a", "A"), ("b", "B")]),
+        click("L2", "a", 1000),
+        imp("L3", &[("a", "B"), ("b", "A")]),
+        click("L3", "a", 1000),
+        click("L3", "b", 2000),
+        imp("L4", &[("a", "A"), ("b", "B")]),
+        imp("L5", &[("a", "A"), ("b", "B")]),
+        click("L5", "a", 1000),
+        imp("L7", &[("a", "B"), ("b", "A")]),
+        click("L7", "b", 1000),
+        // Moves event time 40 s on: L1–L5 are final (session.gap 30 s).
+        format!(
+            r#"{{"type":"impression","event_id":"later","session_id":"later","timestamp":{},"results":[{{"doc_id":"x"}}],"dimensions":{{"ranker":"control","market":"us"}}}}"#,
+            t0 + 40_000
+        ),
+        click("L2", "b", 3000),
+        // Not a team: rejected, changes nothing.
+        imp("L6", &[("a", "C")]),
+    ];
+    let file = std::env::temp_dir().join(format!("rankpulse-tdi-{}.jsonl", std::process::id()));
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let (code, out, err) = replay(&[], &file);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(code, 0, "{err}");
+    let tdi = r#"ranker="tdi",market="us"}"#;
+    assert_eq!(value(&out, r#"rankpulse_late_judgments_total{outcome="amended"}"#), 1.0, "{out}");
+    assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="invalid_team"}"#), 1.0);
+    for (outcome, n) in [("a_wins", 3.0), ("b_wins", 1.0), ("tie", 1.0)] {
+        assert_eq!(
+            value(&out, &format!(r#"rankpulse_interleaving_outcomes_total{{outcome="{outcome}",{tdi}"#)),
+            n,
+            "{outcome}"
+        );
+    }
+    assert_eq!(value(&out, &format!(r#"rankpulse_interleaving_lists{{window="1h",{tdi}"#)), 5.0);
+    assert!((value(&out, &format!(r#"rankpulse_interleaving_delta{{window="1h",{tdi}"#)) - 0.1).abs() < 1e-12);
+    assert_eq!(value(&out, &format!(r#"rankpulse_interleaving_p_value{{window="1h",{tdi}"#)), 1.0);
+    assert_eq!(
+        value(&out, &format!(r#"rankpulse_lists_finalized_total{{{tdi}"#)),
+        6.0,
+        "L4 is a list, without an outcome"
+    );
+    // Lists without teams have no interleaving series.
+    assert!(!out.contains(r#"rankpulse_interleaving_outcomes_total{outcome="a_wins",ranker="control""#), "{out}");
+}
+
+/// Position-debiased clicks through the binary, with debias.max_rank = 2
+/// and cutoffs 1 and 2. Randomized lists (top 2 shuffled), clicks:
+///   rank 1, rank 1, rank 2, none → CTR 2/4 and 1/4: θ₂ = 0.25/0.5 = 0.5.
+/// Lists in production order, clicks → clicks@2 unweighted / IPS
+/// (each click weighted by 1/θ of its rank):
+///   P1: ranks 1, 2 → 2 / 1 + 2 = 3;  P2: rank 2 → 1 / 2
+///   P3: none → 0 / 0;                 P4: rank 1 → 1 / 1
+/// clicks@2 = 4/4 = 1, IPS 6/4 = 1.5 with standard error
+/// sqrt(((3−1.5)² + (2−1.5)² + 1.5² + (1−1.5)²)/4 / 3) = sqrt(1.25/3).
+/// IPS click-DCG@2: P1 1 + 2/log2(3), P2 2/log2(3), P4 1:
+/// (2 + 4/log2(3)) / 4.
+#[test]
+fn clicks_are_weighted_by_estimated_propensities() {
+    let t0 = 1_700_000_000_000i64;
+    let mut lines = Vec::new();
+    let mut list = |s: &str, randomized: bool, clicked: &[&str]| {
+        lines.push(format!(
+            r#"{{"type":"impression","event_id":"i{s}","session_id":"{s}","timestamp":{t0},"randomized":{randomized},"results":[{{"doc_id":"a"}},{{"doc_id":"b"}}],"dimensions":{{"ranker":"v2","market":"us"}}}}"#
+        ));
+        for d in clicked {
+            lines.push(format!(
+                r#"{{"type":"judgment","event_id":"j{s}{d}","session_id":"{s}","doc_id":"{d}","action":"click","timestamp":{}}}"#,
+                t0 + 1000
+            ));
+        }
+    };
+    list("R1", true, &["a"]);
+    list("R2", true, &["a"]);
+    list("R3", true, &["b"]);
+    list("R4", true, &[]);
+    list("P1", false, &["a", "b"]);
+    list("P2", false, &["b"]);
+    list("P3", false, &[]);
+    list("P4", false, &["a"]);
+    let dir = std::env::temp_dir();
+    let file = dir.join(format!("rankpulse-ips-{}.jsonl", std::process::id()));
+    let config = dir.join(format!("rankpulse-ips-{}.toml", std::process::id()));
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    std::fs::write(&config, "[metrics]\ncutoffs = [1, 2]\n[debias]\nmax_rank = 2\n").unwrap();
+    let (code, out, err) = replay(&["--config", config.to_str().unwrap()], &file);
+    let _ = (std::fs::remove_file(&file), std::fs::remove_file(&config));
+    assert_eq!(code, 0, "{err}");
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+    assert_eq!(value(&out, r#"rankpulse_position_propensity{rank="1"}"#), 1.0, "{out}");
+    assert_eq!(value(&out, r#"rankpulse_position_propensity{rank="2"}"#), 0.5);
+    assert_eq!(value(&out, r#"rankpulse_randomized_clicks_total{rank="2"}"#), 1.0);
+    let v2 = r#"ranker="v2",market="us"}"#;
+    let g = |name: &str, k: u32| value(&out, &format!(r#"rankpulse_{name}{{k="{k}",window="1h",{v2}"#));
+    assert_eq!(g("clicks", 2), 1.0);
+    assert_eq!(g("clicks_ips", 2), 1.5);
+    assert!(close(g("clicks_ips_stderr", 2), (1.25f64 / 3.0).sqrt()));
+    assert_eq!(g("clicks_ips", 1), 0.5);
+    assert!(close(g("click_dcg_ips", 2), (2.0 + 4.0 / 3f64.log2()) / 4.0));
+    assert_eq!(value(&out, &format!(r#"rankpulse_click_lists_total{{{v2}"#)), 4.0);
+    assert_eq!(value(&out, &format!(r#"rankpulse_rank_clicks_total{{rank="2",{v2}"#)), 2.0);
+    // Off by default: none of it.
+    let file = dir.join(format!("rankpulse-ips-off-{}.jsonl", std::process::id()));
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let (code, out, _) = replay(&[], &file);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(code, 0);
+    assert!(!out.contains("rankpulse_clicks") && !out.contains("propensity"), "{out}");
+}

@@ -24,6 +24,8 @@
 //! retraction bit for bit, totals that survive pruning) is argued from the
 //! level below, and reads best beside it.
 
+use crate::debias::{ClickMoments, PositionCounts};
+use crate::interleave::Outcome;
 use crate::metrics::list::{Family, ListScore};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -370,6 +372,59 @@ impl Relevance {
 
 serde_by_name!(Exclusion, Relevance);
 
+/// Team-draft interleaving outcomes of the interleaved lists with a click
+/// on a team's result (team A is the candidate): counts, so that they
+/// merge and retract like everything else here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Interleaving {
+    pub a_wins: i64,
+    pub b_wins: i64,
+    pub ties: i64,
+}
+
+impl Interleaving {
+    fn apply(&mut self, outcome: Outcome, sign: i64) {
+        let n = match outcome {
+            Outcome::AWins => &mut self.a_wins,
+            Outcome::BWins => &mut self.b_wins,
+            Outcome::Tie => &mut self.ties,
+        };
+        *n = n.wrapping_add(sign);
+    }
+
+    fn merge(&mut self, other: &Interleaving, sign: i64) {
+        self.a_wins = self.a_wins.wrapping_add(sign.wrapping_mul(other.a_wins));
+        self.b_wins = self.b_wins.wrapping_add(sign.wrapping_mul(other.b_wins));
+        self.ties = self.ties.wrapping_add(sign.wrapping_mul(other.ties));
+    }
+
+    /// Lists with an outcome.
+    pub fn lists(&self) -> i64 {
+        self.a_wins.wrapping_add(self.b_wins).wrapping_add(self.ties)
+    }
+}
+
+/// Click moments and position counts of one slice (`debias.max_rank` > 0).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Clicks {
+    /// Lists shown in production order: the IPS click metrics.
+    pub moments: ClickMoments,
+    /// Randomized lists: the position propensities.
+    pub positions: PositionCounts,
+}
+
+impl Clicks {
+    fn merge(&mut self, other: &Clicks, sign: i64) {
+        if sign > 0 {
+            self.moments.merge(&other.moments);
+            self.positions.merge(&other.positions);
+        } else {
+            self.moments.unmerge(&other.moments);
+            self.positions.unmerge(&other.positions);
+        }
+    }
+}
+
 /// Every metric of one slice of lists (a time bucket, a window, a total).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Cell {
@@ -377,11 +432,21 @@ pub struct Cell {
     pub metrics: Vec<Moments>,
     /// Lists folded in (scored lists, whatever their exclusions).
     pub lists: i64,
+    pub interleaving: Interleaving,
+    /// Boxed and absent unless `debias.max_rank` is set: about 700 bytes
+    /// per cell with 10 ranks, which every bucket of every series would
+    /// otherwise carry.
+    pub clicks: Option<Box<Clicks>>,
 }
 
 impl Cell {
     pub fn new(cutoffs: usize) -> Cell {
-        Cell { metrics: vec![Moments::default(); Family::ALL.len() * cutoffs + 1], lists: 0 }
+        Cell {
+            metrics: vec![Moments::default(); Family::ALL.len() * cutoffs + 1],
+            lists: 0,
+            interleaving: Interleaving::default(),
+            clicks: None,
+        }
     }
 
     pub fn merge(&mut self, other: &Cell) {
@@ -392,6 +457,10 @@ impl Cell {
             a.merge(b);
         }
         self.lists = self.lists.wrapping_add(other.lists);
+        self.interleaving.merge(&other.interleaving, 1);
+        if let Some(c) = &other.clicks {
+            self.clicks.get_or_insert_default().merge(c, 1);
+        }
     }
 
     /// Takes out what [`Self::merge`] put in (exact).
@@ -403,6 +472,10 @@ impl Cell {
             a.unmerge(b);
         }
         self.lists = self.lists.wrapping_sub(other.lists);
+        self.interleaving.merge(&other.interleaving, -1);
+        if let Some(c) = &other.clicks {
+            self.clicks.get_or_insert_default().merge(c, -1);
+        }
     }
 
     /// Adds (`sign` 1) or retracts (-1) one list's values.
@@ -414,6 +487,20 @@ impl Cell {
         }
         if let (Some((auc, weight)), Some(m)) = (score.gauc, self.metrics.last_mut()) {
             if sign > 0 { m.add(auc, weight) } else { m.retract(auc, weight) }
+        }
+        if let Some(outcome) = score.interleaving {
+            self.interleaving.apply(outcome, sign);
+        }
+        if score.click_ranks > 0 {
+            let k = usize::from(score.click_ranks);
+            let c = self.clicks.get_or_insert_with(|| {
+                Box::new(Clicks { moments: ClickMoments::new(k), positions: PositionCounts::new(k) })
+            });
+            if score.randomized {
+                c.positions.apply_mask(score.clicks, score.shown as usize, sign);
+            } else {
+                c.moments.apply_mask(score.clicks, sign);
+            }
         }
         self.lists = self.lists.wrapping_add(sign);
     }

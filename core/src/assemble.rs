@@ -33,6 +33,7 @@
 //! storage itself is in [`store`].
 
 use crate::event::{Event, Impression, Judgment};
+use crate::interleave::Team;
 use crate::metrics::Grade;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
@@ -250,6 +251,25 @@ pub struct ShownDoc {
     position: u32,
     /// NaN when the ranker sent no score.
     score: f64,
+    /// Team-draft interleaving team: 0 none, 1 A, 2 B (see [`team_code`]).
+    team: u8,
+}
+
+/// A result's team as stored: 0 none, 1 A, 2 B (two bits in a run).
+fn team_code(team: Option<Team>) -> u8 {
+    match team {
+        None => 0,
+        Some(Team::A) => 1,
+        Some(Team::B) => 2,
+    }
+}
+
+fn team_of(code: u8) -> Option<Team> {
+    match code {
+        1 => Some(Team::A),
+        2 => Some(Team::B),
+        _ => None,
+    }
 }
 
 /// A list still collecting events (or, once final, kept for late
@@ -274,6 +294,9 @@ pub struct OpenList {
     /// list's events: offsets at or past it must not be committed while
     /// the list is open (without checkpoints).
     offsets: Vec<Source>,
+    /// An impression of the list said its top results were shuffled
+    /// uniformly (`randomized`): it feeds the position propensities.
+    randomized: bool,
 }
 
 /// Where an event came from: a source id (the daemon numbers its Kafka
@@ -298,6 +321,10 @@ pub struct FinalList<'a> {
     pub shown: &'a [Grade],
     /// Model scores aligned with `shown`, when every result has one.
     pub scores: Option<&'a [f64]>,
+    /// Interleaving teams aligned with `shown`, when any result has one.
+    pub teams: Option<&'a [Option<Team>]>,
+    /// The top results were shown in a uniformly random order.
+    pub randomized: bool,
     /// Grades of every judged document, shown or not.
     pub judged: &'a [Grade],
 }
@@ -311,6 +338,10 @@ struct FinalBuffers {
     scores: Vec<f64>,
     /// Whether every shown result had a score.
     scored: bool,
+    teams: Vec<Option<Team>>,
+    /// Whether any shown result had a team.
+    interleaved: bool,
+    randomized: bool,
     judged: Vec<Grade>,
     /// For lists past [`LINEAR_MAX`]: documents seen, grade per document.
     seen: FxHashSet<u64>,
@@ -330,6 +361,8 @@ impl FinalBuffers {
             impression_ms: self.impression_ms,
             shown: &self.shown,
             scores: self.scored.then_some(&self.scores[..]),
+            teams: self.interleaved.then_some(&self.teams[..]),
+            randomized: self.randomized,
             judged: &self.judged,
         })
     }
@@ -751,10 +784,10 @@ impl Assembler {
                 Some(Err(refused)) => return refused,
                 Some(Ok(_)) => {
                     let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
-                    self.open_lists.note_impression(start, impression_rank(i), dims);
+                    self.open_lists.note_impression(start, impression_rank(i), dims, i.randomized);
                     if let Some(big) = self.open_lists.big_mut(key) {
                         for r in &i.results {
-                            big.show(doc_hash(&r.doc_id), r.position, r.score.unwrap_or(f64::NAN));
+                            big.show(doc_hash(&r.doc_id), r.position, r.score.unwrap_or(f64::NAN), team_code(r.team));
                         }
                     }
                     return Applied::Applied;
@@ -769,6 +802,7 @@ impl Assembler {
             list.last_event_ms = ts;
             list.last_arrival_ms = arrival_ms;
             list.impression = None;
+            list.randomized = false;
             list.shown.clear();
             list.judged.clear();
             list.event_ids.clear();
@@ -1105,6 +1139,7 @@ fn impression_time(rank: i64) -> i64 {
 }
 
 fn apply_impression(list: &mut OpenList, impression: &Impression, dims: DimsId) {
+    list.randomized |= impression.randomized;
     // The earliest impression of the list that defines it decides its time
     // and dimensions (see `impression_rank`).
     let rank = impression_rank(impression);
@@ -1125,6 +1160,7 @@ fn apply_impression(list: &mut OpenList, impression: &Impression, dims: DimsId) 
             doc: doc_hash(&r.doc_id),
             position: r.position,
             score: r.score.unwrap_or(f64::NAN),
+            team: team_code(r.team),
         });
     }
 }
@@ -1143,12 +1179,15 @@ fn finalize(list: &mut OpenList, into: &mut FinalBuffers) -> bool {
     let Some((rank, dims)) = list.impression else { return false };
     into.dims = dims;
     into.impression_ms = impression_time(rank);
+    into.randomized = list.randomized;
     // In place: the order of `shown` means nothing else, and a final list
     // kept for late judgments is finalized again from the same state.
     list.shown.sort_unstable_by_key(|s| s.position);
     into.shown.clear();
     into.scores.clear();
     into.scored = true;
+    into.teams.clear();
+    into.interleaved = false;
     let linear = list.shown.len() <= LINEAR_MAX && list.judged.len() <= LINEAR_MAX;
     if !linear {
         into.seen.clear();
@@ -1171,6 +1210,8 @@ fn finalize(list: &mut OpenList, into: &mut FinalBuffers) -> bool {
         into.shown.push(grade);
         into.scored &= !s.score.is_nan();
         into.scores.push(s.score);
+        into.interleaved |= s.team != 0;
+        into.teams.push(team_of(s.team));
     }
     into.judged.clear();
     into.judged.extend(list.judged.iter().map(|(_, g)| *g));

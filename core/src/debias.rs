@@ -50,6 +50,17 @@ fn rank_mask(ranks: impl Iterator<Item = usize>, k: usize) -> u64 {
     ranks.filter(|r| (1..=k).contains(r)).fold(0u64, |m, r| m | (1u64 << (r - 1)))
 }
 
+/// The bits of ranks 1..=depth.
+fn depth_mask(depth: usize) -> u64 {
+    if depth >= MAX_RANK { u64::MAX } else { (1u64 << depth) - 1 }
+}
+
+/// One count up (`sign` ≥ 0) or down, wrapping.
+#[inline]
+fn bump(n: &mut u64, sign: i64) {
+    *n = if sign >= 0 { n.wrapping_add(1) } else { n.wrapping_sub(1) };
+}
+
 /// `a += b` (or `a -= b`) elementwise with wrapping, growing `a` to `b`'s
 /// length so that the empty (default) value is the identity of merge.
 fn fold_into(a: &mut Vec<u64>, b: &[u64], subtract: bool) {
@@ -97,14 +108,23 @@ impl PositionCounts {
     /// ignored: a click where no result was shown is an upstream error, and
     /// counting it would lift that rank's CTR over what its lists can give.
     pub fn add_list(&mut self, clicked_ranks: impl Iterator<Item = usize>, shown: usize) {
+        let mask = rank_mask(clicked_ranks, shown.min(self.max_rank()));
+        self.apply_mask(mask, shown, 1);
+    }
+
+    /// Adds (`sign` 1) or takes back (−1) one randomized list of `shown`
+    /// results whose clicked ranks are the bits of `mask` (bit r − 1 for
+    /// rank r); bits beyond K or `shown` are ignored. The stream's form of
+    /// [`Self::add_list`]: a late click retracts the list and adds it again.
+    pub fn apply_mask(&mut self, mask: u64, shown: usize, sign: i64) {
         let depth = shown.min(self.max_rank());
         for n in &mut self.lists[..depth] {
-            *n = n.wrapping_add(1);
+            bump(n, sign);
         }
-        let mut mask = rank_mask(clicked_ranks, depth);
+        let mut mask = mask & depth_mask(depth);
         while mask != 0 {
             let r = mask.trailing_zeros() as usize;
-            self.clicks[r] = self.clicks[r].wrapping_add(1);
+            bump(&mut self.clicks[r], sign);
             mask &= mask - 1;
         }
     }
@@ -233,17 +253,23 @@ impl ClickMoments {
     /// once, ranks beyond K or 0 are ignored). O(c²) in the c distinct
     /// clicked ranks within the top K.
     pub fn add_list(&mut self, clicked_ranks: impl Iterator<Item = usize>) {
-        self.lists = self.lists.wrapping_add(1);
-        let mut rows = rank_mask(clicked_ranks, self.max_rank());
+        let mask = rank_mask(clicked_ranks, self.max_rank());
+        self.apply_mask(mask, 1);
+    }
+
+    /// Adds (`sign` 1) or takes back (−1) one list whose clicked ranks are
+    /// the bits of `mask` (bit r − 1 for rank r; bits beyond K ignored).
+    pub fn apply_mask(&mut self, mask: u64, sign: i64) {
+        bump(&mut self.lists, sign);
+        let mut rows = mask & depth_mask(self.max_rank());
         while rows != 0 {
             let j = rows.trailing_zeros() as usize;
-            self.clicks[j] = self.clicks[j].wrapping_add(1);
+            bump(&mut self.clicks[j], sign);
             // Columns k ≥ j among this list's clicks, j itself included.
             let mut cols = rows;
             while cols != 0 {
                 let k = cols.trailing_zeros() as usize;
-                let s = &mut self.co_clicks[packed(j, k)];
-                *s = s.wrapping_add(1);
+                bump(&mut self.co_clicks[packed(j, k)], sign);
                 cols &= cols - 1;
             }
             rows &= rows - 1;

@@ -13,6 +13,7 @@
 //! formats are in [`ubi`], the declarative mapping of any other JSON
 //! schema in [`mapped`].
 
+use crate::interleave::Team;
 use crate::metrics::Grade;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
@@ -57,6 +58,8 @@ pub enum RejectReason {
     UnknownAction,
     NonFinite,
     TooManyResults,
+    /// A result's `team` is neither "A" nor "B".
+    InvalidTeam,
     /// Event time too far ahead of the message's reference time
     /// (`input.max_future_skew`): decided by the pipeline, not the decoder.
     FutureTimestamp,
@@ -118,6 +121,9 @@ pub struct Shown<'a> {
     pub position: u32,
     /// The ranker's score, when it sent one (AUC uses it).
     pub score: Option<f64>,
+    /// In a team-draft interleaved list, the ranker that contributed the
+    /// result (`"team": "A"` or `"B"`; A is the candidate).
+    pub team: Option<Team>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -136,6 +142,9 @@ pub struct Impression<'a> {
     /// its time and dimensions are the list's only while no impression
     /// that defines the list has arrived, whatever the order of arrival.
     pub defines_list: bool,
+    /// The search engine shuffled the top results uniformly at random
+    /// (`"randomized": true`): the list estimates position propensities.
+    pub randomized: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -410,6 +419,8 @@ struct RawEvent<'a> {
     grade: Option<RawGrade>,
     #[serde(borrow, default)]
     action: Option<Text<'a>>,
+    #[serde(default)]
+    randomized: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -420,6 +431,8 @@ struct RawShown<'a> {
     position: Option<i64>,
     #[serde(default)]
     score: Option<f64>,
+    #[serde(borrow, default)]
+    team: Option<Text<'a>>,
 }
 
 /// Room for the results of a typical page at once: JSON gives no length
@@ -639,7 +652,13 @@ fn decode_impression<'a>(raw: RawEvent<'a>, limits: &DecodeLimits) -> Result<Imp
         if r.score.is_some_and(|s| !s.is_finite()) {
             return Err(RejectReason::NonFinite);
         }
-        results.push(Shown { doc_id, position, score: r.score });
+        let team = match r.team.as_ref().map(|t| t.0.as_ref()) {
+            None => None,
+            Some("A") => Some(Team::A),
+            Some("B") => Some(Team::B),
+            Some(_) => return Err(RejectReason::InvalidTeam),
+        };
+        results.push(Shown { doc_id, position, score: r.score, team });
     }
     Ok(Impression {
         event_id,
@@ -649,6 +668,7 @@ fn decode_impression<'a>(raw: RawEvent<'a>, limits: &DecodeLimits) -> Result<Imp
         results,
         dimensions: raw.dimensions.unwrap_or_default().into_iter().filter_map(|(k, v)| Some((k.0, v.0?))).collect(),
         defines_list: true,
+        randomized: raw.randomized.unwrap_or(false),
     })
 }
 
@@ -729,7 +749,7 @@ mod tests {
             "dimensions":{"ranker":"v2","market":"us"}}"#;
         let Event::Impression(i) = decode(imp.as_bytes(), &limits()).unwrap() else { panic!() };
         assert_eq!(i.timestamp_ms, 1_700_000_000_000);
-        assert_eq!(i.results[0], Shown { doc_id: "d1".into(), position: 1, score: Some(12.5) });
+        assert_eq!(i.results[0], Shown { doc_id: "d1".into(), position: 1, score: Some(12.5), team: None });
         assert_eq!(i.results[1].score, None);
         assert_eq!(i.dimensions["ranker"], "v2");
         assert!(matches!(i.session_id, Cow::Borrowed(_)), "plain strings are borrowed, not copied");

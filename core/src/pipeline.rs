@@ -9,7 +9,7 @@
 //! accumulations taken and merged through the whole stage chain.
 
 use crate::accumulate::{Accumulators, BucketRange};
-use crate::assemble::{Applied, Assembler, AssemblerState, AssemblyLimits, Closed, DimensionBudget, Source};
+use crate::assemble::{Applied, Assembler, AssemblerState, AssemblyLimits, Closed, DimensionBudget, FinalList, Source};
 use crate::event::{DecodeLimits, Event, EventKind, Format, IgnoreReason, RejectReason, decode_as};
 use crate::metrics::Conventions;
 use crate::metrics::list::{ListScore, ListScorer};
@@ -88,6 +88,8 @@ pub struct PipelineSettings {
     pub max_future_skew_ms: i64,
     /// `[kafka.formats]`: the topics whose format is not rankpulse's own.
     pub formats: Vec<(String, Format)>,
+    /// `debias.max_rank`: ranks of the position-debiased click metrics (0: off).
+    pub click_ranks: usize,
 }
 
 impl Default for PipelineSettings {
@@ -104,6 +106,7 @@ impl Default for PipelineSettings {
             longest_window_ms: 3_600_000,
             max_future_skew_ms: 300_000,
             formats: Vec::new(),
+            click_ranks: 0,
         }
     }
 }
@@ -218,7 +221,8 @@ impl Pipeline {
                 settings.dimension_labels.clone(),
                 Some(budget.clone()),
             ),
-            scorer: ListScorer::new(settings.conventions, settings.cutoffs.clone()),
+            scorer: ListScorer::new(settings.conventions, settings.cutoffs.clone())
+                .with_click_ranks(settings.click_ranks),
             score: ListScore::new(n),
             accumulators: {
                 let mut a = Accumulators::new(n, settings.bucket_ms);
@@ -456,25 +460,32 @@ fn fold(
     counters: &mut OpsCounters,
     closed: Closed,
 ) {
+    let mut score_list = |list: &FinalList, score: &mut ListScore| {
+        scorer.score(list.shown, list.scores, list.judged, score);
+        score.interleaving = scorer.interleaving(list.shown, list.teams);
+        (score.click_ranks, score.clicks) = scorer.click_mask(list.shown);
+        score.shown = u32::try_from(list.shown.len()).unwrap_or(u32::MAX);
+        score.randomized = list.randomized;
+    };
     match closed {
         Closed::Final(list) => {
-            scorer.score(list.shown, list.scores, list.judged, score);
+            score_list(&list, score);
             accumulators.fold(list.dims, list.impression_ms, score);
         }
         Closed::Evicted(list) => {
             counters.evicted += 1;
-            scorer.score(list.shown, list.scores, list.judged, score);
+            score_list(&list, score);
             accumulators.fold(list.dims, list.impression_ms, score);
         }
         // The withdrawn values are recomputed from the same list as when it
         // was folded in: the engine is deterministic, so the retraction is
         // exact.
         Closed::Withdrawn(old) => {
-            scorer.score(old.shown, old.scores, old.judged, score);
+            score_list(&old, score);
             accumulators.amend_window(old.dims, old.impression_ms, score, -1);
         }
         Closed::Reinstated(new) => {
-            scorer.score(new.shown, new.scores, new.judged, score);
+            score_list(&new, score);
             accumulators.amend_window(new.dims, new.impression_ms, score, 1);
         }
         Closed::LateAmended => counters.late_amended += 1,

@@ -17,8 +17,8 @@
 //! | 3 | newest arrival, processing time (ms) |
 //! | 4 | rank of the impression that decides the list's time (its time, ms, and whether it defines the list) |
 //! | 5 | dimension tuple id (u32), first position (u32; 0: positions stored) |
-//! | 6 | shown (u16), judged (u16), event ids (u16), sources (u8), flags (3 bits), spare words (4 bits) |
-//! | … | shown document hashes in position order; their scores (f64 bits) when any result has one; their positions, two per word, unless they run on from the first |
+//! | 6 | shown (u16), judged (u16), event ids (u16), sources (6 bits), randomized flag (1 bit), teams flag (1 bit), flags (3 bits), spare words (4 bits) |
+//! | … | shown document hashes in position order; their scores (f64 bits) when any result has one; their positions, two per word, unless they run on from the first; their interleaving teams, 2 bits each, 32 per word, when any result has one |
 //! | … | judged document hashes; their grades, two per word |
 //! | … | event id hashes; sources, one word each (16-bit id, 48-bit offset) or two when one does not fit |
 //!
@@ -48,10 +48,17 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 
 const HEADER_WORDS: usize = 7;
+/// Interleaving teams (2 bits each) per word of the teams section.
+const TEAMS_PER_WORD: usize = 32;
 const FLAG_SCORES: u64 = 1;
 const FLAG_IMPRESSION: u64 = 2;
 /// Sources take two words each (else one: a 16-bit id and a 48-bit offset).
 const FLAG_WIDE_SOURCES: u64 = 4;
+/// In word 6 (the top bit of the sources count): the run holds a teams
+/// section (some result came from a team-draft interleaving).
+const TEAMS_BIT: u64 = 1 << 55;
+/// In word 6: an impression of the list was randomized (see `OpenList`).
+const RANDOMIZED_BIT: u64 = 1 << 54;
 /// The flags, in word 6 from bit 56.
 const FLAG_BITS: u64 = FLAG_SCORES | FLAG_IMPRESSION | FLAG_WIDE_SOURCES;
 /// In word 6 of a free run, whose low 32 bits hold its size: scans walk the
@@ -106,7 +113,7 @@ impl BigList {
         };
         big.event_ids.extend(&list.event_ids);
         for s in &list.shown {
-            big.show(s.doc, s.position, s.score);
+            big.show(s.doc, s.position, s.score, s.team);
         }
         for &(doc, grade) in &list.judged {
             big.judge(doc, grade);
@@ -130,9 +137,9 @@ impl BigList {
 
     /// A result at a position not taken yet (the first document seen at a
     /// position keeps it).
-    pub fn show(&mut self, doc: u64, position: u32, score: f64) {
+    pub fn show(&mut self, doc: u64, position: u32, score: f64, team: u8) {
         if self.positions.insert(position) {
-            self.shown.push(ShownDoc { doc, position, score });
+            self.shown.push(ShownDoc { doc, position, score, team });
         }
     }
 
@@ -158,7 +165,7 @@ impl BigList {
     }
 }
 /// The largest count of sources (topic-partitions) of one list.
-const MAX_SOURCES: usize = u8::MAX as usize;
+const MAX_SOURCES: usize = 63;
 
 /// Width of an expiry slot, in event-time milliseconds: lists are filed
 /// by the slot of their newest event (see [`ListStore::due`]).
@@ -202,6 +209,9 @@ struct Counts {
     scores: bool,
     explicit_positions: bool,
     wide_sources: bool,
+    teams: bool,
+    /// A list property kept in the header (also of a big list's run).
+    randomized: bool,
 }
 
 impl Counts {
@@ -219,6 +229,8 @@ impl Counts {
             scores: list.shown.iter().any(|s| !s.score.is_nan()),
             explicit_positions: !contiguous,
             wide_sources: list.offsets.iter().any(|&s| needs_wide(s)),
+            teams: list.shown.iter().any(|s| s.team != 0),
+            randomized: list.randomized,
         }
     }
 
@@ -228,10 +240,12 @@ impl Counts {
             shown: (w & 0xffff) as usize,
             judged: ((w >> 16) & 0xffff) as usize,
             events: ((w >> 32) & 0xffff) as usize,
-            sources: ((w >> 48) & 0xff) as usize,
+            sources: ((w >> 48) & 0x3f) as usize,
             scores: (w >> 56) & FLAG_SCORES != 0,
             explicit_positions: words[5] >> 32 == 0,
             wide_sources: (w >> 56) & FLAG_WIDE_SOURCES != 0,
+            teams: w & TEAMS_BIT != 0,
+            randomized: w & RANDOMIZED_BIT != 0,
         }
     }
 
@@ -251,7 +265,8 @@ impl Counts {
     fn sections(&self) -> Sections {
         let judged = HEADER_WORDS
             + self.shown * (1 + usize::from(self.scores))
-            + if self.explicit_positions { self.shown.div_ceil(2) } else { 0 };
+            + if self.explicit_positions { self.shown.div_ceil(2) } else { 0 }
+            + if self.teams { self.shown.div_ceil(TEAMS_PER_WORD) } else { 0 };
         let grades = judged + self.judged;
         let events = grades + self.judged.div_ceil(2);
         Sections { judged, grades, events, sources: events + self.events }
@@ -263,6 +278,8 @@ impl Counts {
             | (self.judged as u64) << 16
             | (self.events as u64) << 32
             | (self.sources as u64) << 48
+            | if self.teams { TEAMS_BIT } else { 0 }
+            | if self.randomized { RANDOMIZED_BIT } else { 0 }
             | flags << 56
             | (slack as u64 & SLACK_MASK) << SLACK_SHIFT
     }
@@ -561,7 +578,8 @@ impl ListStore {
     /// Whether the run at `start` is a [`BigList`]'s header: no counts (a
     /// list the assembler made has an event id at least), and listed.
     fn is_big(&self, start: u32) -> bool {
-        self.words[start as usize + 6] & 0x00ff_ffff_ffff_ffff == 0
+        // Counts all zero; the randomized flag is the list's, big or not.
+        self.words[start as usize + 6] & 0x00ff_ffff_ffff_ffff & !RANDOMIZED_BIT == 0
             && !self.big.is_empty()
             && self.big.contains_key(&key_at(&self.words, start))
     }
@@ -608,8 +626,11 @@ impl ListStore {
     /// Records an impression's rank (its time, and whether it defines the
     /// list) and dimensions on the list at `start` unless one of a lower
     /// rank did (the earliest that defines the list decides).
-    pub fn note_impression(&mut self, start: u32, impression_ms: i64, dims: u32) {
+    pub fn note_impression(&mut self, start: u32, impression_ms: i64, dims: u32, randomized: bool) {
         let s = start as usize;
+        if randomized {
+            self.words[s + 6] |= RANDOMIZED_BIT;
+        }
         let has = (self.words[s + 6] >> 56) & FLAG_IMPRESSION != 0;
         if !has || impression_ms < self.words[s + 4] as i64 {
             self.words[s + 4] = impression_ms as u64;
@@ -839,6 +860,7 @@ impl ListStore {
             counts.scores = false;
             counts.explicit_positions = false;
             counts.wide_sources = false;
+            counts.teams = false;
         } else if !counts.fits() {
             return Err(TooLarge);
         }
@@ -1104,6 +1126,12 @@ fn encode(key: ListKey, list: &OpenList, counts: Counts, slack: usize, big: bool
             at += 1;
         }
     }
+    if counts.teams {
+        for chunk in list.shown.chunks(TEAMS_PER_WORD) {
+            run[at] = chunk.iter().enumerate().fold(0, |w, (i, s)| w | u64::from(s.team & 3) << (2 * i));
+            at += 1;
+        }
+    }
     for (doc, _) in &list.judged {
         run[at] = *doc;
         at += 1;
@@ -1134,6 +1162,7 @@ fn decode(run: &[u64], list: &mut OpenList) {
     let counts = Counts::read(run);
     list.last_event_ms = run[2] as i64;
     list.last_arrival_ms = run[3] as i64;
+    list.randomized = counts.randomized;
     list.impression = ((run[6] >> 56) & FLAG_IMPRESSION != 0).then_some((run[4] as i64, run[5] as u32));
     let first_position = (run[5] >> 32) as u32;
     let mut at = HEADER_WORDS;
@@ -1151,6 +1180,12 @@ fn decode(run: &[u64], list: &mut OpenList) {
     } else {
         None
     };
+    let teams = if counts.teams {
+        at += counts.shown.div_ceil(TEAMS_PER_WORD);
+        Some(&run[at - counts.shown.div_ceil(TEAMS_PER_WORD)..at])
+    } else {
+        None
+    };
     list.shown.clear();
     list.shown.extend(docs.iter().enumerate().map(|(i, &doc)| ShownDoc {
         doc,
@@ -1159,6 +1194,7 @@ fn decode(run: &[u64], list: &mut OpenList) {
             None => first_position + i as u32,
         },
         score: scores.map_or(f64::NAN, |s| f64::from_bits(s[i])),
+        team: teams.map_or(0, |t| ((t[i / TEAMS_PER_WORD] >> (2 * (i % TEAMS_PER_WORD))) & 3) as u8),
     }));
     let judged_docs = &run[at..at + counts.judged];
     at += counts.judged;
@@ -1189,8 +1225,11 @@ mod tests {
                     doc: rng.next(),
                     position: positions(i),
                     score: if scores && i % 4 != 3 { rng.next() as f64 / 7.0 } else { f64::NAN },
+                    // Seeds ≡ 1 (mod 4): an interleaved list (teams 0 to 2).
+                    team: if seed % 4 == 1 { rng.below(3) as u8 } else { 0 },
                 })
                 .collect(),
+            randomized: seed % 7 == 3,
             judged: (0..judged).map(|_| (rng.next(), rng.below(31) as i32 - 1)).collect(),
             event_ids: (0..judged + 1).map(|_| rng.next()).collect(),
             // Seeds ≡ 2 (mod 3): sources whose offsets need two words.
@@ -1208,12 +1247,13 @@ mod tests {
 
     /// Equal lists (event ids in any order: a big list keeps them hashed).
     fn same(a: &OpenList, b: &OpenList) -> bool {
-        let bits = |l: &OpenList| -> Vec<(u64, u32, u64)> {
-            l.shown.iter().map(|s| (s.doc, s.position, s.score.to_bits())).collect()
+        let bits = |l: &OpenList| -> Vec<(u64, u32, u64, u8)> {
+            l.shown.iter().map(|s| (s.doc, s.position, s.score.to_bits(), s.team)).collect()
         };
         a.last_event_ms == b.last_event_ms
             && a.last_arrival_ms == b.last_arrival_ms
             && a.impression == b.impression
+            && a.randomized == b.randomized
             && bits(a) == bits(b)
             && a.judged == b.judged
             && sorted(&a.event_ids) == sorted(&b.event_ids)
@@ -1330,7 +1370,7 @@ mod tests {
                 _ => {
                     let mut l = model.remove(&key).unwrap_or_default();
                     let position = l.shown.len() as u32 + 1;
-                    l.shown.push(ShownDoc { doc: step, position, score: step as f64 });
+                    l.shown.push(ShownDoc { doc: step, position, score: step as f64, team: (step % 3) as u8 });
                     l.judged.push((step, 1));
                     l.event_ids.push(step);
                     l.last_event_ms = step as i64;
@@ -1611,7 +1651,9 @@ mod tests {
 
     fn walked_list(shown: usize, judged: usize, sources: &[(u32, i64)]) -> OpenList {
         OpenList {
-            shown: (0..shown).map(|i| ShownDoc { doc: i as u64, position: i as u32 + 1, score: f64::NAN }).collect(),
+            shown: (0..shown)
+                .map(|i| ShownDoc { doc: i as u64, position: i as u32 + 1, score: f64::NAN, team: 0 })
+                .collect(),
             judged: (0..judged).map(|i| (i as u64 + 100, 1)).collect(),
             event_ids: (0..judged as u64 + 1).collect(),
             offsets: sources.iter().map(|&(id, offset)| Source { id, offset }).collect(),

@@ -621,6 +621,7 @@ pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, R
                 results: shown,
                 dimensions,
                 defines_list: true,
+                randomized: false,
             }))
         }
         _ => {
@@ -660,7 +661,7 @@ fn shown(slots: [Slot<'_>; RESULT_SLOTS], index: usize, base: u32) -> Result<Sho
         Some(Scalar::F64(v)) => Some(v),
         Some(_) => return Err(RejectReason::WrongType),
     };
-    Ok(Shown { doc_id, position, score })
+    Ok(Shown { doc_id, position, score, team: None })
 }
 
 /// An identifier: a string or an integer; empty or absent is none.
@@ -811,9 +812,9 @@ mod tests {
         assert_eq!(
             i.results,
             [
-                Shown { doc_id: "d1".into(), position: 1, score: Some(12.5) },
-                Shown { doc_id: "42".into(), position: 3, score: Some(2.0) },
-                Shown { doc_id: "d3".into(), position: 2, score: None },
+                Shown { doc_id: "d1".into(), position: 1, score: Some(12.5), team: None },
+                Shown { doc_id: "42".into(), position: 3, score: Some(2.0), team: None },
+                Shown { doc_id: "d3".into(), position: 2, score: None, team: None },
             ]
         );
         assert_eq!(i.dimensions.get("ranker").map(|v| v.as_ref()), Some("v2"));

@@ -369,7 +369,7 @@ fn decode_query<'a>(text: &'a str, raw: RawUbi<'a>, limits: &DecodeLimits) -> Re
     for (i, hit) in hits.into_iter().enumerate() {
         let doc_id = present(Some(hit)).ok_or(RejectReason::MissingField)?;
         let position = u32::try_from(i + 1).map_err(|_| RejectReason::InvalidPosition)?;
-        results.push(Shown { doc_id, position, score: None });
+        results.push(Shown { doc_id, position, score: None, team: None });
     }
     let mut dimensions = BTreeMap::new();
     let attributes = raw.query_attributes.unwrap_or_default();
@@ -391,6 +391,7 @@ fn decode_query<'a>(text: &'a str, raw: RawUbi<'a>, limits: &DecodeLimits) -> Re
         results,
         dimensions,
         defines_list: true,
+        randomized: false,
     })
 }
 
@@ -435,9 +436,10 @@ fn decode_event<'a>(text: &'a str, raw: RawUbi<'a>, limits: &DecodeLimits) -> Re
         session_id,
         query_id,
         timestamp_ms,
-        results: vec![Shown { doc_id, position, score: None }],
+        results: vec![Shown { doc_id, position, score: None, team: None }],
         dimensions,
         defines_list: false,
+        randomized: false,
     }))
 }
 

@@ -2,7 +2,8 @@
 //! applying the conventions. This is what the stream calls per list; `eval`
 //! calls the same pure functions measure by measure.
 
-use super::{Conventions, Grade, NoRelevant, Scratch, auc, count_relevant, dcg, err, precision, rr};
+use super::{Conventions, Grade, NoRelevant, Scratch, auc, count_relevant, dcg, err, is_relevant, precision, rr};
+use crate::interleave::{Outcome, Team, credit};
 
 /// The metric families that have a cutoff, in exposition order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::IntoStaticStr, strum::VariantArray)]
@@ -41,6 +42,17 @@ pub struct ListScore {
     pub no_relevant_graded: bool,
     /// No judged document reaches the relevance threshold.
     pub no_relevant_binary: bool,
+    /// Team-draft interleaving credit of the list, when it was interleaved
+    /// and a result of either team was clicked.
+    pub interleaving: Option<Outcome>,
+    /// Ranks tracked for position-debiased click metrics (`debias.max_rank`;
+    /// 0: off) and, within them, the clicked ranks (bit r − 1 for rank r).
+    pub click_ranks: u8,
+    pub clicks: u64,
+    /// Results shown, for the propensity counts of a randomized list.
+    pub shown: u32,
+    /// The list's top results were shuffled (it estimates propensities).
+    pub randomized: bool,
 }
 
 impl ListScore {
@@ -50,6 +62,11 @@ impl ListScore {
             gauc: None,
             no_relevant_graded: false,
             no_relevant_binary: false,
+            interleaving: None,
+            click_ranks: 0,
+            clicks: 0,
+            shown: 0,
+            randomized: false,
         }
     }
 }
@@ -62,13 +79,43 @@ pub struct ListScorer {
     scratch: Scratch,
     values: Vec<f64>,
     options: Vec<Option<f64>>,
+    /// `debias.max_rank` (≤ 64).
+    click_ranks: u8,
 }
 
 impl ListScorer {
     /// `cutoffs` must be ascending and distinct (validated with the config).
     pub fn new(conventions: Conventions, cutoffs: Vec<usize>) -> Self {
         let n = cutoffs.len();
-        ListScorer { conventions, cutoffs, scratch: Scratch::new(), values: vec![0.0; n], options: vec![None; n] }
+        ListScorer {
+            conventions,
+            cutoffs,
+            scratch: Scratch::new(),
+            values: vec![0.0; n],
+            options: vec![None; n],
+            click_ranks: 0,
+        }
+    }
+
+    /// Tracks the clicked ranks among the first `ranks` (at most 64; 0: off)
+    /// for the position-debiased click metrics.
+    pub fn with_click_ranks(mut self, ranks: usize) -> Self {
+        self.click_ranks = ranks.min(crate::debias::MAX_RANK) as u8;
+        self
+    }
+
+    /// The clicked ranks of a list among the tracked ones, as a mask (bit
+    /// r − 1 for rank r): a result counts as clicked when its grade reaches
+    /// the relevance threshold, as for interleaving.
+    pub fn click_mask(&self, shown: &[Grade]) -> (u8, u64) {
+        let threshold = self.conventions.relevance_threshold;
+        let mask = shown
+            .iter()
+            .take(usize::from(self.click_ranks))
+            .enumerate()
+            .filter(|(_, g)| is_relevant(**g, threshold))
+            .fold(0u64, |m, (i, _)| m | 1 << i);
+        (self.click_ranks, mask)
     }
 
     pub fn cutoffs(&self) -> &[usize] {
@@ -77,6 +124,14 @@ impl ListScorer {
 
     pub fn conventions(&self) -> &Conventions {
         &self.conventions
+    }
+
+    /// The interleaving credit of a list whose shown results carry teams:
+    /// a result counts as clicked when its grade reaches the relevance
+    /// threshold (a click is grade 1 with the default actions).
+    pub fn interleaving(&self, shown: &[Grade], teams: Option<&[Option<Team>]>) -> Option<Outcome> {
+        let threshold = self.conventions.relevance_threshold;
+        credit(teams?.iter().zip(shown).map(|(&team, &grade)| (team, is_relevant(grade, threshold))))
     }
 
     /// Scores a list: `shown` grades in display order (unjudged = 0),
