@@ -44,8 +44,21 @@ use crate::event::DecodeLimits;
 use crate::pipeline::PipelineSettings;
 
 /// Label names rankpulse itself puts on series; dimension labels may not reuse them.
-pub const RESERVED_LABELS: &[&str] =
-    &["k", "window", "metric", "reason", "topic", "partition", "type", "le", "quantile", "job", "instance"];
+pub const RESERVED_LABELS: &[&str] = &[
+    "k",
+    "window",
+    "metric",
+    "reason",
+    "topic",
+    "partition",
+    "type",
+    "rank",
+    "outcome",
+    "le",
+    "quantile",
+    "job",
+    "instance",
+];
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -176,6 +189,10 @@ pub struct CompareConfig {
     pub dimension: Option<String>,
     /// The arm every other arm is compared with.
     pub baseline: String,
+    /// Values of the arm label that are not A/B arms: their lists are
+    /// interleaved or randomized traffic (a mix of rankers), which a
+    /// difference against the baseline would not describe.
+    pub exclude: Vec<String>,
     /// Significance level: the status page colours a difference only below
     /// it, and `rankpulse_compare_lists_needed` is for a test at this level.
     pub alpha: f64,
@@ -187,11 +204,23 @@ pub struct CompareConfig {
 
 impl Default for CompareConfig {
     fn default() -> Self {
-        CompareConfig { dimension: None, baseline: "control".into(), alpha: 0.05, power: 0.8, effect: 0.01 }
+        CompareConfig {
+            dimension: None,
+            baseline: "control".into(),
+            exclude: Vec::new(),
+            alpha: 0.05,
+            power: 0.8,
+            effect: 0.01,
+        }
     }
 }
 
 impl CompareConfig {
+    /// Whether `arm` is compared with the baseline.
+    pub fn compares(&self, arm: &str) -> bool {
+        arm != self.baseline && !self.exclude.iter().any(|x| x == arm)
+    }
+
     /// The index in `dimensions.labels` of the arm label, when comparing.
     pub fn arm_index(&self, labels: &[String]) -> Option<usize> {
         let name = self.dimension.as_deref().unwrap_or("ranker");
@@ -1156,8 +1185,14 @@ mod tests {
         assert!(e.starts_with("config key session.gap:"), "{e}");
         let e = from_toml("[metrics]\ncutoffs = [3, 3]\n").unwrap_err().to_string();
         assert!(e.starts_with("config key metrics.cutoffs:"), "{e}");
-        let e = from_toml("[dimensions]\nlabels = [\"k\"]\n").unwrap_err().to_string();
-        assert!(e.contains("reserved"), "{e}");
+        // The labels of rankpulse's own series, old and new (`rank` of the
+        // click metrics, `outcome` of interleaving): a dimension label of
+        // the same name would duplicate it and Prometheus would refuse the
+        // whole scrape.
+        for label in ["k", "rank", "outcome"] {
+            let e = from_toml(&format!("[dimensions]\nlabels = [\"{label}\"]\n")).unwrap_err().to_string();
+            assert!(e.contains("reserved"), "{label}: {e}");
+        }
         let e = from_toml("[judgments.actions]\nclick = 9\n").unwrap_err().to_string();
         assert!(e.starts_with("config key judgments.actions.click:"), "{e}");
         let e = from_toml("[kafka.formats]\nsearch-judgments = \"ubi_event\"\n").unwrap_err().to_string();

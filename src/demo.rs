@@ -71,6 +71,9 @@ impl Default for Traffic {
     }
 }
 
+/// The `ranker` value of the demo's team-draft interleaved searches.
+pub const INTERLEAVED: &str = "interleaved";
+
 /// The traffic's random source: seeded, so a demo is reproducible.
 type Rng = ChaCha8Rng;
 
@@ -105,7 +108,7 @@ fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64, ubi: bool) -> (Strin
     let market = MARKETS.choose(rng).copied().unwrap_or("us");
     let interleaved = n.is_multiple_of(5);
     let ranker = match rng.random_bool(0.5) {
-        _ if interleaved => "interleaved",
+        _ if interleaved => INTERLEAVED,
         true => "control",
         false => "candidate",
     };
@@ -391,6 +394,8 @@ pub fn demo(options: DemoOptions, stop: impl Future<Output = ()>) -> anyhow::Res
     config.kafka.brokers = bootstrap.clone();
     config.kafka.group_id = "rankpulse-demo".into();
     config.kafka.topics = vec![options.traffic.impressions_topic.clone(), options.traffic.judgments_topic.clone()];
+    // The interleaved searches mix both rankers: not an A/B arm.
+    config.compare.exclude = vec![INTERLEAVED.into()];
     if options.traffic.format != Format::Rankpulse {
         use crate::config::TopicFormat;
         config.kafka.formats.insert(options.traffic.impressions_topic.clone(), TopicFormat::UbiQueries);

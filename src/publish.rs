@@ -426,7 +426,7 @@ fn comparisons(f: &mut Families, s: &Snapshot, cutoffs: &[usize], k_text: &[Stri
     for span in &config.windows.spans {
         let arms = window_cells_by(s.accumulators, arm_index, s.now_ms, span.ms());
         let Some(baseline) = arms.get(&c.baseline) else { continue };
-        for (arm, cell) in arms.iter().filter(|(arm, _)| **arm != c.baseline) {
+        for (arm, cell) in arms.iter().filter(|(arm, _)| c.compares(arm)) {
             let mut emit = |metric: &str, k: Option<&str>, candidate: &Moments, base: &Moments| {
                 let mut labels = vec![(arm_label, arm.as_str()), (LABEL_METRIC, metric)];
                 labels.extend(k.map(|k| (LABEL_K, k)));
@@ -586,12 +586,14 @@ fn interleaving_gauges(f: &mut Families, labels: &[(&str, &str)], outcomes: &Int
     let (Ok(wins), Ok(losses), Ok(ties)) = (u64::try_from(wins), u64::try_from(losses), u64::try_from(ties)) else {
         return;
     };
+    // Only a corrupt checkpoint comes near u64::MAX.
+    let Some(lists) = wins.checked_add(losses).and_then(|n| n.checked_add(ties)) else { return };
     let Some(delta) = compare::interleaving_delta(wins, losses, ties) else { return };
     f.gauge(
         &format!("{PREFIX}interleaving_lists"),
         "Interleaved lists in the window with a click on a team's result",
         labels,
-        (wins + losses + ties) as f64,
+        lists as f64,
     );
     f.gauge(
         &format!("{PREFIX}interleaving_delta"),

@@ -7,8 +7,8 @@
 //! The daemon samples a few headline series into [`History`] as it
 //! publishes (every [`SAMPLE_EVERY_MS`]); the page only reads that history.
 
-use crate::accumulate::{Accumulators, Cell, Moments};
-use crate::compare::{Comparison, welch};
+use crate::accumulate::{Accumulators, Cell, Interleaving, Moments};
+use crate::compare::{Comparison, interleaving_delta, sign_test, welch};
 use crate::config::Config;
 use crate::metrics::list::Family;
 use crate::window::{window_cell, window_cells_by};
@@ -61,6 +61,9 @@ pub struct History {
     pub now: BTreeMap<Vec<String>, BTreeMap<&'static str, Point>>,
     /// Latest comparisons, arm by arm in CHARTED order.
     pub comparisons: Vec<ArmComparison>,
+    /// Latest interleaving outcomes over the compared window, per series
+    /// that has any.
+    pub interleaving: Vec<(Vec<String>, Interleaving)>,
 }
 
 fn charted<'c>(cell: &'c Cell, metric: &str, cutoffs: usize, k_index: usize) -> &'c Moments {
@@ -146,11 +149,19 @@ impl History {
                 }
             }
         }
+        self.interleaving.clear();
+        let compare_ms = span_of(&self.compare_window);
+        for (dims, s) in &acc.series {
+            let outcomes = window_cell(acc, s, now_ms, compare_ms).interleaving;
+            if outcomes.lists() > 0 {
+                self.interleaving.push((dims.to_vec(), outcomes));
+            }
+        }
         self.comparisons.clear();
         if let (Some(i), Some((_, baseline))) = (arm_index, &self.arm) {
             let arms = window_cells_by(acc, i, now_ms, span_of(&self.compare_window));
             if let Some(base) = arms.get(baseline) {
-                for (arm, cell) in arms.iter().filter(|(a, _)| *a != baseline) {
+                for (arm, cell) in arms.iter().filter(|(a, _)| config.compare.compares(a)) {
                     for metric in CHARTED {
                         let (c, b) = (
                             charted(cell, metric, cutoffs.len(), k_index),
@@ -218,6 +229,7 @@ pub fn render_page(h: &History, ready: bool) -> String {
         return out;
     }
     comparisons(&mut out, h);
+    interleaving(&mut out, h);
     // The breakdown: current values per dimension values.
     out.push_str("<h2>Now</h2><table><tr><th>");
     out.push_str(&escape(&h.labels.join(" / ")));
@@ -322,6 +334,37 @@ fn comparisons(out: &mut String, h: &History) {
         );
     }
     out.push_str("</div>");
+}
+
+/// Team-draft interleaving experiments: Δ of the candidate (team A) and
+/// the sign test, coloured like the comparisons.
+fn interleaving(out: &mut String, h: &History) {
+    if h.interleaving.is_empty() {
+        return;
+    }
+    let _ = write!(
+        out,
+        "<h2>Interleaving</h2><p class=\"muted\">window {}: Δ = (A wins + ties/2)/lists − 1/2 of the candidate (team A); sign test</p>",
+        escape(&h.compare_window)
+    );
+    for (dims, o) in &h.interleaving {
+        let (w, l, t) = (o.a_wins.max(0) as u64, o.b_wins.max(0) as u64, o.ties.max(0) as u64);
+        let (Some(delta), p) = (interleaving_delta(w, l, t), sign_test(w, l)) else { continue };
+        let class = match p {
+            Some(p) if p < h.alpha && delta < 0.0 => "worse",
+            Some(p) if p < h.alpha && delta > 0.0 => "better",
+            _ => "muted",
+        };
+        let sign = if delta < 0.0 { '\u{2212}' } else { '+' };
+        let _ = write!(
+            out,
+            "<div class=\"arm\"><b>{}</b> <span class=\"{class}\">Δ {sign}{:.3} ({})</span> \
+             <span class=\"muted\">A {w} · B {l} · ties {t}</span></div>",
+            escape(&dims.join(" / ")),
+            delta.abs(),
+            p_text(p),
+        );
+    }
 }
 
 /// Tick step for a range: 1, 2 or 5 times a power of ten, about 4 ticks.
@@ -498,6 +541,27 @@ mod tests {
         assert!(page.contains("<span class=\"muted\">nDCG@10 +0.000 ± 0.011 vs control (p = 1.000)</span>"), "{page}");
         assert!(page.contains("text-anchor=\"end\">0.45</text>"), "value ticks");
         assert!(page.contains(">now</text>"));
+    }
+
+    /// 3 A wins, 9 B wins, no ties: Δ = 3/12 − 1/2 = −0.25; sign test
+    /// 2 · P(X ≤ 3 | n = 12, ½) = 2 · 299/4096 = 0.146 (not significant).
+    #[test]
+    fn shows_interleaving_experiments() {
+        use crate::interleave::Outcome;
+        let config = Config::default();
+        let cutoffs = config.metrics.cutoffs.len();
+        let mut acc = Accumulators::new(cutoffs, config.windows.bucket.ms());
+        let dims: Arc<[String]> = vec!["tdi".to_string(), "us".to_string()].into();
+        for i in 0..12 {
+            let mut s = score(cutoffs, 0.5);
+            s.interleaving = Some(if i < 3 { Outcome::AWins } else { Outcome::BWins });
+            acc.fold(&dims, 1_000_000, &s);
+        }
+        let mut h = History::new(&config);
+        h.sample(&config, &acc, 1_010_000);
+        let page = render_page(&h, true);
+        assert!(page.contains("<b>tdi / us</b> <span class=\"muted\">Δ \u{2212}0.250 (p = 0.146)</span>"), "{page}");
+        assert!(page.contains("A 3 · B 9 · ties 0"));
     }
 
     #[test]

@@ -284,7 +284,7 @@ fn arms_are_compared_with_the_baseline_over_all_markets() {
         }
     }
     let file = std::env::temp_dir().join(format!("rankpulse-arms-{}.jsonl", std::process::id()));
-    std::fs::write(&file, lines).unwrap();
+    std::fs::write(&file, &lines).unwrap();
     let (code, out, err) = replay(&[], &file);
     let _ = std::fs::remove_file(&file);
     assert_eq!(code, 0, "{err}");
@@ -304,6 +304,15 @@ fn arms_are_compared_with_the_baseline_over_all_markets() {
         !out.contains(r#"rankpulse_compare_difference{ranker="control""#),
         "the baseline is not compared with itself"
     );
+    // An excluded arm (interleaved or randomized traffic) is not compared.
+    let excluded = std::env::temp_dir().join(format!("rankpulse-arms-x-{}.toml", std::process::id()));
+    let file = std::env::temp_dir().join(format!("rankpulse-arms-x-{}.jsonl", std::process::id()));
+    std::fs::write(&excluded, "[compare]\nexclude = [\"v2\"]\n").unwrap();
+    std::fs::write(&file, &lines).unwrap();
+    let (code, out, err) = replay(&["--config", excluded.to_str().unwrap()], &file);
+    let _ = (std::fs::remove_file(&excluded), std::fs::remove_file(&file));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("rankpulse_ndcg{") && !out.contains("rankpulse_compare_"), "{out}");
     // Off: no comparison gauges at all.
     let config = std::env::temp_dir().join(format!("rankpulse-arms-{}.toml", std::process::id()));
     std::fs::write(&config, "[compare]\ndimension = \"\"\n").unwrap();

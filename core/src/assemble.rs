@@ -832,8 +832,9 @@ impl Assembler {
             Event::Ignored(_) => {}
         }
         if self.open_lists.store_at(key, at, list).is_err() {
-            // The arena's 2^32 words are full: final now, like an evicted
-            // list; later events of the key start a new one.
+            // The arena's 2^32 words are full, or the list has more sources
+            // than a run records (see `store::MAX_SOURCES`): final now, like
+            // an evicted list; later events of the key start a new one.
             self.open_lists.remove(key);
             self.close(key, list, true, sink);
         }

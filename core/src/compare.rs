@@ -81,8 +81,13 @@ pub fn lists_needed(candidate: &Moments, baseline: &Moments, effect: f64, alpha:
     }
     let (_, v_c, n_c) = arm(candidate)?;
     let (_, v_b, n_b) = arm(baseline)?;
-    // se² · n is the per-list variance (exactly s² for unit weights).
+    // se² · n is the per-list variance (exactly s² for unit weights; for a
+    // weighted mean like GAUC, n is the effective count and so is the
+    // result: effective lists).
     let list_variance = v_c * n_c + v_b * n_b;
+    if list_variance <= 0.0 {
+        return None;
+    }
     let normal = Normal::standard();
     let z = normal.inverse_cdf(1.0 - alpha / 2.0) + normal.inverse_cdf(power);
     Some((z * z * list_variance / (effect * effect)).ceil())

@@ -563,20 +563,20 @@ mod tests {
     /// The simulation tier of issue #25: clicks drawn from a known PBM, and
     /// the estimators held to the truth they are meant to recover.
     ///
-    /// Numbers: 200,000 lists of 10 from a pool of 1,000 documents with
+    /// Numbers: 100,000 lists (the issue's size) of 10 from a pool of 1,000 documents with
     /// γ = u² (u uniform: skewed, mean 1/3, most documents seldom clicked);
     /// a production ranker sorting by γ plus uniform noise of width 0.2;
     /// 25% of lists uniformly shuffled (randomized) feeding PositionCounts,
-    /// the other 75% feeding ClickMoments. Why not 10% of 100,000: rank 10
+    /// the other 75% feeding ClickMoments. Why not 10% randomized: rank 10
     /// then gets about 430 randomized clicks, a relative error near 5% on
     /// θ_10 from counting alone, and (a)'s 10% bound would sit under two of
-    /// those; at 50,000 randomized lists it sits over four.
+    /// those; at 25,000 randomized lists it sits near three.
     #[test]
     fn simulation_pbm_ips_recovers_true_relevance_metrics() {
         const K: usize = 10;
         const THETA: [f64; K] = [1.0, 0.62, 0.45, 0.35, 0.28, 0.23, 0.2, 0.17, 0.15, 0.13];
         const DOCS: usize = 1000;
-        const LISTS: usize = 200_000;
+        const LISTS: usize = 100_000;
         const RANDOMIZED: f64 = 0.25;
         let discount = |r: usize| 1.0 / ((r + 1) as f64).log2();
 

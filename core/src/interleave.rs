@@ -5,13 +5,12 @@
 //! counting whose results got more clicks.
 //!
 //! Where it sits in the flow: an impression taking part in an interleaving
-//! experiment can mark each result with its [`Team`] (the event schema does
-//! not carry that mark yet; this module is the arithmetic it would feed).
-//! When the list is final, [`credit`] turns its clicks into a win for A, a
-//! win for B or a tie, one outcome per list and experiment; summing those
-//! outcomes over lists is the experiment's result. [`team_draft`] builds the
-//! interleaved lists themselves, for tests and for the demo's traffic (not
-//! wired in yet): rankpulse monitors rankings, it does not serve them.
+//! experiment marks each result with its [`Team`] (`"team": "A"` or `"B"`
+//! in the event). When the list is final, [`credit`] turns its clicks into a
+//! win for A, a win for B or a tie, one outcome per list; the accumulators
+//! count outcomes per series (the experiment is a dimension value).
+//! [`team_draft`] builds interleaved lists for the demo's traffic and the
+//! tests: rankpulse monitors rankings, it does not serve them.
 //!
 //! Both functions are pure: the coin is passed in, so that a caller chooses
 //! its randomness and a test can enumerate every coin sequence.

@@ -164,7 +164,11 @@ impl BigList {
         }
     }
 }
-/// The largest count of sources (topic-partitions) of one list.
+/// The largest count of sources (topic-partitions) of one list: six bits
+/// of header word 6 (its top two bits flag teams and randomized lists).
+/// Events keyed by session reach a list from one partition per topic, so a
+/// list has as many sources as topics; one past this is refused like a list
+/// past `MAX_ITEMS` (`store_at` says `TooLarge`: the list is closed early).
 const MAX_SOURCES: usize = 63;
 
 /// Width of an expiry slot, in event-time milliseconds: lists are filed
