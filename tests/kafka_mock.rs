@@ -86,23 +86,11 @@ async fn daemon_consumes_counts_commits_and_matches_replay() {
 /// Every send is queued before the first delivery is awaited: awaiting
 /// each in turn takes a linger per message.
 async fn produce(producer: &FutureProducer, evs: &[(String, String)]) {
-    let mut deliveries = Vec::with_capacity(evs.len());
-    for (session, json) in evs {
+    let routed = evs.iter().map(|(session, json)| {
         let topic = if json.contains(r#""type":"impression""#) { IMPRESSIONS } else { JUDGMENTS };
-        let mut record = FutureRecord::to(topic).key(session).payload(json);
-        loop {
-            match producer.send_result(record) {
-                Ok(delivery) => break deliveries.push(delivery),
-                Err((_, r)) => {
-                    record = r;
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            }
-        }
-    }
-    for d in deliveries {
-        d.await.expect("delivery").expect("produce");
-    }
+        (topic, session, json)
+    });
+    common::send_all(producer, routed).await;
 }
 
 /// A daemon on `bootstrap` with `max_topic_drift`, its /metrics address,

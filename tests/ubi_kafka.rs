@@ -14,13 +14,12 @@
 
 mod common;
 
-use common::{counter_lines, free_port, http_get, now_ms, start_tansu, sum_of, tansu_binary};
+use common::{assert_same, consume_all, free_port, now_ms, send_all, start_tansu, sum_of, tansu_binary};
 use rankpulse::config::{Config, TopicFormat};
 use rankpulse_testkit::ubi::{UbiTopic, UbiTraffic, ubi_mix};
 use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use std::time::{Duration, Instant};
+use rdkafka::producer::FutureProducer;
 
 const IMPRESSIONS: &str = "search-impressions";
 const JUDGMENTS: &str = "search-judgments";
@@ -28,86 +27,18 @@ const QUERIES: &str = "ubi_queries";
 const EVENTS: &str = "ubi_events";
 const PARTITIONS: i32 = 4;
 
-async fn send_all(producer: &FutureProducer, messages: impl Iterator<Item = (&'static str, String, Vec<u8>)>) -> usize {
-    let mut deliveries = Vec::new();
-    for (topic, key, payload) in messages {
-        let mut record = FutureRecord::to(topic).key(&key).payload(&payload);
-        loop {
-            match producer.send_result(record) {
-                Ok(delivery) => break deliveries.push(delivery),
-                Err((_, r)) => {
-                    record = r;
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            }
-        }
-    }
-    let n = deliveries.len();
-    for d in deliveries {
-        d.await.expect("delivery").expect("produce");
-    }
-    n
-}
-
-/// Runs a daemon on `topics` until it has seen `total` messages, stops it,
-/// and returns its final exposition.
+/// A daemon reading `topics` on `bootstrap`, in its own consumer group.
 async fn consume(bootstrap: &str, topics: &[&str], ordinal_base: u32, total: f64) -> String {
     let mut config = Config::default();
     config.kafka.brokers = bootstrap.to_string();
     config.kafka.group_id = format!("rankpulse-ubi-{}-{}-{ordinal_base}", std::process::id(), topics[0]);
     config.kafka.topics = topics.iter().map(|t| t.to_string()).collect();
-    config.kafka.properties.insert("fetch.wait.max.ms".into(), "10".into());
     if topics.contains(&QUERIES) {
         config.kafka.formats.insert(QUERIES.into(), TopicFormat::UbiQueries);
         config.kafka.formats.insert(EVENTS.into(), TopicFormat::UbiEvents);
         config.ubi.ordinal_base = ordinal_base;
     }
-    config.validate().unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    config.http.listen = addr.clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(rankpulse::daemon::run_on(config, listener, async move {
-        let _ = stopped.await;
-    }));
-    // A consumer group may take about 20 s to form on a standalone broker.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let a = addr.clone();
-        let body = tokio::task::spawn_blocking(move || http_get(&a, "/metrics")).await.unwrap().map(|r| r.1);
-        let body = body.unwrap_or_default();
-        let seen = sum_of(&body, "rankpulse_events_total")
-            + sum_of(&body, "rankpulse_events_rejected_total")
-            + sum_of(&body, "rankpulse_events_ignored_total");
-        if seen >= total {
-            break;
-        }
-        assert!(Instant::now() < deadline, "only {seen} of {total} messages consumed:\n{body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    stop.send(()).unwrap();
-    let summary =
-        tokio::time::timeout(Duration::from_secs(20), daemon).await.expect("shutdown within 20 s").unwrap().unwrap();
-    assert_eq!(summary.messages as f64, total);
-    summary.final_exposition
-}
-
-/// What both forms must agree on: the since-start counters of lists and
-/// metrics, duplicates and rejects, and the 1h window gauges.
-fn compared(exposition: &str) -> Vec<String> {
-    let mut lines = counter_lines(exposition);
-    lines.extend(
-        exposition
-            .lines()
-            .filter(|l| {
-                (l.contains(r#"window="1h""#) && !l.starts_with('#'))
-                    || l.starts_with("rankpulse_events_duplicate_total")
-                    || l.starts_with("rankpulse_events_rejected_total")
-            })
-            .map(str::to_string),
-    );
-    lines.sort();
-    lines
+    consume_all(config, total).await
 }
 
 async fn differential(bootstrap: &str, t: &UbiTraffic, ordinal_base: u32) {
@@ -127,9 +58,7 @@ async fn differential(bootstrap: &str, t: &UbiTraffic, ordinal_base: u32) {
 
     assert!(sum_of(&twin, r#"rankpulse_lists{window="1h""#) > 200.0, "the lists are there to compare:\n{twin}");
     assert!(sum_of(&twin, r#"rankpulse_lists{window="1h",ranker="unknown""#) > 0.0, "lists without a query");
-    let (want, have) = (compared(&twin), compared(&got));
-    let diff: Vec<_> = want.iter().zip(&have).filter(|(a, b)| a != b).take(5).collect();
-    assert!(want == have, "{} vs {} lines; first differences {diff:#?}", want.len(), have.len());
+    assert_same(&twin, &got);
     assert_eq!(sum_of(&got, r#"rankpulse_events_ignored_total{reason="unmapped_action"}"#), t.ignored as f64);
     assert_eq!(sum_of(&got, "rankpulse_events_rejected_total"), 0.0);
 }

@@ -5,40 +5,21 @@
 //! `rankpulse replay`, but for the per-topic event counts (a UBI list is
 //! several messages) and the counts of ignored lines.
 
+mod common;
+
+use common::lists_only;
 use rankpulse_testkit::sum_of;
 use rankpulse_testkit::ubi::{UbiTopic, ubi_mix};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const BASE_MS: i64 = 1_763_780_000_000;
 
 fn replay(args: &[&str], files: &[&Path]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse")).arg("replay").args(args).args(files).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
+    common::replay_files(args, files)
 }
 
 fn temp(name: &str, lines: &[Vec<u8>]) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("rankpulse-ubi-replay-{}-{name}", std::process::id()));
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-    for l in lines {
-        f.write_all(l).unwrap();
-        f.write_all(b"\n").unwrap();
-    }
-    f.flush().unwrap();
-    path
-}
-
-/// The exposition without the series that count messages rather than lists.
-fn lists_only(exposition: &str) -> Vec<&str> {
-    exposition
-        .lines()
-        .filter(|l| !l.starts_with("rankpulse_events_total") && !l.starts_with("rankpulse_events_ignored_total"))
-        .collect()
+    common::temp_lines("ubi-replay", name, lines)
 }
 
 #[test]

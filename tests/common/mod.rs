@@ -3,8 +3,9 @@
 //! exposition reader come from `rankpulse-testkit`.
 #![allow(dead_code)] // each test uses some of them
 
+use rankpulse::config::Config;
 use rdkafka::ClientConfig;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord, FutureProducer, FutureRecord, Producer};
 use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -250,4 +251,127 @@ pub fn events(n: usize, base_ms: i64, seed: u64) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// Produces every (topic, key, payload) through a real client, waiting out
+/// a full queue, and returns once each is acknowledged: how many.
+pub async fn send_all<T: AsRef<str>, K: AsRef<[u8]>, P: AsRef<[u8]>>(
+    producer: &FutureProducer,
+    messages: impl Iterator<Item = (T, K, P)>,
+) -> usize {
+    let mut deliveries = Vec::new();
+    for (topic, key, payload) in messages {
+        let mut record = FutureRecord::to(topic.as_ref()).key(key.as_ref()).payload(payload.as_ref());
+        loop {
+            match producer.send_result(record) {
+                Ok(delivery) => break deliveries.push(delivery),
+                Err((_, r)) => {
+                    record = r;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        }
+    }
+    let n = deliveries.len();
+    for d in deliveries {
+        d.await.expect("delivery").expect("produce");
+    }
+    n
+}
+
+/// Runs an in-process daemon on `config` (its brokers, topics and formats
+/// set by the caller) until it has seen `total` messages, accepted,
+/// rejected or ignored, then stops it and returns its final exposition.
+pub async fn consume_all(mut config: Config, total: f64) -> String {
+    config.kafka.properties.insert("fetch.wait.max.ms".into(), "10".into());
+    config.validate().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    config.http.listen = addr.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(rankpulse::daemon::run_on(config, listener, async move {
+        let _ = stopped.await;
+    }));
+    // A consumer group may take about 20 s to form on a standalone broker.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let a = addr.clone();
+        let body = tokio::task::spawn_blocking(move || http_get(&a, "/metrics")).await.unwrap().map(|r| r.1);
+        let body = body.unwrap_or_default();
+        let seen = sum_of(&body, "rankpulse_events_total")
+            + sum_of(&body, "rankpulse_events_rejected_total")
+            + sum_of(&body, "rankpulse_events_ignored_total");
+        if seen >= total {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {seen} of {total} messages consumed:\n{body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.send(()).unwrap();
+    let summary =
+        tokio::time::timeout(Duration::from_secs(20), daemon).await.expect("shutdown within 20 s").unwrap().unwrap();
+    assert_eq!(summary.messages as f64, total);
+    summary.final_exposition
+}
+
+/// What two input forms of the same lists must agree on: the since-start
+/// counters of lists and metrics, duplicates and rejects, and the 1h window
+/// gauges (differential tests keep every list 20 to 40 minutes old, so no
+/// window edge moves while they run).
+pub fn compared(exposition: &str) -> Vec<String> {
+    let mut lines = counter_lines(exposition);
+    lines.extend(
+        exposition
+            .lines()
+            .filter(|l| {
+                (l.contains(r#"window="1h""#) && !l.starts_with('#'))
+                    || l.starts_with("rankpulse_events_duplicate_total")
+                    || l.starts_with("rankpulse_events_rejected_total")
+            })
+            .map(str::to_string),
+    );
+    lines.sort();
+    lines
+}
+
+/// Asserts that two expositions agree on [`compared`], showing the first
+/// differences.
+pub fn assert_same(want: &str, have: &str) {
+    let (want, have) = (compared(want), compared(have));
+    let diff: Vec<_> = want.iter().zip(&have).filter(|(a, b)| a != b).take(5).collect();
+    assert!(want == have, "{} vs {} lines; first differences {diff:#?}", want.len(), have.len());
+}
+
+/// `rankpulse replay ARGS FILES…` through the binary: (exit code, stdout,
+/// stderr).
+pub fn replay_files(args: &[&str], files: &[&std::path::Path]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse")).arg("replay").args(args).args(files).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// Writes `lines` to a file in the temporary directory named after this
+/// process, `prefix` and `name`.
+pub fn temp_lines(prefix: &str, name: &str, lines: &[Vec<u8>]) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = std::env::temp_dir().join(format!("rankpulse-{prefix}-{}-{name}", std::process::id()));
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    for l in lines {
+        f.write_all(l).unwrap();
+        f.write_all(b"\n").unwrap();
+    }
+    f.flush().unwrap();
+    path
+}
+
+/// The exposition without the series that count messages rather than
+/// lists (a UBI or mapped list is several messages, some ignored).
+pub fn lists_only(exposition: &str) -> Vec<&str> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with("rankpulse_events_total") && !l.starts_with("rankpulse_events_ignored_total"))
+        .collect()
 }
