@@ -511,12 +511,12 @@ fn a_session_flood_keeps_memory_flat() {
     );
     wait_until("the daemon to join its group", Duration::from_secs(60), || ready(&http));
     let producer = broker.producer();
-    // One session per millisecond: 600,000 of them span 10 minutes, all in
-    // the past (events more than input.max_future_skew ahead are rejected).
+    // One session per millisecond: 700,000 of them span 11.7 minutes, all
+    // in the past (events more than input.max_future_skew ahead are rejected).
     let base = now_ms() - 700_000;
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let mut samples = Vec::new();
-    const BATCHES: usize = 6;
+    const BATCHES: usize = 7;
     const PER_BATCH: usize = 100_000;
     for b in 0..BATCHES {
         let batch: Vec<(String, String)> = (0..PER_BATCH)
@@ -555,9 +555,16 @@ fn a_session_flood_keeps_memory_flat() {
     // Flat: once the first batches have filled the caps, four more floods
     // of 100,000 sessions add nothing that stays. Without the caps the same
     // run grew by 220 MiB (measured with CAP set to 2,000,000); the
-    // allocator's and the queue's swings stay below 40 MiB.
-    let settled = samples[1];
-    let peak = *samples[2..].iter().max().unwrap();
+    // allocator's and the queue's swings stay below 40 MiB. Where the
+    // level settles varies from run to run: one reading after the second
+    // batch ranged from 46 to 91 MiB over 13 runs of the same code (before
+    // and after the interleaving change), so the second batch sometimes
+    // read below a level that was already there, and the test failed with
+    // nothing growing. After the third the readings were 65 to 94 MiB, and
+    // the last four batches stayed within 31 MiB of it in all six runs of a
+    // seventh batch; the plateau is measured from the third.
+    let settled = samples[2];
+    let peak = *samples[3..].iter().max().unwrap();
     assert!(peak <= settled + 40 * 1024, "RSS grew from {settled} KiB to {peak} KiB under the flood: {samples:?}");
     sigterm(&mut daemon);
 }
