@@ -75,6 +75,31 @@ pub fn ubi_vs_native(config: &Config, traffic: &rankpulse_testkit::ubi::UbiTraff
     (traffic.lists as f64 / native, traffic.lists as f64 / ubi)
 }
 
+/// The same lists as rankpulse's own events and as their `mapped` twins
+/// (testkit's invented schema, read through `mapped_config`'s paths),
+/// through the pipeline alone on one core: lists per second of each
+/// (native, mapped). Both runs finalize every list.
+pub fn mapped_vs_native(
+    config: &Config,
+    mapped_config: &Config,
+    traffic: &rankpulse_testkit::mapped::MappedTraffic,
+    lists: usize,
+) -> (f64, f64) {
+    let run = |config: &Config, messages: &[MixMessage], topics: [&str; 2]| {
+        let mut pipeline = Pipeline::new(&config.pipeline_settings());
+        let clock = Clock::replay();
+        let started = Instant::now();
+        for m in messages {
+            let _ = pipeline.ingest(topics[usize::from(m.judgment)], &m.payload, clock, None);
+        }
+        pipeline.finalize_all();
+        started.elapsed().as_secs_f64()
+    };
+    let native = run(config, &traffic.native, ["search-impressions", "search-judgments"]);
+    let mapped = run(mapped_config, &traffic.mapped, ["hits", "clicks"]);
+    (lists as f64 / native, lists as f64 / mapped)
+}
+
 /// What [`hot_key`] measured, in milliseconds of one core.
 #[derive(Debug, Clone, Copy)]
 pub struct HotKey {

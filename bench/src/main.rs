@@ -87,6 +87,18 @@ enum Command {
         #[arg(long)]
         hit_ids_only: bool,
     },
+    /// The `mapped` format against native input on the same generated
+    /// lists (rankpulse_testkit::mapped's invented schema), through the
+    /// pipeline alone on one core: lists per second of each and their
+    /// ratio, --rounds times.
+    Mapped {
+        #[arg(long, default_value_t = 200_000)]
+        lists: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
     /// The bare consumer (a process the shapes bench starts): reads
     /// --messages messages of the topics in RANKPULSE__KAFKA__* and decodes
     /// each with serde_json, then prints one JSON line.
@@ -169,6 +181,34 @@ fn main() -> anyhow::Result<()> {
             }
             ratios.sort_by(f64::total_cmp);
             println!("median UBI/native: {:.2}", ratios[ratios.len() / 2]);
+            Ok(())
+        }
+        Command::Mapped { lists, seed, rounds } => {
+            let config = Config::load(None)?;
+            let path = std::env::temp_dir().join(format!("rankpulse-bench-mapped-{}.toml", std::process::id()));
+            std::fs::write(&path, rankpulse_testkit::mapped::MAPPING_TOML)?;
+            let mapped_config = Config::load_with_env(Some(&path), Vec::new());
+            let _ = std::fs::remove_file(&path);
+            let mapped_config = mapped_config?;
+            let native = rankpulse_testkit::mix(0, lists, seed, 1_763_780_000_000, 100.0);
+            let traffic = rankpulse_testkit::mapped::mapped_twin(&native, seed);
+            eprintln!(
+                "{lists} lists: {} native messages, {} mapped messages ({} of them unmapped actions)",
+                traffic.native.len(),
+                traffic.mapped.len(),
+                traffic.ignored
+            );
+            let mut ratios = Vec::new();
+            for round in 1..=rounds.max(1) {
+                let (native, mapped) = engine::mapped_vs_native(&config, &mapped_config, &traffic, lists);
+                println!(
+                    "round {round}: native {native:.0} lists/s, mapped {mapped:.0} lists/s, mapped/native {:.2}",
+                    mapped / native
+                );
+                ratios.push(mapped / native);
+            }
+            ratios.sort_by(f64::total_cmp);
+            println!("median mapped/native: {:.2}", ratios[ratios.len() / 2]);
             Ok(())
         }
         Command::Shapes {
