@@ -1,8 +1,9 @@
 //! Decoding and assembly on arbitrary bytes: the input is a sequence of
-//! messages separated by b'\n', fed alternately as impressions-topic and
-//! judgments-topic messages through one `Pipeline`, with small limits so
-//! eviction, dimension overflow, late amendments and a state round trip are
-//! exercised.
+//! messages separated by b'\n', fed in turn to an impressions topic, a
+//! judgments topic (rankpulse's format), a `mapped` topic (short paths, so
+//! that the fuzzer finds them) and a `ubi` topic, through one `Pipeline`,
+//! with small limits so eviction, dimension overflow, late amendments, the
+//! click counts of `[debias]` and a state round trip are exercised.
 
 #![no_main]
 
@@ -14,13 +15,40 @@ use std::time::Duration;
 
 /// Messages beyond this are ignored (keeps every run short).
 const MAX_MESSAGES: usize = 256;
-const TOPICS: [&str; 2] = ["search-impressions", "search-judgments"];
+const TOPICS: [&str; 4] = ["search-impressions", "search-judgments", "mapped", "ubi"];
+
+/// The formats of the last two topics and the paths of `mapped`.
+const FORMATS: &str = r#"[kafka]
+topics = ["search-impressions", "search-judgments", "mapped", "ubi"]
+[kafka.formats]
+mapped = "mapped"
+ubi = "ubi"
+[mapped]
+session = "s"
+query = "/q"
+time = ["t", "ts"]
+id = "i"
+results = "r"
+result_doc = "d"
+result_position = "p"
+position_base = 0
+result_score = "v"
+judged_doc = ["d", "o.d"]
+grade = "g"
+action = "a"
+[mapped.dimensions]
+ranker = "x.r"
+"#;
 const START_MS: i64 = 1_700_000_000_000;
 /// Processing time between two messages.
 const STEP_MS: i64 = 250;
 
 static CONFIG: LazyLock<Config> = LazyLock::new(|| {
-    let mut config = Config::default();
+    let path = std::env::temp_dir().join(format!("rankpulse-fuzz-{}.toml", std::process::id()));
+    std::fs::write(&path, FORMATS).expect("temporary directory is writable");
+    let config = Config::load_with_env(Some(&path), Vec::new());
+    let _ = std::fs::remove_file(&path);
+    let mut config = config.expect("fuzz formats are valid");
     // A small gap, so lists close during a run (event and processing time).
     config.session.gap = Span { text: "1s".to_string(), duration: Duration::from_secs(1) };
     // Small bounds, so eviction, `__other__` and late amendments happen.
@@ -28,6 +56,7 @@ static CONFIG: LazyLock<Config> = LazyLock::new(|| {
     config.dimensions.max_values = 2;
     config.dimensions.max_combinations = 3;
     config.input.max_events_per_list = 40;
+    config.debias.max_rank = 4;
     config.validate().expect("fuzz config is valid");
     config
 });
@@ -41,7 +70,7 @@ fuzz_target!(|data: &[u8]| {
         // Kafka timestamps from the input too: a message may claim any time.
         let message_ms = payload.first().map(|b| START_MS + (i64::from(*b) - 128) * 60_000);
         let clock = Clock::Live { now_ms: arrival_ms, message_ms };
-        let _ = pipeline.ingest(TOPICS[i % 2], payload, clock, None);
+        let _ = pipeline.ingest(TOPICS[i % TOPICS.len()], payload, clock, None);
         fed += 1;
         if fed % 16 == 0 {
             pipeline.finalize_expired(Some(arrival_ms));
@@ -58,12 +87,14 @@ fuzz_target!(|data: &[u8]| {
 
     let rejected: u64 = pipeline.counters().rejected.values().sum();
     let accepted: u64 = pipeline.counters().events.values().sum();
+    let ignored: u64 = pipeline.counters().ignored.values().sum();
     assert_eq!(
-        rejected + accepted,
+        rejected + accepted + ignored,
         fed,
-        "rejected {:?} + accepted {:?} != messages fed",
+        "rejected {:?} + accepted {:?} + ignored {:?} != messages fed",
         pipeline.counters().rejected,
-        pipeline.counters().events
+        pipeline.counters().events,
+        pipeline.counters().ignored
     );
 
     for (dims, series) in &pipeline.accumulators().series {
