@@ -170,17 +170,7 @@ fn main() -> anyhow::Result<()> {
                 traffic.native.len(),
                 traffic.ubi.len()
             );
-            let mut ratios = Vec::new();
-            for round in 1..=rounds.max(1) {
-                let (native, ubi) = engine::ubi_vs_native(&config, &traffic);
-                println!(
-                    "round {round}: native {native:.0} lists/s, UBI {ubi:.0} lists/s, UBI/native {:.2}",
-                    ubi / native
-                );
-                ratios.push(ubi / native);
-            }
-            ratios.sort_by(f64::total_cmp);
-            println!("median UBI/native: {:.2}", ratios[ratios.len() / 2]);
+            format_rounds("UBI", rounds, || engine::ubi_vs_native(&config, &traffic));
             Ok(())
         }
         Command::Mapped { lists, seed, rounds } => {
@@ -198,17 +188,7 @@ fn main() -> anyhow::Result<()> {
                 traffic.mapped.len(),
                 traffic.ignored
             );
-            let mut ratios = Vec::new();
-            for round in 1..=rounds.max(1) {
-                let (native, mapped) = engine::mapped_vs_native(&config, &mapped_config, &traffic, lists);
-                println!(
-                    "round {round}: native {native:.0} lists/s, mapped {mapped:.0} lists/s, mapped/native {:.2}",
-                    mapped / native
-                );
-                ratios.push(mapped / native);
-            }
-            ratios.sort_by(f64::total_cmp);
-            println!("median mapped/native: {:.2}", ratios[ratios.len() / 2]);
+            format_rounds("mapped", rounds, || engine::mapped_vs_native(&config, &mapped_config, &traffic, lists));
             Ok(())
         }
         Command::Shapes {
@@ -375,4 +355,21 @@ fn measure(what: &str, args: MixArgs) -> anyhow::Result<()> {
         other => anyhow::bail!("no measurement named {other}"),
     }
     Ok(())
+}
+
+/// `rounds` rounds of (native, `format`) lists per second from `round`,
+/// each printed with its ratio, then the median ratio (the `ubi` and
+/// `mapped` commands).
+fn format_rounds(format: &str, rounds: usize, mut round: impl FnMut() -> (f64, f64)) {
+    let mut ratios = Vec::new();
+    for n in 1..=rounds.max(1) {
+        let (native, other) = round();
+        println!(
+            "round {n}: native {native:.0} lists/s, {format} {other:.0} lists/s, {format}/native {:.2}",
+            other / native
+        );
+        ratios.push(other / native);
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!("median {format}/native: {:.2}", ratios[ratios.len() / 2]);
 }
