@@ -3,7 +3,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use rankpulse::config::Config;
-use rankpulse::eval::{self, EvalOptions};
+use rankpulse::eval::{self, EvalOptions, RelFormat};
 use rankpulse::metrics::{GaucWeight, Grade, IdealScope, NoRelevant, parse_setting};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -141,7 +141,8 @@ fn parse_format(name: &str) -> Result<rankpulse::event::Format, String> {
 
 #[derive(Args)]
 struct EvalArgs {
-    /// Average over every topic in the qrels; topics missing from the run score 0.
+    /// Average over every topic in the judgments; a topic missing from the run is scored as
+    /// trec_eval does (one unjudged document).
     #[arg(short = 'c')]
     complete: bool,
     /// Print each topic's values before the summary.
@@ -150,14 +151,42 @@ struct EvalArgs {
     /// Do not print the `all` summary.
     #[arg(short = 'n')]
     no_summary: bool,
-    /// Measure to compute, trec_eval syntax (repeatable): ndcg, ndcg_cut.5,10, recip_rank, map,
-    /// map_cut.k, P.k, recall.k, num_q, num_ret, num_rel, num_rel_ret, runid, ndcg_exp_cut.k,
-    /// err_cut.k, gauc, official. Default: official.
+    /// Measure or nickname, trec_eval syntax (repeatable): map, P.5,10, ndcg.1=3,2=9, official,
+    /// all_trec, set, all_prefs, prefs, qrels_jg; rankpulse's own: ndcg_exp_cut.k, err_cut.k,
+    /// gauc, extras. Parameters come from the first -m NAME.PARAMS. Default: official.
     #[arg(short = 'm', value_name = "MEASURE")]
     measures: Vec<String>,
-    /// Minimum grade counted as relevant.
+    /// Minimum grade counted as relevant (0 or more).
     #[arg(short = 'l', value_name = "LEVEL", default_value_t = 1, allow_negative_numbers = true)]
-    relevance_level: Grade,
+    relevance_level: i64,
+    /// Evaluate only the first NUM results of each topic.
+    #[arg(short = 'M', value_name = "NUM")]
+    max_docs: Option<u64>,
+    /// Drop unjudged documents from every ranking before evaluating.
+    #[arg(short = 'J')]
+    judged_only: bool,
+    /// Number of documents in the collection (used by utility).
+    #[arg(short = 'N', value_name = "NUM", default_value_t = 0, allow_negative_numbers = true)]
+    num_docs_in_coll: i64,
+    /// Judgments format: qrels, prefs, qrels_prefs, qrels_jg.
+    #[arg(short = 'R', value_name = "FORMAT", default_value = "qrels", value_parser = parse_rel_format)]
+    rel_format: RelFormat,
+    /// Results format; trec_results is the only one.
+    #[arg(short = 'T', value_name = "FORMAT", default_value = "trec_results", value_parser = ["trec_results"])]
+    results_format: String,
+    /// Print z-scores against the `qid measure mean std_dev` lines of FILE.
+    #[arg(short = 'Z', value_name = "FILE")]
+    zscores: Option<PathBuf>,
+    /// trec_eval's debug level, optionally `LEVEL.QID` to evaluate that topic only; rankpulse
+    /// prints no debug traces.
+    #[arg(short = 'D', value_name = "LEVEL[.QID]")]
+    debug: Option<String>,
+    /// Obsolete trec_eval flag, accepted and ignored.
+    #[arg(short = 'o', hide = true)]
+    old_format: bool,
+    /// Print the version and exit.
+    #[arg(short = 'v')]
+    version: bool,
     /// Print a JSON report with full f64 precision instead of trec_eval's table.
     #[arg(long)]
     json: bool,
@@ -173,10 +202,16 @@ struct EvalArgs {
     /// Ideal ranking for nDCG: judged (every judged document, trec_eval) or shown (the run's results).
     #[arg(long, value_name = "SCOPE", value_parser = parse_setting::<IdealScope>, default_value_t = IdealScope::Judged)]
     ideal: IdealScope,
-    /// TREC qrels file: `qid iter docno rel`.
-    qrels: PathBuf,
+    /// Judgments file (format per -R).
+    #[arg(required_unless_present = "version")]
+    qrels: Option<PathBuf>,
     /// TREC run file: `qid iter docno rank score run_id`, or `-` for stdin.
-    run: PathBuf,
+    #[arg(required_unless_present = "version")]
+    run: Option<PathBuf>,
+}
+
+fn parse_rel_format(name: &str) -> Result<RelFormat, String> {
+    name.parse().map_err(|_| format!("unknown format {name:?}, expected qrels, prefs, qrels_prefs or qrels_jg"))
 }
 
 /// `--version`: the crate's version, then librdkafka's version and the
@@ -379,6 +414,13 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
 }
 
 fn eval_command(args: EvalArgs) -> ExitCode {
+    if args.version {
+        eprintln!("rankpulse eval {} (trec_eval 10.0 compatible)", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    let (Some(qrels), Some(run)) = (args.qrels, args.run) else {
+        unreachable!("clap requires both files unless -v");
+    };
     let opts = EvalOptions {
         complete: args.complete,
         per_query: args.per_query,
@@ -386,6 +428,12 @@ fn eval_command(args: EvalArgs) -> ExitCode {
         measures: args.measures,
         json: args.json,
         relevance_level: args.relevance_level,
+        max_docs: args.max_docs.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX)),
+        judged_only: args.judged_only,
+        num_docs_in_coll: args.num_docs_in_coll,
+        rel_format: args.rel_format,
+        zscores: args.zscores,
+        only_topic: args.debug.and_then(|d| d.split_once('.').map(|(_, q)| q.to_string())),
         max_grade: args.max_grade,
         gauc_weight: args.gauc_weight,
         no_relevant: args.no_relevant,
@@ -393,7 +441,7 @@ fn eval_command(args: EvalArgs) -> ExitCode {
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    match eval::run_files(&opts, &args.qrels, &args.run, &mut out) {
+    match eval::run_files(&opts, &qrels, &run, &mut out) {
         Ok(summary) => {
             for note in &summary.notes {
                 eprintln!("rankpulse eval: {note}");

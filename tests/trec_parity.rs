@@ -161,7 +161,7 @@ fn missing_file_and_bad_measure_exit_2() {
     let out = rankpulse_eval(&["-m", "map"], &dir.join("nope.qrels"), &dir.join("edge.run"));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope.qrels"));
-    let out = rankpulse_eval(&["-m", "bpref"], &dir.join("edge.qrels"), &dir.join("edge.run"));
+    let out = rankpulse_eval(&["-m", "bpreff"], &dir.join("edge.qrels"), &dir.join("edge.run"));
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown measure \"bpref\""));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown measure \"bpreff\""));
 }

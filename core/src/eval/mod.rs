@@ -1,36 +1,54 @@
-//! `rankpulse eval`: offline evaluation of a TREC run against qrels with the
-//! same metric engine as the daemon, printing trec_eval's report format.
+//! `rankpulse eval`: offline evaluation of a TREC run, a complete
+//! trec_eval 10.0: every measure, every option, the same report byte for
+//! byte, and rankpulse's own measures and conventions beside them.
 //!
-//! Data flow: `trec` reads both files (in parallel) → topics are matched →
-//! per topic the run is scored by `crate::metrics` → values are printed per
-//! query (`-q`) and averaged into the `all` summary.
+//! Data flow: `trec` reads the judgments (qrels, prefs, qrels_prefs or
+//! qrels_jg) and the run in parallel → topics are matched by id → per topic
+//! the ranking is joined with its judgments once (`calc::ResRels`) and every
+//! selected measure (`measures::Plan`) reads that join → optional z-scores
+//! (`zscore`) → values are printed per topic (`-q`) and folded, in topic
+//! order, into the `all` summary.
 //!
-//! trec_eval 10.0 semantics reproduced on purpose: ranking by score then
-//! docno (descending), unjudged and negatively judged documents are
-//! non-relevant, `-c` averages over every judged topic (missing topics score
-//! 0), topics only in the run are ignored, per-query output is sorted by qid
-//! as bytes, and `num_rel` under `-c` counts grades > 0 whatever `-l` says.
-//! One deliberate difference: without `-c`, trec_eval 10.0 aborts (exit 4)
-//! when a judged topic has no results; rankpulse evaluates the topics that
-//! have both, as trec_eval 9 and its own help text describe.
+//! trec_eval semantics reproduced on purpose: ranking by score then docno
+//! (descending); `-c` averages over every judged topic, scoring a missing
+//! topic as a ranking of one unjudged document; per-topic output in qid byte
+//! order; measure parameters from the first `-m name.params`. Deliberate
+//! differences, all where trec_eval crashes, aborts or prints garbage, are
+//! listed in docs/metrics.md.
 
+pub mod calc;
 pub mod measures;
 pub mod trec;
+pub mod zscore;
 
-use crate::metrics::{
-    self, Gain, GaucWeight, Grade, IdealScope, NO_CUTOFF, NoRelevant, Scratch, auc, dcg, err, precision, rr,
-};
-use measures::{Kind, Measure, MeasureError, Plan};
+use crate::metrics::{self, GaucWeight, Grade, IdealScope, NoRelevant};
+use calc::{Form, ResRels};
+use measures::{Average, Id, Measure, MeasureError, Needs, Plan, Shape};
 use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
-use trec::{Qrels, Run, TrecError};
+use trec::{Qrels, Retrieved, Run, TrecError};
+use zscore::{ZError, Zscores};
+
+/// Format of the judgments file (`-R`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr, strum::Display)]
+#[strum(serialize_all = "snake_case")]
+pub enum RelFormat {
+    /// `qid iter docno rel`.
+    Qrels,
+    /// `qid jg jsg docno rel`: preferences within judgment groups.
+    Prefs,
+    /// A qrels file read as preferences (jg = iter, one jsg).
+    QrelsPrefs,
+    /// `qid jg docno rel`: qrels from several judgment groups.
+    QrelsJg,
+}
 
 /// Everything `rankpulse eval` can be told.
 #[derive(Debug, Clone)]
 pub struct EvalOptions {
-    /// `-c`: average over every topic in the qrels.
+    /// `-c`: average over every topic in the judgments.
     pub complete: bool,
     /// `-q`: print per-topic values too.
     pub per_query: bool,
@@ -41,7 +59,19 @@ pub struct EvalOptions {
     /// `--json`: machine-readable report with full f64 precision.
     pub json: bool,
     /// `-l`: minimum grade that counts as relevant.
-    pub relevance_level: Grade,
+    pub relevance_level: i64,
+    /// `-M`: evaluate only the first this many results of each topic.
+    pub max_docs: usize,
+    /// `-J`: drop unjudged documents from every ranking first.
+    pub judged_only: bool,
+    /// `-N`: number of documents in the collection (utility).
+    pub num_docs_in_coll: i64,
+    /// `-R`: format of the judgments file.
+    pub rel_format: RelFormat,
+    /// `-Z`: print z-scores against this file's per-topic means.
+    pub zscores: Option<PathBuf>,
+    /// `-D level.qid`: evaluate only this topic.
+    pub only_topic: Option<String>,
     /// ERR's top grade (`err_cut`); qrels grades above it are refused.
     pub max_grade: Grade,
     pub gauc_weight: GaucWeight,
@@ -60,6 +90,12 @@ impl Default for EvalOptions {
             measures: Vec::new(),
             json: false,
             relevance_level: 1,
+            max_docs: usize::MAX,
+            judged_only: false,
+            num_docs_in_coll: 0,
+            rel_format: RelFormat::Qrels,
+            zscores: None,
+            only_topic: None,
             max_grade: 4,
             gauc_weight: GaucWeight::Impressions,
             no_relevant: NoRelevant::Zero,
@@ -74,6 +110,8 @@ pub enum EvalError {
     Input(#[from] TrecError),
     #[error(transparent)]
     Measure(#[from] MeasureError),
+    #[error(transparent)]
+    Zscores(#[from] ZError),
     #[error("{path}:{line}: grade {grade} exceeds --max-grade {max_grade} (needed by err_cut)")]
     GradeAboveMax { path: PathBuf, line: u32, grade: Grade, max_grade: Grade },
     #[error("{0}: no result lines")]
@@ -84,6 +122,10 @@ pub enum EvalError {
     NoTopics { qrels: PathBuf, run: PathBuf },
     #[error("--max-grade must be between 1 and 30, got {0}")]
     MaxGrade(Grade),
+    #[error("-l must be 0 or more, got {0} (a negative level would count unjudged documents as relevant)")]
+    RelevanceLevel(i64),
+    #[error("measure {measure} needs {needs} judgments, but -R is {format}")]
+    Format { measure: &'static str, needs: &'static str, format: RelFormat },
     #[error("cannot write the report: {0}")]
     Output(std::io::Error),
 }
@@ -117,6 +159,26 @@ pub struct EvalSummary {
     pub notes: Vec<String>,
 }
 
+/// The judgments, in whichever format `-R` named.
+enum RelInfo<'a> {
+    Qrels(Qrels<'a>),
+}
+
+impl<'a> RelInfo<'a> {
+    fn names(&self) -> &[&'a [u8]] {
+        match self {
+            RelInfo::Qrels(q) => &q.names,
+        }
+    }
+
+    /// Judgment lines with grade > 0 over every topic (`num_rel` under -c).
+    fn positive_lines(&self) -> usize {
+        match self {
+            RelInfo::Qrels(q) => q.items.iter().filter(|j| j.grade > 0).count(),
+        }
+    }
+}
+
 /// Reads both files, evaluates and writes the report to `out`.
 pub fn run_files(
     opts: &EvalOptions,
@@ -128,6 +190,21 @@ pub fn run_files(
     if !(1..=30).contains(&opts.max_grade) {
         return Err(EvalError::MaxGrade(opts.max_grade));
     }
+    if opts.relevance_level < 0 {
+        return Err(EvalError::RelevanceLevel(opts.relevance_level));
+    }
+    for m in &plan.measures {
+        let needs = match (m.id.needs(), opts.rel_format) {
+            (Needs::Nothing, _)
+            | (Needs::Qrels, RelFormat::Qrels)
+            | (Needs::Prefs, RelFormat::Prefs | RelFormat::QrelsPrefs)
+            | (Needs::QrelsJg, RelFormat::QrelsJg) => continue,
+            (Needs::Qrels, _) => "qrels",
+            (Needs::Prefs, _) => "prefs or qrels_prefs",
+            (Needs::QrelsJg, _) => "qrels_jg",
+        };
+        return Err(EvalError::Format { measure: m.id.name(), needs, format: opts.rel_format });
+    }
     // Reading and parsing the two files are independent: one thread each.
     let (qrels_buf, run_buf) = std::thread::scope(|s| {
         let q = s.spawn(|| trec::read_input(qrels_path));
@@ -135,14 +212,18 @@ pub fn run_files(
         (q.join().unwrap_or_else(|e| std::panic::resume_unwind(e)), r)
     });
     let (qrels_buf, run_buf) = (qrels_buf?, run_buf?);
-    let (qrels, run) = std::thread::scope(|s| {
-        let q = s.spawn(|| trec::parse_qrels(qrels_path, &qrels_buf));
+    let (rel_info, run) = std::thread::scope(|s| {
+        let q = s.spawn(|| parse_rel_info(opts.rel_format, qrels_path, &qrels_buf));
         let r = trec::parse_run(run_path, &run_buf);
         (q.join().unwrap_or_else(|e| std::panic::resume_unwind(e)), r)
     });
-    let (qrels, run) = (qrels?, run?);
+    let (rel_info, run) = (rel_info?, run?);
+    let zscores = match &opts.zscores {
+        Some(path) => Some(Zscores::read(path)?),
+        None => None,
+    };
     // Like trec_eval, an empty file is a mistake, not a run that found nothing.
-    if qrels.items.is_empty() {
+    if rel_info.names().is_empty() {
         return Err(EvalError::EmptyQrels(qrels_path.to_path_buf()));
     }
     if run.topics.items.is_empty() {
@@ -150,12 +231,13 @@ pub fn run_files(
     }
     if let Some(e) = run.duplicates.iter().find_map(|d| {
         let name = run.topics.names[d.topic];
-        let evaluated = qrels.names.contains(&name);
+        let evaluated = rel_info.names().contains(&name);
         evaluated.then(|| d.to_error(run_path, &run_buf, name))
     }) {
         return Err(e.into());
     }
-    if plan.get(Kind::ErrCut).is_some()
+    if plan.get(Id::ErrCut).is_some()
+        && let RelInfo::Qrels(qrels) = &rel_info
         && let Some(j) = qrels.items.iter().find(|j| j.grade > opts.max_grade)
     {
         return Err(EvalError::GradeAboveMax {
@@ -165,7 +247,7 @@ pub fn run_files(
             max_grade: opts.max_grade,
         });
     }
-    let mut summary = evaluate(opts, &plan, &qrels, &run, out)?;
+    let mut summary = evaluate(opts, &plan, &rel_info, &run, zscores.as_ref(), out)?;
     if summary.topics == 0 {
         return Err(EvalError::NoTopics { qrels: qrels_path.to_path_buf(), run: run_path.to_path_buf() });
     }
@@ -173,35 +255,55 @@ pub fn run_files(
     Ok(summary)
 }
 
-/// Per-topic values of one measure, reused across topics.
-#[derive(Clone)]
-struct Slot<'p> {
-    measure: &'p Measure,
-    names: Vec<String>,
-    values: Vec<f64>,
-    /// Whether this topic's values enter the mean (false when skipped or undefined).
-    counted: bool,
-    /// Weight of this topic in the mean (GAUC weights; 1 otherwise).
-    weight: f64,
+fn parse_rel_info<'a>(format: RelFormat, path: &Path, buf: &'a [u8]) -> Result<RelInfo<'a>, EvalError> {
+    Ok(match format {
+        RelFormat::Qrels => RelInfo::Qrels(trec::parse_qrels(path, buf)?),
+        other => return Err(EvalError::Format { measure: "runid", needs: "qrels", format: other }),
+    })
 }
 
-/// Buffers for one topic's ranked grades and the engine's outputs.
-#[derive(Default)]
-struct TopicBuffers {
-    shown: Vec<Grade>,
-    scores: Vec<f64>,
-    judged: Vec<Grade>,
-    options: Vec<Option<f64>>,
-    scratch: Scratch,
+/// Where each measure's values sit in a topic's row.
+struct Layout<'p> {
+    measures: &'p [Measure],
+    /// Start of each measure's values; the row has `len` values.
+    start: Vec<usize>,
+    len: usize,
+    /// Every value's printed name, in row order.
+    names: Vec<&'p str>,
+}
+
+impl<'p> Layout<'p> {
+    fn new(plan: &'p Plan) -> Layout<'p> {
+        let mut start = Vec::with_capacity(plan.measures.len());
+        let mut names = Vec::new();
+        for m in &plan.measures {
+            start.push(names.len());
+            names.extend(m.names.iter().map(String::as_str));
+        }
+        Layout { measures: &plan.measures, start, len: names.len(), names }
+    }
+
+    fn range(&self, i: usize) -> std::ops::Range<usize> {
+        self.start[i]..self.start[i] + self.measures[i].names.len()
+    }
+}
+
+/// One topic's values and how they enter the summary.
+#[derive(Clone, Copy, Default)]
+struct Weight {
+    /// Whether the topic counts for this measure (false: skipped by
+    /// `--no-relevant skip`, or gauc without an AUC).
+    counted: bool,
+    weight: f64,
 }
 
 /// What one worker computed for a contiguous range of topics (in output order).
 #[derive(Default)]
 struct Chunk {
-    /// Per topic, every slot's values, flattened in slot order.
+    /// Per topic, the row of values.
     values: Vec<f64>,
-    /// Per topic and slot: (counted, weight).
-    counted: Vec<(bool, f64)>,
+    /// Per topic and measure.
+    weights: Vec<Weight>,
     /// Per-query report lines (`-q` without `--json`).
     text: String,
     /// Per-query JSON objects (`-q --json`).
@@ -213,43 +315,90 @@ struct Chunk {
 /// Below this many topics a second thread costs more than it saves.
 const TOPICS_PER_THREAD_MIN: usize = 2_000;
 
-fn new_slots(plan: &Plan) -> Vec<Slot<'_>> {
-    plan.measures
-        .iter()
-        .map(|m| {
-            let names = m.value_names();
-            let n = names.len();
-            Slot { measure: m, names, values: vec![0.0; n], counted: true, weight: 1.0 }
-        })
-        .collect()
+/// The ranking trec_eval scores for a judged topic missing from the run
+/// under `-c`: one unjudged document.
+const BOGUS_DOC: &[u8] = b"ceci_nest_pas_un_docno";
+
+struct Context<'a> {
+    opts: &'a EvalOptions,
+    form: Form,
+    layout: &'a Layout<'a>,
+    rel_info: &'a RelInfo<'a>,
+    run: &'a Run<'a>,
+    zscores: Option<&'a Zscores>,
+    needs_qrels: bool,
 }
 
-/// Scores a range of topics: `(qrels topic, run topic)` pairs.
-fn score_chunk(opts: &EvalOptions, plan: &Plan, qrels: &Qrels, run: &Run, topics: &[(usize, Option<usize>)]) -> Chunk {
-    let mut slots = new_slots(plan);
-    let mut buffers = TopicBuffers::default();
+/// Scores a range of topics: `(judgments topic, run topic)` pairs.
+fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
+    let layout = cx.layout;
     let mut chunk = Chunk::default();
+    let mut rr = ResRels::default();
+    let mut row = vec![0.0; layout.len];
+    let mut weights = vec![Weight::default(); layout.measures.len()];
+    let mut relstring = String::new();
+    let bogus = [Retrieved { doc: BOGUS_DOC, key: trec::doc_key(BOGUS_DOC), score: 1.0 }];
     for &(t, r) in topics {
-        let results = r.map_or(&[][..], |r| run.topics.topic(r));
-        buffers.load(qrels.topic(t), results);
-        let num_rel = metrics::count_relevant(&buffers.judged, opts.relevance_level);
-        chunk.no_relevant += usize::from(num_rel == 0);
-        for slot in &mut slots {
-            score_topic(opts, slot, &mut buffers, num_rel);
-            if slot.measure.kind == Kind::Gauc && !slot.counted {
-                chunk.gauc_single_class += 1;
-            }
-            chunk.values.extend_from_slice(&slot.values);
-            chunk.counted.push((slot.counted, slot.weight));
+        let results = r.map_or(&bogus[..], |r| cx.run.topics.topic(r));
+        let qid_bytes = cx.rel_info.names()[t];
+        let qid = String::from_utf8_lossy(qid_bytes);
+        row.fill(0.0);
+        relstring.clear();
+        let RelInfo::Qrels(qrels) = cx.rel_info;
+        if cx.needs_qrels {
+            rr.load(qrels.topic(t), results, &cx.form);
         }
-        if opts.per_query {
-            let qid = String::from_utf8_lossy(qrels.names[t]);
-            if opts.json {
-                chunk.json.push((qid.into_owned(), topic_json(&slots)));
+        let skip = cx.opts.no_relevant == NoRelevant::Skip && cx.needs_qrels && rr.num_rel == 0;
+        chunk.no_relevant += usize::from(cx.needs_qrels && rr.num_rel == 0);
+        for (i, m) in layout.measures.iter().enumerate() {
+            let out = &mut row[layout.range(i)];
+            let mut weight = Weight { counted: true, weight: 1.0 };
+            match m.id {
+                Id::Runid => {}
+                Id::NumQ => out[0] = 1.0,
+                Id::Relstring => {
+                    calc::relstring(&rr, m.params.doubles().first().copied().unwrap_or(10.0), &mut relstring);
+                }
+                _ => match calc::calc(m, &mut rr, &cx.form, out) {
+                    Some(w) => weight.weight = w,
+                    None => {
+                        weight.counted = false;
+                        if m.id == Id::Gauc {
+                            chunk.gauc_single_class += 1;
+                        }
+                    }
+                },
+            }
+            if skip && matches!(m.id.average(), Average::Mean | Average::Geometric | Average::Weighted) {
+                weight.counted = false;
+            }
+            if r.is_none() {
+                // trec_eval's clean-up after scoring its stand-in ranking.
+                // It matches printed names, so `utility_1,-1,0,0` or
+                // `relstring_20` keep their stand-in values.
+                for (v, name) in out.iter_mut().zip(&m.names) {
+                    if matches!(name.as_str(), "num_ret" | "utility" | "rbp_resid") || name.starts_with("unj") {
+                        *v = 0.0;
+                    }
+                }
+                if m.names.first().is_some_and(|n| n == "relstring") {
+                    relstring.clear();
+                }
+            }
+            weights[i] = weight;
+        }
+        if let Some(z) = cx.zscores {
+            z.convert(qid_bytes, &layout.names, &mut row);
+        }
+        if cx.opts.per_query {
+            if cx.opts.json {
+                chunk.json.push((qid.to_string(), topic_json(layout, &row, &weights)));
             } else {
-                write_topic(&mut chunk.text, &qid, &slots);
+                write_topic(&mut chunk.text, layout, &qid, &row, &weights, &relstring, cx.zscores.is_some());
             }
         }
+        chunk.values.extend_from_slice(&row);
+        chunk.weights.extend_from_slice(&weights);
     }
     chunk
 }
@@ -257,36 +406,56 @@ fn score_chunk(opts: &EvalOptions, plan: &Plan, qrels: &Qrels, run: &Run, topics
 fn evaluate(
     opts: &EvalOptions,
     plan: &Plan,
-    qrels: &Qrels,
+    rel_info: &RelInfo,
     run: &Run,
+    zscores: Option<&Zscores>,
     out: &mut dyn Write,
 ) -> Result<EvalSummary, EvalError> {
-    // Topic order: qrels topics sorted by id bytes (C strcmp order); without
+    let layout = Layout::new(plan);
+    // Topic order: judged topics sorted by id bytes (C strcmp order); without
     // -c only those the run answered.
     let run_index: rustc_hash::FxHashMap<&[u8], usize> =
         run.topics.names.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    let mut topics: Vec<(usize, Option<usize>)> = (0..qrels.names.len())
-        .map(|t| (t, run_index.get(qrels.names[t]).copied()))
+    let names = rel_info.names();
+    let mut topics: Vec<(usize, Option<usize>)> = (0..names.len())
+        .map(|t| (t, run_index.get(names[t]).copied()))
         .filter(|(_, r)| r.is_some() || opts.complete)
+        .filter(|(t, _)| opts.only_topic.as_deref().is_none_or(|q| q.as_bytes() == names[*t]))
         .collect();
-    topics.sort_unstable_by(|a, b| qrels.names[a.0].cmp(qrels.names[b.0]));
+    topics.sort_unstable_by(|a, b| names[a.0].cmp(names[b.0]));
 
+    let cx = Context {
+        opts,
+        form: Form {
+            relevance_level: opts.relevance_level,
+            max_docs: opts.max_docs,
+            judged_only: opts.judged_only,
+            ideal: opts.ideal,
+            num_docs_in_coll: opts.num_docs_in_coll,
+            max_grade: opts.max_grade,
+            gauc_weight: opts.gauc_weight,
+        },
+        layout: &layout,
+        rel_info,
+        run,
+        zscores,
+        needs_qrels: plan.measures.iter().any(|m| m.id.needs() == Needs::Qrels),
+    };
     // Score in parallel over contiguous ranges, then fold in topic order so
     // the sums are bit-identical to a sequential pass (and to trec_eval's).
     let threads =
         std::thread::available_parallelism().map_or(1, |n| n.get()).min(topics.len() / TOPICS_PER_THREAD_MIN).max(1);
     let per_thread = topics.len().div_ceil(threads).max(1);
     let chunks: Vec<Chunk> = std::thread::scope(|s| {
-        let handles: Vec<_> = topics
-            .chunks(per_thread)
-            .map(|range| s.spawn(move || score_chunk(opts, plan, qrels, run, range)))
-            .collect();
+        let cx = &cx;
+        let handles: Vec<_> = topics.chunks(per_thread).map(|range| s.spawn(move || score_chunk(cx, range))).collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     });
 
-    let slots = new_slots(plan);
-    let mut sums: Vec<Vec<f64>> = slots.iter().map(|s| vec![0.0; s.names.len()]).collect();
-    let mut weights = vec![0.0; slots.len()];
+    let n_measures = layout.measures.len();
+    let mut sums = vec![0.0; layout.len];
+    let mut counts = vec![0usize; n_measures];
+    let mut weight_sums = vec![0.0; n_measures];
     let mut summary = EvalSummary { topics: topics.len(), ..EvalSummary::default() };
     let mut per_query_json = Map::new();
     for chunk in chunks {
@@ -294,57 +463,69 @@ fn evaluate(
         summary.gauc_single_class += chunk.gauc_single_class;
         out.write_all(chunk.text.as_bytes())?;
         per_query_json.extend(chunk.json);
-        let mut values = chunk.values.as_slice();
-        for row in chunk.counted.chunks(slots.len()) {
-            for (s, &(counted, weight)) in row.iter().enumerate() {
-                let (here, rest) = values.split_at(sums[s].len());
-                values = rest;
-                if counted {
-                    for (sum, v) in sums[s].iter_mut().zip(here) {
-                        *sum += weight * v;
-                    }
-                    weights[s] += weight;
+        for (row, weights) in chunk.values.chunks(layout.len.max(1)).zip(chunk.weights.chunks(n_measures.max(1))) {
+            for (i, m) in layout.measures.iter().enumerate() {
+                let w = weights[i];
+                if m.id.average() == Average::None || !w.counted {
+                    continue;
+                }
+                counts[i] += 1;
+                weight_sums[i] += w.weight;
+                for (sum, v) in sums[layout.range(i)].iter_mut().zip(&row[layout.range(i)]) {
+                    *sum += if m.id.average() == Average::Weighted { w.weight * v } else { *v };
                 }
             }
         }
     }
-    let mut text = String::new();
 
-    let num_q = summary.topics;
+    // trec_eval's averages: over the evaluated topics, or under -c over
+    // every judged topic.
+    let evaluated = topics.len();
+    let num_queries = if opts.complete { names.len() } else { evaluated };
+    let positive_lines = rel_info.positive_lines() as f64;
+    let mut finals: Vec<Option<f64>> = vec![None; layout.len];
+    for (i, m) in layout.measures.iter().enumerate() {
+        let skip_policy = opts.no_relevant == NoRelevant::Skip;
+        for (k, v) in layout.range(i).enumerate() {
+            let sum = sums[v];
+            finals[v] = match m.id.average() {
+                Average::None => None,
+                Average::NumQ => Some(num_queries as f64),
+                Average::NumRel if opts.complete => Some(positive_lines),
+                Average::Sum | Average::NumRel => Some(sum),
+                Average::Mean => {
+                    let n = if skip_policy { counts[i] } else { num_queries };
+                    (n > 0).then(|| sum / n as f64)
+                }
+                Average::Geometric => {
+                    let n = if skip_policy { counts[i] } else { num_queries };
+                    (n > 0).then(|| {
+                        let patched = if opts.complete && !skip_policy {
+                            sum + (num_queries - evaluated) as f64 * 0.00001f64.ln()
+                        } else {
+                            sum
+                        };
+                        (patched / n as f64).exp()
+                    })
+                }
+                Average::Weighted => (weight_sums[i] > 0.0).then(|| sum / weight_sums[i]),
+            };
+            let _ = k;
+        }
+    }
+
     let run_id = String::from_utf8_lossy(run.run_id);
-    // `num_rel` under -c: trec_eval recounts grades > 0 over all qrels topics.
-    let complete_num_rel = qrels.items.iter().filter(|j| j.grade > 0).count() as f64;
-    let finals: Vec<(String, bool, Option<f64>)> = slots
-        .iter()
-        .zip(sums.iter().zip(&weights))
-        .flat_map(|(slot, (sums, &weight))| {
-            let kind = slot.measure.kind;
-            slot.names.iter().zip(sums).map(move |(name, &sum)| {
-                let value = match kind {
-                    Kind::Runid => None,
-                    Kind::NumQ => Some(num_q as f64),
-                    Kind::NumRel if opts.complete => Some(complete_num_rel),
-                    Kind::NumRet | Kind::NumRel | Kind::NumRelRet => Some(sum),
-                    _ if weight > 0.0 => Some(sum / weight),
-                    _ => None,
-                };
-                (name.clone(), kind.is_count(), value)
-            })
-        })
-        .collect();
-
     if opts.json {
         let mut summary_json = Map::new();
-        for (name, is_count, value) in &finals {
-            if name == "runid" {
-                continue;
+        for (i, m) in layout.measures.iter().enumerate() {
+            for v in layout.range(i) {
+                let value = match finals[v] {
+                    Some(x) if is_long(m) && zscores.is_none() => json!(x as i64),
+                    Some(x) => json!(x),
+                    None => Value::Null,
+                };
+                summary_json.insert(layout.names[v].to_string(), value);
             }
-            let v = match value {
-                Some(v) if *is_count => json!(*v as i64),
-                Some(v) => json!(v),
-                None => Value::Null,
-            };
-            summary_json.insert(name.clone(), v);
         }
         let mut doc = Map::new();
         doc.insert("runid".into(), json!(run_id));
@@ -372,11 +553,19 @@ fn evaluate(
         serde_json::to_writer_pretty(&mut *out, &Value::Object(doc)).map_err(std::io::Error::from)?;
         out.write_all(b"\n")?;
     } else if !opts.no_summary {
-        for (name, is_count, value) in &finals {
-            if name == "runid" {
-                text.push_str(&format!("{:<22}\tall\t{}\n", "runid", run_id));
-            } else if let Some(v) = value {
-                push_value(&mut text, name, "all", *v, *is_count);
+        let mut text = String::new();
+        let z = zscores.is_some();
+        for (i, m) in layout.measures.iter().enumerate() {
+            match m.id {
+                Id::Runid => push_line(&mut text, "", "runid", "all", &run_id),
+                Id::Relstring => {}
+                _ => {
+                    for v in layout.range(i) {
+                        if let Some(x) = finals[v] {
+                            push_value(&mut text, layout.names[v], "all", x, is_long(m), z);
+                        }
+                    }
+                }
             }
         }
         out.write_all(text.as_bytes())?;
@@ -385,135 +574,72 @@ fn evaluate(
     Ok(summary)
 }
 
-impl TopicBuffers {
-    /// Turns one topic's qrels and ranked results into the engine's slices.
-    fn load(&mut self, judged: &[trec::Judgment], results: &[trec::Retrieved]) {
-        self.judged.clear();
-        self.judged.extend(judged.iter().map(|j| j.grade));
-        self.shown.clear();
-        self.scores.clear();
-        for r in results {
-            // Unjudged documents get -1
-            // (trec_eval's "not in pool"), which no threshold makes relevant.
-            let grade = Qrels::find(judged, r.key, r.doc).unwrap_or(-1);
-            self.shown.push(grade);
-            self.scores.push(r.score);
-        }
-    }
+fn is_long(m: &Measure) -> bool {
+    m.id.shape() == Shape::Long
 }
 
-/// Computes one measure for the loaded topic into `slot.values`.
-fn score_topic(opts: &EvalOptions, slot: &mut Slot, b: &mut TopicBuffers, num_rel: u32) {
-    let threshold = opts.relevance_level;
-    let skip_no_relevant = opts.no_relevant == NoRelevant::Skip && num_rel == 0;
-    let cutoffs: &[usize] = &slot.measure.cutoffs;
-    slot.weight = 1.0;
-    slot.counted = true;
-    let values = &mut slot.values;
-    match slot.measure.kind {
-        Kind::Runid | Kind::NumQ => {}
-        Kind::NumRet => values[0] = b.shown.len() as f64,
-        Kind::NumRel => values[0] = f64::from(num_rel),
-        Kind::NumRelRet => values[0] = b.shown.iter().filter(|&&g| metrics::is_relevant(g, threshold)).count() as f64,
-        Kind::Map | Kind::MapCut => {
-            let cut: &[usize] = if slot.measure.kind == Kind::Map { &[NO_CUTOFF] } else { cutoffs };
-            b.options.resize(cut.len(), None);
-            precision::average_precision_at(&b.shown, threshold, num_rel, cut, &mut b.options);
-            from_options(values, &b.options);
-            slot.counted = !skip_no_relevant;
-        }
-        Kind::RecipRank => {
-            rr::reciprocal_rank_at(&b.shown, threshold, &[NO_CUTOFF], values);
-            slot.counted = !skip_no_relevant;
-        }
-        Kind::P => {
-            precision::precision_at(&b.shown, threshold, cutoffs, values);
-            slot.counted = !skip_no_relevant;
-        }
-        Kind::Recall => {
-            b.options.resize(cutoffs.len(), None);
-            precision::recall_at(&b.shown, threshold, num_rel, cutoffs, &mut b.options);
-            from_options(values, &b.options);
-            slot.counted = !skip_no_relevant;
-        }
-        Kind::Ndcg | Kind::NdcgCut | Kind::NdcgExpCut => {
-            let gain = if slot.measure.kind == Kind::NdcgExpCut { Gain::Exp2 } else { Gain::Linear };
-            let cut: &[usize] = if slot.measure.kind == Kind::Ndcg { &[NO_CUTOFF] } else { cutoffs };
-            b.options.resize(cut.len(), None);
-            let ideal = b.scratch.ideal(opts.ideal, &b.shown, &b.judged);
-            dcg::ndcg_at(&b.shown, ideal, gain, cut, &mut b.options);
-            let undefined = b.options.first().is_some_and(|o| o.is_none());
-            from_options(values, &b.options);
-            slot.counted = !(opts.no_relevant == NoRelevant::Skip && undefined);
-        }
-        Kind::ErrCut => {
-            err::err_at(&b.shown, opts.max_grade, cutoffs, values);
-            let no_gain = !b.judged.iter().any(|&g| g > 0);
-            slot.counted = !(opts.no_relevant == NoRelevant::Skip && no_gain);
-        }
-        Kind::Gauc => match auc::auc_by_score(&b.shown, &b.scores, threshold, &mut b.scratch.auc) {
-            Some(a) => {
-                values[0] = a.auc;
-                slot.weight = f64::from(a.weight(opts.gauc_weight));
-            }
-            None => {
-                values[0] = 0.0;
-                slot.counted = false;
-            }
-        },
-    }
-}
-
-/// Undefined values (nothing relevant judged) print as 0, like trec_eval;
-/// whether they enter the mean is decided by `counted`.
-fn from_options(values: &mut [f64], options: &[Option<f64>]) {
-    for (v, o) in values.iter_mut().zip(options) {
-        *v = o.unwrap_or(0.0);
-    }
-}
-
-fn push_value(text: &mut String, name: &str, qid: &str, value: f64, is_count: bool) {
+fn push_line(text: &mut String, prefix: &str, name: &str, qid: &str, value: &str) {
     use std::fmt::Write as _;
     // Writing to a String cannot fail.
-    let _ = if is_count {
+    let _ = writeln!(text, "{prefix}{name:<22}\t{qid}\t{value}");
+}
+
+/// trec_eval's value line: `%ld` for counts, `%6.4f` otherwise; under `-Z`
+/// every value is a `%6.4f` z-score and the name gets a `Z`.
+fn push_value(text: &mut String, name: &str, qid: &str, value: f64, long: bool, z: bool) {
+    use std::fmt::Write as _;
+    let _ = if z {
+        writeln!(text, "Z{name:<22}\t{qid}\t{value:6.4}")
+    } else if long {
         writeln!(text, "{name:<22}\t{qid}\t{}", value as i64)
     } else {
         writeln!(text, "{name:<22}\t{qid}\t{value:6.4}")
     };
 }
 
-fn write_topic(text: &mut String, qid: &str, slots: &[Slot]) {
-    for slot in slots {
-        match slot.measure.kind {
-            // trec_eval prints these only in the summary.
-            Kind::Runid | Kind::NumQ => continue,
-            // An undefined AUC has no per-topic line.
-            Kind::Gauc if !slot.counted => continue,
-            _ => {}
+fn write_topic(
+    text: &mut String,
+    layout: &Layout,
+    qid: &str,
+    row: &[f64],
+    weights: &[Weight],
+    relstring: &str,
+    z: bool,
+) {
+    for (i, m) in layout.measures.iter().enumerate() {
+        if !m.id.prints_per_topic() {
+            continue;
         }
-        for (name, &v) in slot.names.iter().zip(&slot.values) {
-            push_value(text, name, qid, v, slot.measure.kind.is_count());
+        // An undefined AUC has no per-topic line.
+        if m.id == Id::Gauc && !weights[i].counted {
+            continue;
+        }
+        if m.id == Id::Relstring {
+            push_line(text, "", &m.names[0], qid, &format!("'{relstring}'"));
+            continue;
+        }
+        for v in layout.range(i) {
+            push_value(text, layout.names[v], qid, row[v], is_long(m), z);
         }
     }
 }
 
-fn topic_json(slots: &[Slot]) -> Value {
-    let mut m = Map::new();
-    for slot in slots {
-        let kind = slot.measure.kind;
-        if matches!(kind, Kind::Runid | Kind::NumQ) {
+fn topic_json(layout: &Layout, row: &[f64], weights: &[Weight]) -> Value {
+    let mut map = Map::new();
+    for (i, m) in layout.measures.iter().enumerate() {
+        if !m.id.prints_per_topic() || m.id == Id::Relstring {
             continue;
         }
-        for (name, &v) in slot.names.iter().zip(&slot.values) {
-            let value = if kind.is_count() {
-                json!(v as i64)
-            } else if slot.counted {
-                json!(v)
+        for v in layout.range(i) {
+            let value = if is_long(m) {
+                json!(row[v] as i64)
+            } else if weights[i].counted {
+                json!(row[v])
             } else {
                 Value::Null
             };
-            m.insert(name.clone(), value);
+            map.insert(layout.names[v].to_string(), value);
         }
     }
-    Value::Object(m)
+    Value::Object(map)
 }

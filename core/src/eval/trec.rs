@@ -204,7 +204,7 @@ fn in_file_order<'a>(a: &'a [u8], b: &'a [u8]) -> (&'a [u8], &'a [u8]) {
 }
 
 #[inline]
-fn doc_key(doc: &[u8]) -> u64 {
+pub fn doc_key(doc: &[u8]) -> u64 {
     let mut h = FxHasher::default();
     h.write(doc);
     h.finish()
