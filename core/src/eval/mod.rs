@@ -14,6 +14,7 @@
 //! when a judged topic has no results; rankpulse evaluates the topics that
 //! have both, as trec_eval 9 and its own help text describe.
 
+pub mod jg;
 pub mod measures;
 pub mod trec;
 
