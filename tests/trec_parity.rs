@@ -127,6 +127,127 @@ fn probes_match_trec_eval() {
     }
 }
 
+/// The whole measure table: `-q -c -m all_trec` on every pair and probe,
+/// its option variants, the default set, parameter syntax and selection
+/// rules, `-Z`, and `-R qrels_jg` (commands as in `make_fixtures.sh`).
+#[test]
+fn every_measure_and_option_matches_trec_eval_byte_for_byte() {
+    let dir = fixtures();
+    let all = ["-q", "-c", "-m", "all_trec"];
+    // The argument list is `&'static str`; one small leak per test run.
+    let zscores: &'static str = Box::leak(dir.join("edge.zscores").to_str().expect("utf-8 path").into());
+    let with = |extra: &[&'static str]| -> Vec<&'static str> { all.iter().chain(extra).copied().collect() };
+    let params = [
+        "-q",
+        "-c",
+        "-m",
+        "P.5,7,3",
+        "-m",
+        "ndcg.1=3,2=9,4=4.5",
+        "-m",
+        "ndcg_cut.10,20,23.4",
+        "-m",
+        "Rprec_mult.5.0,0.2",
+        "-m",
+        "success.2,5",
+        "-m",
+        "iprec_at_recall..10,.5",
+        "-m",
+        "utility.2,-1,0,0",
+        "-m",
+        "rbp.p=0.5",
+    ];
+    let jg = ["-q", "-c", "-R", "qrels_jg", "-m", "qrels_jg"];
+    let jg_with = |extra: &[&'static str]| -> Vec<&'static str> { jg.iter().chain(extra).copied().collect() };
+    let cases: Vec<(&str, &str, Vec<&str>)> = vec![
+        ("edge", "all", with(&[])),
+        ("random", "all", with(&[])),
+        ("binary", "all", with(&[])),
+        ("pool", "all", with(&[])),
+        ("mixed", "all", with(&[])),
+        ("pool", "allnoc", vec!["-m", "all_trec"]),
+        ("pool", "allM10", with(&["-M", "10"])),
+        ("pool", "allJ", with(&["-J"])),
+        ("pool", "alll2", with(&["-l", "2"])),
+        ("pool", "allN5000", with(&["-N", "5000"])),
+        ("pool", "nom", vec!["-q", "-c"]),
+        ("edge", "nom", vec!["-q", "-c"]),
+        ("pool", "params", params.to_vec()),
+        ("edge", "params", params.to_vec()),
+        ("pool", "utilN", vec!["-q", "-c", "-N", "5000", "-m", "utility.1,-1,-0.5,0.001"]),
+        ("pool", "selP", vec!["-q", "-c", "-m", "P", "-m", "P.10"]),
+        ("pool", "selndcgcut", vec!["-q", "-c", "-m", "ndcg_cut", "-m", "ndcg_cut.3"]),
+        ("pool", "seloff", vec!["-q", "-c", "-m", "official", "-m", "P.2"]),
+        ("pool", "selrecall", vec!["-q", "-c", "-m", "recall", "-m", "recall.4"]),
+        ("edge", "allZ", with(&["-Z", zscores])),
+    ];
+    for (pair, suffix, args) in &cases {
+        let out = rankpulse_eval(args, &dir.join(format!("{pair}.qrels")), &dir.join(format!("{pair}.run")));
+        assert_same(&format!("{pair}.{suffix}"), &out, &dir.join(format!("{pair}.{suffix}.out")));
+    }
+    let jg_cases: Vec<(&str, Vec<&str>)> = vec![
+        ("jg", jg_with(&[])),
+        ("jgJ", jg_with(&["-J"])),
+        ("jgM10", jg_with(&["-M", "10"])),
+        ("jgl2", jg_with(&["-l", "2"])),
+        ("jgl0", jg_with(&["-l", "0"])),
+        ("jgparams", jg_with(&["-m", "P_avgjg.7,1,3,2000", "-m", "Rprec_mult_avgjg.1.5,0.5,-1,3.25,0.333"])),
+    ];
+    for (suffix, args) in &jg_cases {
+        let out = rankpulse_eval(args, &dir.join("judgegroups.qrels_jg"), &dir.join("judgegroups.run"));
+        assert_same(&format!("judgegroups.{suffix}"), &out, &dir.join(format!("judgegroups.{suffix}.out")));
+    }
+    let probes = dir.join("probes");
+    for probe in [
+        "crlf",
+        "vt_ff_whitespace",
+        "all_negative_topic",
+        "over_1000",
+        "mixed_runid",
+        "dup_run_unjudged_topic",
+        "grade_above_9",
+        "judged_only_nan",
+    ] {
+        let out = rankpulse_eval(&all, &probes.join(format!("{probe}.qrels")), &probes.join(format!("{probe}.run")));
+        assert_same(&format!("probes/{probe}.all"), &out, &probes.join(format!("{probe}.all.out")));
+    }
+}
+
+/// Where trec_eval divides 0 by 0 (an empty ranking under `-J` or `-M 0`)
+/// it prints `-nan`, per topic and in the summary; rankpulse prints a number
+/// there (0 per topic) and every other line exactly as trec_eval.
+#[test]
+fn empty_rankings_give_numbers_where_trec_eval_prints_nan() {
+    let probes = fixtures().join("probes");
+    for (suffix, extra) in [("allJ", "-J"), ("allM0", "-M0")] {
+        let out = rankpulse_eval(
+            &["-q", "-c", "-m", "all_trec", extra],
+            &probes.join("judged_only_nan.qrels"),
+            &probes.join("judged_only_nan.run"),
+        );
+        assert!(out.status.success(), "{suffix}: {}", String::from_utf8_lossy(&out.stderr));
+        let ours = String::from_utf8(out.stdout).unwrap();
+        let theirs = std::fs::read_to_string(probes.join(format!("judged_only_nan.{suffix}.out"))).unwrap();
+        assert_eq!(ours.lines().count(), theirs.lines().count(), "{suffix}");
+        let mut nan_lines = 0;
+        for (o, t) in ours.lines().zip(theirs.lines()) {
+            if t.ends_with("nan") {
+                nan_lines += 1;
+                let (o_key, o_value) = o.rsplit_once('\t').unwrap();
+                assert_eq!(o_key, t.rsplit_once('\t').unwrap().0, "{suffix}");
+                let value: f64 = o_value.trim().parse().unwrap();
+                assert!(value.is_finite(), "{suffix}: {o}");
+                if !o_key.ends_with("\tall") {
+                    assert_eq!(value, 0.0, "{suffix}: {o}");
+                }
+            } else {
+                assert_eq!(o, t, "{suffix}");
+            }
+        }
+        assert!(nan_lines > 0, "{suffix}: the probe no longer exercises trec_eval's nan");
+    }
+}
+
 /// Inputs trec_eval also refuses; rankpulse says which file and line.
 #[test]
 fn malformed_input_exits_2_naming_file_and_line() {

@@ -17,6 +17,7 @@
 //! listed in docs/metrics.md.
 
 pub mod calc;
+pub mod jg;
 pub mod measures;
 pub mod trec;
 pub mod zscore;
@@ -112,6 +113,8 @@ pub enum EvalError {
     Measure(#[from] MeasureError),
     #[error(transparent)]
     Zscores(#[from] ZError),
+    #[error(transparent)]
+    QrelsJg(#[from] jg::JgError),
     #[error("{path}:{line}: grade {grade} exceeds --max-grade {max_grade} (needed by err_cut)")]
     GradeAboveMax { path: PathBuf, line: u32, grade: Grade, max_grade: Grade },
     #[error("{0}: no result lines")]
@@ -162,12 +165,14 @@ pub struct EvalSummary {
 /// The judgments, in whichever format `-R` named.
 enum RelInfo<'a> {
     Qrels(Qrels<'a>),
+    Jg(jg::JgQrels<'a>),
 }
 
 impl<'a> RelInfo<'a> {
     fn names(&self) -> &[&'a [u8]] {
         match self {
             RelInfo::Qrels(q) => &q.names,
+            RelInfo::Jg(q) => q.qids(),
         }
     }
 
@@ -175,6 +180,9 @@ impl<'a> RelInfo<'a> {
     fn positive_lines(&self) -> usize {
         match self {
             RelInfo::Qrels(q) => q.items.iter().filter(|j| j.grade > 0).count(),
+            RelInfo::Jg(q) => (0..q.len())
+                .map(|t| q.topic(t).groups().map(|g| g.judgments.iter().filter(|j| j.grade > 0).count()).sum::<usize>())
+                .sum(),
         }
     }
 }
@@ -258,6 +266,7 @@ pub fn run_files(
 fn parse_rel_info<'a>(format: RelFormat, path: &Path, buf: &'a [u8]) -> Result<RelInfo<'a>, EvalError> {
     Ok(match format {
         RelFormat::Qrels => RelInfo::Qrels(trec::parse_qrels(path, buf)?),
+        RelFormat::QrelsJg => RelInfo::Jg(jg::parse_qrels_jg(path, buf)?),
         other => return Err(EvalError::Format { measure: "runid", needs: "qrels", format: other }),
     })
 }
@@ -337,6 +346,12 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
     let mut row = vec![0.0; layout.len];
     let mut weights = vec![Weight::default(); layout.measures.len()];
     let mut relstring = String::new();
+    let mut jg_scratch = jg::Scratch::new();
+    let jg_options = jg::JgOptions {
+        relevance_level: cx.opts.relevance_level,
+        judged_docs_only: cx.opts.judged_only,
+        max_docs: cx.opts.max_docs,
+    };
     let bogus = [Retrieved { doc: BOGUS_DOC, key: trec::doc_key(BOGUS_DOC), score: 1.0 }];
     for &(t, r) in topics {
         let results = r.map_or(&bogus[..], |r| cx.run.topics.topic(r));
@@ -344,9 +359,24 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
         let qid = String::from_utf8_lossy(qid_bytes);
         row.fill(0.0);
         relstring.clear();
-        let RelInfo::Qrels(qrels) = cx.rel_info;
-        if cx.needs_qrels {
-            rr.load(qrels.topic(t), results, &cx.form);
+        match cx.rel_info {
+            RelInfo::Qrels(qrels) if cx.needs_qrels => rr.load(qrels.topic(t), results, &cx.form),
+            RelInfo::Jg(qrels) => {
+                let ranking = jg_scratch.rank(&qrels.topic(t), results, &jg_options);
+                for (i, m) in layout.measures.iter().enumerate() {
+                    let out = &mut row[layout.range(i)];
+                    match m.id {
+                        Id::MapAvgjg => out[0] = jg::map_avgjg(&ranking),
+                        Id::PAvgjg => {
+                            let cutoffs: Vec<usize> = m.params.longs().iter().map(|&k| k as usize).collect();
+                            jg::p_avgjg(&ranking, &cutoffs, out);
+                        }
+                        Id::RprecMultAvgjg => jg::rprec_mult_avgjg(&ranking, m.params.doubles(), out),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
         }
         let skip = cx.opts.no_relevant == NoRelevant::Skip && cx.needs_qrels && rr.num_rel == 0;
         chunk.no_relevant += usize::from(cx.needs_qrels && rr.num_rel == 0);
@@ -356,6 +386,7 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
             match m.id {
                 Id::Runid => {}
                 Id::NumQ => out[0] = 1.0,
+                Id::MapAvgjg | Id::PAvgjg | Id::RprecMultAvgjg => {}
                 Id::Relstring => {
                     calc::relstring(&rr, m.params.doubles().first().copied().unwrap_or(10.0), &mut relstring);
                 }

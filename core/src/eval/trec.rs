@@ -119,7 +119,7 @@ impl<'a, T: Copy> Grouped<'a, T> {
     /// lines sharing a topic. Files almost always list a topic's lines
     /// together, and then the items are already in place; otherwise one
     /// counting-sort pass moves the blocks, keeping file order within a topic.
-    fn new(topics: Interner<'a>, items: Vec<T>) -> Self {
+    pub(crate) fn new(topics: Interner<'a>, items: Vec<T>) -> Self {
         let names = topics.names;
         let runs = topics.runs;
         let block = |i: usize| -> (usize, usize, usize) {
@@ -199,7 +199,7 @@ impl Duplicate<'_> {
 }
 
 /// Orders two occurrences of the same document by their place in the file.
-fn in_file_order<'a>(a: &'a [u8], b: &'a [u8]) -> (&'a [u8], &'a [u8]) {
+pub(crate) fn in_file_order<'a>(a: &'a [u8], b: &'a [u8]) -> (&'a [u8], &'a [u8]) {
     if a.as_ptr() <= b.as_ptr() { (a, b) } else { (b, a) }
 }
 
@@ -256,7 +256,7 @@ fn split_fields<'a, const N: usize>(line: &'a [u8], fields: &mut [&'a [u8]; N]) 
 /// Calls `f(line_number, fields, count)` for every line that is neither
 /// blank nor a `#` comment.
 #[inline]
-fn for_each_line<'a, const N: usize>(
+pub(crate) fn for_each_line<'a, const N: usize>(
     buf: &'a [u8],
     mut f: impl FnMut(u32, &[&'a [u8]; N], usize) -> Result<(), TrecError>,
 ) -> Result<(), TrecError> {
@@ -279,7 +279,7 @@ fn for_each_line<'a, const N: usize>(
 
 /// Interns topic ids into dense indices in order of first appearance, and
 /// records the blocks of consecutive lines that share a topic.
-struct Interner<'a> {
+pub(crate) struct Interner<'a> {
     ids: FxHashMap<&'a [u8], u32>,
     names: Vec<&'a [u8]>,
     /// The previous line's topic: consecutive lines nearly always share it.
@@ -289,13 +289,13 @@ struct Interner<'a> {
 }
 
 impl<'a> Interner<'a> {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Interner { ids: FxHashMap::default(), names: Vec::new(), last: None, runs: Vec::new() }
     }
 
     /// Notes that item number `index` belongs to topic `name`.
     #[inline]
-    fn intern(&mut self, name: &'a [u8], index: usize) {
+    pub(crate) fn intern(&mut self, name: &'a [u8], index: usize) {
         if let Some((last, _)) = self.last
             && short_eq(last, name)
         {
@@ -338,13 +338,13 @@ fn short_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
-fn show(bytes: &[u8]) -> String {
+pub(crate) fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Parses a decimal integer grade: optional sign, then digits only.
 #[inline]
-fn parse_grade(field: &[u8]) -> Option<Grade> {
+pub(crate) fn parse_grade(field: &[u8]) -> Option<Grade> {
     let (negative, digits) = match field.first()? {
         b'-' => (true, &field[1..]),
         b'+' => (false, &field[1..]),
