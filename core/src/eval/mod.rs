@@ -15,6 +15,7 @@
 //! have both, as trec_eval 9 and its own help text describe.
 
 pub mod measures;
+pub mod prefs;
 pub mod trec;
 
 use crate::metrics::{

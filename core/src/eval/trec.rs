@@ -256,7 +256,7 @@ fn split_fields<'a, const N: usize>(line: &'a [u8], fields: &mut [&'a [u8]; N]) 
 /// Calls `f(line_number, fields, count)` for every line that is neither
 /// blank nor a `#` comment.
 #[inline]
-fn for_each_line<'a, const N: usize>(
+pub(crate) fn for_each_line<'a, const N: usize>(
     buf: &'a [u8],
     mut f: impl FnMut(u32, &[&'a [u8]; N], usize) -> Result<(), TrecError>,
 ) -> Result<(), TrecError> {
@@ -373,7 +373,7 @@ const EXACT_POWERS_OF_TEN: [f64; 16] =
 /// the divisor 10^d is exact, so one IEEE division rounds correctly (Clinger's
 /// fast path). Anything else goes to the standard parser.
 #[inline]
-fn parse_score(field: &[u8]) -> Option<f64> {
+pub(crate) fn parse_score(field: &[u8]) -> Option<f64> {
     let (negative, rest) = match field.first()? {
         b'-' => (true, &field[1..]),
         b'+' => (false, &field[1..]),
