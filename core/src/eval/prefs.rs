@@ -1251,4 +1251,47 @@ mod tests {
         parse_prefs(p(), b"1 g s a 2\n1 g s b 1\n1 g t a -1\n1 g t c 2\n1 g u a 0\n1 g u d 1\n").unwrap();
         parse_prefs(p(), b"1 g s a 2\n1 g s b 1\n1 h s a 1\n1 h s b 2\n").unwrap();
     }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/trec/prefs").join(name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// On the generated fixtures: topics of one JG without repeated pairs
+    /// give the same bits without the pair-count matrix, and evaluating
+    /// again allocates nothing.
+    #[test]
+    fn shortcut_equals_matrix_and_scratch_is_reused() {
+        for (judgments, run) in [("graded.qrels", "graded.run"), ("multi.prefs", "multi.run")] {
+            let (jbuf, rbuf) = (fixture(judgments), fixture(run));
+            let q = if judgments.ends_with(".qrels") {
+                parse_qrels_prefs(p(), &jbuf).unwrap()
+            } else {
+                parse_prefs(p(), &jbuf).unwrap()
+            };
+            let run = trec::parse_run(p(), &rbuf).unwrap();
+            let mut fast = Scratch::default();
+            let mut slow = Scratch { always_matrix: true, ..Scratch::default() };
+            let mut shortcuts = 0;
+            for pass in 0..2 {
+                let capacity = (fast.rank_of.capacity(), fast.ranks.capacity(), fast.counts.capacity());
+                for t in 0..q.len() {
+                    let topic = q.topic(t);
+                    let r = run.topics.names.iter().position(|n| *n == topic.name()).unwrap();
+                    let (mut a, mut b) = ([0.0; N], [0.0; N]);
+                    for max_docs in [usize::MAX, 3] {
+                        evaluate_topic(topic, run.topics.topic(r), max_docs, &mut fast, &mut a);
+                        evaluate_topic(topic, run.topics.topic(r), max_docs, &mut slow, &mut b);
+                        assert_eq!(a.map(f64::to_bits), b.map(f64::to_bits), "{judgments} topic {t}");
+                    }
+                    shortcuts += usize::from(topic.span().distinct_pairs);
+                }
+                if pass == 1 {
+                    let after = (fast.rank_of.capacity(), fast.ranks.capacity(), fast.counts.capacity());
+                    assert_eq!(capacity, after, "{judgments}: the second pass grew a buffer");
+                }
+            }
+            assert!(shortcuts > 10, "{judgments}: only {shortcuts} topics take the shortcut");
+        }
+    }
 }
