@@ -19,6 +19,7 @@
 pub mod calc;
 pub mod jg;
 pub mod measures;
+pub mod prefs;
 pub mod trec;
 pub mod zscore;
 

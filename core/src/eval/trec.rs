@@ -373,7 +373,7 @@ const EXACT_POWERS_OF_TEN: [f64; 16] =
 /// the divisor 10^d is exact, so one IEEE division rounds correctly (Clinger's
 /// fast path). Anything else goes to the standard parser.
 #[inline]
-fn parse_score(field: &[u8]) -> Option<f64> {
+pub(crate) fn parse_score(field: &[u8]) -> Option<f64> {
     let (negative, rest) = match field.first()? {
         b'-' => (true, &field[1..]),
         b'+' => (false, &field[1..]),
