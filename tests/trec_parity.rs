@@ -213,6 +213,30 @@ fn every_measure_and_option_matches_trec_eval_byte_for_byte() {
     }
 }
 
+/// Preference judgments (`-R prefs`, `-R qrels_prefs`), commands as in
+/// `prefs/make.sh`.
+#[test]
+fn preference_measures_match_trec_eval_byte_for_byte() {
+    let dir = fixtures().join("prefs");
+    let cases: [(&str, &[&str], &str, &str); 7] = [
+        ("multi.q.out", &["-q", "-m", "all_prefs", "-R", "prefs"], "multi.prefs", "multi.run"),
+        ("multi.c.out", &["-q", "-c", "-m", "all_prefs", "-R", "prefs"], "multi.prefs", "multi_partial.run"),
+        ("multi.M5.out", &["-q", "-M", "5", "-m", "all_prefs", "-R", "prefs"], "multi.prefs", "multi.run"),
+        ("graded.q.out", &["-q", "-m", "all_prefs", "-R", "qrels_prefs"], "graded.qrels", "graded.run"),
+        ("graded.c.out", &["-q", "-c", "-m", "all_prefs", "-R", "qrels_prefs"], "graded.qrels", "graded_partial.run"),
+        ("graded.M5.out", &["-q", "-M", "5", "-m", "all_prefs", "-R", "qrels_prefs"], "graded.qrels", "graded.run"),
+        ("edge.c.out", &["-q", "-c", "-m", "all_prefs", "-R", "prefs"], "edge.prefs", "edge.run"),
+    ];
+    for (expected, args, judgments, run) in cases {
+        let out = rankpulse_eval(args, &dir.join(judgments), &dir.join(run));
+        assert_same(&format!("prefs/{expected}"), &out, &dir.join(expected));
+    }
+    // A measure that needs another format is refused before reading.
+    let out = rankpulse_eval(&["-R", "prefs", "-m", "map"], &dir.join("multi.prefs"), &dir.join("multi.run"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("measure map needs qrels judgments"));
+}
+
 /// Where trec_eval divides 0 by 0 (an empty ranking under `-J` or `-M 0`)
 /// it prints `-nan`, per topic and in the summary; rankpulse prints a number
 /// there (0 per topic) and every other line exactly as trec_eval.

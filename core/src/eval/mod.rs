@@ -116,6 +116,8 @@ pub enum EvalError {
     Zscores(#[from] ZError),
     #[error(transparent)]
     QrelsJg(#[from] jg::JgError),
+    #[error(transparent)]
+    Prefs(#[from] prefs::PrefsError),
     #[error("{path}:{line}: grade {grade} exceeds --max-grade {max_grade} (needed by err_cut)")]
     GradeAboveMax { path: PathBuf, line: u32, grade: Grade, max_grade: Grade },
     #[error("{0}: no result lines")]
@@ -167,6 +169,7 @@ pub struct EvalSummary {
 enum RelInfo<'a> {
     Qrels(Qrels<'a>),
     Jg(jg::JgQrels<'a>),
+    Prefs(prefs::PrefsQrels<'a>),
 }
 
 impl<'a> RelInfo<'a> {
@@ -174,6 +177,7 @@ impl<'a> RelInfo<'a> {
         match self {
             RelInfo::Qrels(q) => &q.names,
             RelInfo::Jg(q) => q.qids(),
+            RelInfo::Prefs(q) => &q.names,
         }
     }
 
@@ -184,6 +188,9 @@ impl<'a> RelInfo<'a> {
             RelInfo::Jg(q) => (0..q.len())
                 .map(|t| q.topic(t).groups().map(|g| g.judgments.iter().filter(|j| j.grade > 0).count()).sum::<usize>())
                 .sum(),
+            RelInfo::Prefs(q) => {
+                (0..q.len()).map(|t| q.topic(t).judgments().iter().filter(|j| j.rel > 0.0).count()).sum()
+            }
         }
     }
 }
@@ -268,7 +275,8 @@ fn parse_rel_info<'a>(format: RelFormat, path: &Path, buf: &'a [u8]) -> Result<R
     Ok(match format {
         RelFormat::Qrels => RelInfo::Qrels(trec::parse_qrels(path, buf)?),
         RelFormat::QrelsJg => RelInfo::Jg(jg::parse_qrels_jg(path, buf)?),
-        other => return Err(EvalError::Format { measure: "runid", needs: "qrels", format: other }),
+        RelFormat::Prefs => RelInfo::Prefs(prefs::parse_prefs(path, buf)?),
+        RelFormat::QrelsPrefs => RelInfo::Prefs(prefs::parse_qrels_prefs(path, buf)?),
     })
 }
 
@@ -348,6 +356,8 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
     let mut weights = vec![Weight::default(); layout.measures.len()];
     let mut relstring = String::new();
     let mut jg_scratch = jg::Scratch::new();
+    let mut prefs_scratch = prefs::Scratch::new();
+    let mut prefs_values = [0.0; prefs::N];
     let jg_options = jg::JgOptions {
         relevance_level: cx.opts.relevance_level,
         judged_docs_only: cx.opts.judged_only,
@@ -377,6 +387,20 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
                     }
                 }
             }
+            RelInfo::Prefs(judged) => {
+                prefs::evaluate_topic(
+                    judged.topic(t),
+                    results,
+                    cx.opts.max_docs,
+                    &mut prefs_scratch,
+                    &mut prefs_values,
+                );
+                for (i, m) in layout.measures.iter().enumerate() {
+                    if let Some(k) = prefs::MEASURES.iter().position(|&n| n == m.id.name()) {
+                        row[layout.start[i]] = prefs_values[k];
+                    }
+                }
+            }
             _ => {}
         }
         let skip = cx.opts.no_relevant == NoRelevant::Skip && cx.needs_qrels && rr.num_rel == 0;
@@ -387,7 +411,8 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
             match m.id {
                 Id::Runid => {}
                 Id::NumQ => out[0] = 1.0,
-                Id::MapAvgjg | Id::PAvgjg | Id::RprecMultAvgjg => {}
+                // Computed above, per judgment group or preference.
+                _ if m.id.needs() != Needs::Qrels => {}
                 Id::Relstring => {
                     calc::relstring(&rr, m.params.doubles().first().copied().unwrap_or(10.0), &mut relstring);
                 }
