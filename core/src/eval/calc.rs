@@ -531,6 +531,7 @@ fn rbp(rr: &ResRels, pairs: &[(String, f64)]) -> f64 {
         for g in &mut gains.levels {
             g.gain = (g.gain - min) / (max - min);
         }
+        gains.index();
     }
     let (mut sum, mut cur_p) = (0.0f64, 1.0f64);
     for &r in &rr.rel_list {
@@ -554,6 +555,9 @@ struct Level {
 /// `grade=gain` parameter says otherwise, ordered by increasing gain.
 struct Gains {
     levels: Vec<Level>,
+    /// (grade, gain) sorted by grade, for a binary search per document
+    /// (trec_eval scans `levels` per document).
+    by_grade: Vec<(i64, f64)>,
 }
 
 impl Gains {
@@ -563,21 +567,50 @@ impl Gains {
             .filter(|(k, _)| valid_int(k))
             .filter_map(|(k, v)| Some(Level { rel: k.parse().ok()?, gain: *v, count: 0 }))
             .collect();
+        // trec_eval compares gains as `(int)(a - b)` with glibc's merge sort:
+        // gains less than 1 apart compare equal. With whole-number gains
+        // that comparison is a true order, so any stable sort gives glibc's
+        // result and grades nobody judged (count 0, gain = grade) can be
+        // left out: they neither score a document nor enter the ideal
+        // ranking. Otherwise every grade takes part and glibc's merge is
+        // replayed.
+        let whole = levels.iter().all(|l| l.gain.fract() == 0.0 && l.gain.abs() < 1e9);
+        // Only the parameters can name a grade twice over; grades found in
+        // the judgments are distinct.
+        let given = levels.len();
         for (i, &n) in rel_levels.iter().enumerate() {
-            match levels.iter_mut().find(|l| l.rel == i as i64) {
+            match levels[..given].iter_mut().find(|l| l.rel == i as i64) {
                 Some(l) => l.count = n,
-                None => levels.push(Level { rel: i as i64, gain: i as f64, count: n }),
+                None if n > 0 || !whole => levels.push(Level { rel: i as i64, gain: i as f64, count: n }),
+                None => {}
             }
         }
-        // trec_eval compares gains as `(int)(a - b)` with glibc's merge sort:
-        // gains less than 1 apart keep their order. A stable sort on the
-        // same comparison reproduces it.
-        merge_sort_by(&mut levels, |a, b| ((a.gain - b.gain) as i32).cmp(&0));
-        Gains { levels }
+        let by_gain = |a: &Level, b: &Level| ((a.gain - b.gain) as i32).cmp(&0);
+        if whole {
+            levels.sort_by(by_gain);
+        } else {
+            merge_sort_by(&mut levels, by_gain);
+        }
+        let mut gains = Gains { levels, by_grade: Vec::new() };
+        gains.index();
+        gains
+    }
+
+    /// Rebuilds `by_grade` from `levels`; for a grade listed twice the one
+    /// first in gain order wins, as in trec_eval's scan.
+    fn index(&mut self) {
+        self.by_grade.clear();
+        self.by_grade.extend(self.levels.iter().map(|l| (l.rel, l.gain)));
+        // Stable: equal grades keep their gain order.
+        self.by_grade.sort_by_key(|&(rel, _)| rel);
+        self.by_grade.dedup_by_key(|&mut (rel, _)| rel);
     }
 
     fn gain(&self, rel: i64) -> f64 {
-        self.levels.iter().find(|l| l.rel == rel).map_or(0.0, |l| l.gain)
+        match self.by_grade.binary_search_by_key(&rel, |&(r, _)| r) {
+            Ok(i) => self.by_grade[i].1,
+            Err(_) => 0.0,
+        }
     }
 
     /// Walks the ideal ranking: calls `step(i, ideal_gain)` per rank while

@@ -407,6 +407,13 @@ pub(crate) fn parse_score(field: &[u8]) -> Option<f64> {
     std::str::from_utf8(field).ok()?.parse::<f64>().ok()
 }
 
+/// The highest grade a qrels line may carry. Per-grade counts are arrays
+/// indexed by grade and the ideal rankings walk them grade by grade, so a
+/// topic costs time and memory in its highest grade; this bound keeps a
+/// hostile file from asking for gigabytes (trec_eval allocates whatever the
+/// grade says).
+pub const MAX_QRELS_GRADE: Grade = 65_535;
+
 /// Parses a qrels file held in `buf`.
 pub fn parse_qrels<'a>(path: &Path, buf: &'a [u8]) -> Result<Qrels<'a>, TrecError> {
     let mut topics = Interner::new();
@@ -422,6 +429,13 @@ pub fn parse_qrels<'a>(path: &Path, buf: &'a [u8]) -> Result<Qrels<'a>, TrecErro
         }
         let grade = parse_grade(f[3])
             .ok_or_else(|| TrecError::line(path, line_no, format!("relevance {:?} is not an integer", show(f[3]))))?;
+        if grade > MAX_QRELS_GRADE {
+            return Err(TrecError::line(
+                path,
+                line_no,
+                format!("relevance {grade} is above {MAX_QRELS_GRADE} (trec_eval documents grades below 128)"),
+            ));
+        }
         topics.intern(f[0], items.len());
         items.push(Judgment { doc: f[2], key: doc_key(f[2]), grade });
         Ok(())
@@ -568,6 +582,9 @@ mod tests {
         assert_eq!(err, "x:2: expected 4 columns \"qid iter docno rel\", found 3");
         let err = parse_qrels(p(), b"1 0 a 1\n\n1 0 a 2\n").unwrap_err().to_string();
         assert!(err.starts_with("x:3: document \"a\" judged twice"), "{err}");
+        let err = parse_qrels(p(), b"1 0 a 65536\n").unwrap_err().to_string();
+        assert!(err.contains("x:1: relevance 65536 is above 65535"), "{err}");
+        assert!(parse_qrels(p(), b"1 0 a 65535\n").is_ok());
         let err = parse_qrels(p(), b"1 0 a high\n").unwrap_err().to_string();
         assert!(err.contains("x:1: relevance \"high\""), "{err}");
         let err = parse_run(p(), b"1 Q0 a 1 nan r\n").unwrap_err().to_string();
