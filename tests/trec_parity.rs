@@ -114,14 +114,22 @@ fn main_pairs_match_trec_eval_byte_for_byte() {
 /// Odd-but-valid inputs on which trec_eval behaves sensibly: CRLF line ends,
 /// vertical tab and form feed as separators, a topic judged only with -1,
 /// runs over 1000 results (no truncation), run ids that change mid-file (the
-/// last wins), a duplicate in a topic that is never evaluated.
+/// last wins), a duplicate in a topic that is never evaluated, a judged
+/// topic missing from the run whose judgments name trec_eval's placeholder
+/// document (so `-c` scores it as trec_eval does).
 #[test]
 fn probes_match_trec_eval() {
     let dir = fixtures().join("probes");
     let cq: Vec<&str> = ["-c", "-q"].iter().chain(CQ_MEASURES).copied().collect();
-    for probe in
-        ["crlf", "vt_ff_whitespace", "all_negative_topic", "over_1000", "mixed_runid", "dup_run_unjudged_topic"]
-    {
+    for probe in [
+        "crlf",
+        "vt_ff_whitespace",
+        "all_negative_topic",
+        "over_1000",
+        "mixed_runid",
+        "dup_run_unjudged_topic",
+        "placeholder_docno",
+    ] {
         let out = rankpulse_eval(&cq, &dir.join(format!("{probe}.qrels")), &dir.join(format!("{probe}.run")));
         assert_same(probe, &out, &dir.join(format!("{probe}.cq.out")));
     }
@@ -207,6 +215,7 @@ fn every_measure_and_option_matches_trec_eval_byte_for_byte() {
         "dup_run_unjudged_topic",
         "grade_above_9",
         "judged_only_nan",
+        "placeholder_docno",
     ] {
         let out = rankpulse_eval(&all, &probes.join(format!("{probe}.qrels")), &probes.join(format!("{probe}.run")));
         assert_same(&format!("probes/{probe}.all"), &out, &probes.join(format!("{probe}.all.out")));
@@ -235,6 +244,55 @@ fn preference_measures_match_trec_eval_byte_for_byte() {
     let out = rankpulse_eval(&["-R", "prefs", "-m", "map"], &dir.join("multi.prefs"), &dir.join("multi.run"));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("measure map needs qrels judgments"));
+}
+
+/// Topics whose judgments are all negative make trec_eval exit 4 (when the
+/// topic sorts first) or crash (otherwise; `errors/*.expected`). rankpulse
+/// evaluates them as topics with nothing judged: their values are 0 and the
+/// other topic's lines are exactly what it gets alone.
+#[test]
+fn all_negative_topics_are_evaluated_where_trec_eval_fails() {
+    let dir = fixtures().join("errors");
+    let args = ["-q", "-c", "-m", "all_trec"];
+    for (case, bad, good) in [
+        ("first_topic_all_unjudged", "1", "2"),
+        ("first_topic_below_minus1", "1", "2"),
+        ("later_topic_below_minus1", "2", "1"),
+    ] {
+        let expected: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{case}.expected"))).unwrap()).unwrap();
+        assert_ne!(expected["exit_code"], 0, "{case}: trec_eval no longer fails here");
+        let qrels = dir.join(format!("{case}.qrels"));
+        let run = dir.join(format!("{case}.run"));
+        let out = rankpulse_eval(&args, &qrels, &run);
+        assert!(out.status.success(), "{case}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let lines_of = |text: &str, qid: &str| -> Vec<String> {
+            text.lines().filter(|l| l.split('\t').nth(1) == Some(qid)).map(str::to_string).collect()
+        };
+        for line in lines_of(&text, bad) {
+            let value = line.rsplit('\t').next().unwrap();
+            assert!(value == "0" || value == "0.0000" || value == "''", "{case}: {line}");
+        }
+        // The good topic alone, in a file of its own.
+        let tmp = std::env::temp_dir().join(format!("rankpulse-{case}-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let keep = |path: &Path| -> String {
+            std::fs::read_to_string(path)
+                .unwrap()
+                .lines()
+                .filter(|l| l.split_whitespace().next() == Some(good))
+                .map(|l| format!("{l}\n"))
+                .collect()
+        };
+        std::fs::write(tmp.join("q"), keep(&qrels)).unwrap();
+        std::fs::write(tmp.join("r"), keep(&run)).unwrap();
+        let alone = rankpulse_eval(&args, &tmp.join("q"), &tmp.join("r"));
+        std::fs::remove_dir_all(&tmp).unwrap();
+        let alone = String::from_utf8(alone.stdout).unwrap();
+        assert!(!lines_of(&alone, good).is_empty(), "{case}");
+        assert_eq!(lines_of(&text, good), lines_of(&alone, good), "{case}");
+    }
 }
 
 /// Where trec_eval divides 0 by 0 (an empty ranking under `-J` or `-M 0`)
