@@ -57,6 +57,9 @@ pub struct ResRels {
     ideal_grades: Vec<Grade>,
     options: Vec<Option<f64>>,
     auc: metrics::Scratch,
+    /// Reused per topic by the measures that build tables.
+    gains: Gains,
+    cuts: Vec<i64>,
 }
 
 impl ResRels {
@@ -210,7 +213,9 @@ pub fn calc(m: &Measure, rr: &mut ResRels, form: &Form, out: &mut [f64]) -> Opti
                 return None;
             }
             // Cutoffs in relevant documents; lround, as trec_eval 10.
-            let cutoffs: Vec<i64> = points.iter().map(|p| (p * rr.num_rel as f64).round() as i64).collect();
+            let mut cutoffs = std::mem::take(&mut rr.cuts);
+            cutoffs.clear();
+            cutoffs.extend(points.iter().map(|p| (p * rr.num_rel as f64).round() as i64));
             let mut cut = cutoffs.len() as i64 - 1;
             while cut >= 0 && cutoffs[cut as usize] > rr.num_rel_ret {
                 cut -= 1;
@@ -248,6 +253,7 @@ pub fn calc(m: &Measure, rr: &mut ResRels, form: &Form, out: &mut [f64]) -> Opti
             if m.id == Id::ElevenPtAvg {
                 out[0] = sum / points.len() as f64;
             }
+            rr.cuts = cutoffs;
         }
         Id::P | Id::Recall | Id::RelativeP | Id::Success | Id::Unj | Id::MapCut => {
             let cutoffs = m.params.longs();
@@ -319,7 +325,9 @@ pub fn calc(m: &Measure, rr: &mut ResRels, form: &Form, out: &mut [f64]) -> Opti
         }
         Id::RprecMult => {
             let mults = m.params.doubles();
-            let cutoffs: Vec<i64> = mults.iter().map(|p| (p * rr.num_rel as f64 + 0.9) as i64).collect();
+            let mut cutoffs = std::mem::take(&mut rr.cuts);
+            cutoffs.clear();
+            cutoffs.extend(mults.iter().map(|p| (p * rr.num_rel as f64 + 0.9) as i64));
             let mut cut = cutoffs.len() as i64 - 1;
             while cut >= 0 && cutoffs[cut as usize] > num_ret {
                 out[cut as usize] = finite(rr.num_rel_ret as f64 / cutoffs[cut as usize] as f64);
@@ -338,6 +346,7 @@ pub fn calc(m: &Measure, rr: &mut ResRels, form: &Form, out: &mut [f64]) -> Opti
                 }
                 i -= 1;
             }
+            rr.cuts = cutoffs;
         }
         Id::Utility => {
             let p = m.params.doubles();
@@ -359,7 +368,8 @@ pub fn calc(m: &Measure, rr: &mut ResRels, form: &Form, out: &mut [f64]) -> Opti
             }
         }
         Id::G | Id::Dcg | Id::IdealDcg | Id::Ndcg | Id::NdcgRel | Id::Rndcg => {
-            let gains = Gains::new(m.params.pairs(), &rr.ideal_levels[..rr.num_ideal_levels]);
+            rr.gains.build(m.params.pairs(), &rr.ideal_levels[..rr.num_ideal_levels]);
+            let gains = &rr.gains;
             out[0] = match m.id {
                 Id::G => gains.g(&rr.rel_list),
                 Id::NdcgRel => gains.ndcg_rel(&rr.rel_list),
@@ -404,7 +414,10 @@ pub fn calc(m: &Measure, rr: &mut ResRels, form: &Form, out: &mut [f64]) -> Opti
             }
             out[0] = ((1.0 + sum) / (1.0 + rr.num_rel as f64 - sum)).ln();
         }
-        Id::Rbp => out[0] = rbp(rr, m.params.pairs()),
+        Id::Rbp => {
+            rr.gains.build(m.params.pairs(), &rr.ideal_levels[..rr.num_ideal_levels]);
+            out[0] = rbp(&mut rr.gains, &rr.rel_list, m.params.pairs());
+        }
         Id::RbpResid => {
             let p = rbp_p(m.params.pairs());
             let (mut unj, mut sum, mut cur_p) = (0i64, 0.0f64, 1.0f64);
@@ -517,9 +530,8 @@ fn rbp_p(pairs: &[(String, f64)]) -> f64 {
     pairs.iter().rev().find(|(k, _)| k == "p").map_or(0.9, |&(_, v)| v)
 }
 
-fn rbp(rr: &ResRels, pairs: &[(String, f64)]) -> f64 {
+fn rbp(gains: &mut Gains, rel_list: &[i64], pairs: &[(String, f64)]) -> f64 {
     let p = rbp_p(pairs);
-    let mut gains = Gains::new(pairs, &rr.ideal_levels[..rr.num_ideal_levels]);
     // Gains are normalised into [0, 1] when any lies outside (trec_eval
     // leaves min and max uninitialised; they start here from 0).
     let (mut min, mut max) = (0.0f64, 0.0f64);
@@ -534,7 +546,7 @@ fn rbp(rr: &ResRels, pairs: &[(String, f64)]) -> f64 {
         gains.index();
     }
     let (mut sum, mut cur_p) = (0.0f64, 1.0f64);
-    for &r in &rr.rel_list {
+    for &r in rel_list {
         let gain = gains.gain(r);
         if gain != 0.0 {
             sum += gain * cur_p;
@@ -553,6 +565,7 @@ struct Level {
 
 /// Gain per grade (trec_eval's `setup_gains`): the grade itself unless a
 /// `grade=gain` parameter says otherwise, ordered by increasing gain.
+#[derive(Debug, Default)]
 struct Gains {
     levels: Vec<Level>,
     /// (grade, gain) sorted by grade, for a binary search per document
@@ -561,12 +574,16 @@ struct Gains {
 }
 
 impl Gains {
-    fn new(pairs: &[(String, f64)], rel_levels: &[i64]) -> Gains {
-        let mut levels: Vec<Level> = pairs
-            .iter()
-            .filter(|(k, _)| valid_int(k))
-            .filter_map(|(k, v)| Some(Level { rel: k.parse().ok()?, gain: *v, count: 0 }))
-            .collect();
+    /// Fills the table for one topic (buffers reused across topics).
+    fn build(&mut self, pairs: &[(String, f64)], rel_levels: &[i64]) {
+        let levels = &mut self.levels;
+        levels.clear();
+        levels.extend(
+            pairs
+                .iter()
+                .filter(|(k, _)| valid_int(k))
+                .filter_map(|(k, v)| Some(Level { rel: k.parse().ok()?, gain: *v, count: 0 })),
+        );
         // trec_eval compares gains as `(int)(a - b)` with glibc's merge sort:
         // gains less than 1 apart compare equal. With whole-number gains
         // that comparison is a true order, so any stable sort gives glibc's
@@ -589,11 +606,9 @@ impl Gains {
         if whole {
             levels.sort_by(by_gain);
         } else {
-            merge_sort_by(&mut levels, by_gain);
+            merge_sort_by(levels, by_gain);
         }
-        let mut gains = Gains { levels, by_grade: Vec::new() };
-        gains.index();
-        gains
+        self.index();
     }
 
     /// Rebuilds `by_grade` from `levels`; for a grade listed twice the one
