@@ -140,52 +140,53 @@ fn parse_format(name: &str) -> Result<rankpulse::event::Format, String> {
 }
 
 #[derive(Args)]
+#[command(args_override_self = true)]
 struct EvalArgs {
     /// Average over every topic in the judgments; a topic missing from the run is scored as
     /// trec_eval does (one unjudged document).
-    #[arg(short = 'c')]
+    #[arg(short = 'c', long = "complete_rel_info_wanted")]
     complete: bool,
     /// Print each topic's values before the summary.
-    #[arg(short = 'q')]
+    #[arg(short = 'q', long = "query_eval_wanted")]
     per_query: bool,
     /// Do not print the `all` summary.
-    #[arg(short = 'n')]
+    #[arg(short = 'n', long = "nosummary")]
     no_summary: bool,
     /// Measure or nickname, trec_eval syntax (repeatable): map, P.5,10, ndcg.1=3,2=9, official,
     /// all_trec, set, all_prefs, prefs, qrels_jg; rankpulse's own: ndcg_exp_cut.k, err_cut.k,
     /// gauc, extras. Parameters come from the first -m NAME.PARAMS. Default: official.
-    #[arg(short = 'm', value_name = "MEASURE")]
+    #[arg(short = 'm', long = "measure", value_name = "MEASURE")]
     measures: Vec<String>,
     /// Minimum grade counted as relevant (0 or more).
-    #[arg(short = 'l', value_name = "LEVEL", default_value_t = 1, allow_negative_numbers = true)]
+    #[arg(short = 'l', long = "level_for_rel", value_name = "LEVEL", default_value = "1", allow_negative_numbers = true, value_parser = parse_atol)]
     relevance_level: i64,
     /// Evaluate only the first NUM results of each topic.
-    #[arg(short = 'M', value_name = "NUM")]
-    max_docs: Option<u64>,
+    #[arg(short = 'M', long = "Max_retrieved_per_topic", value_name = "NUM", allow_negative_numbers = true, value_parser = parse_atol)]
+    max_docs: Option<i64>,
     /// Drop unjudged documents from every ranking before evaluating.
-    #[arg(short = 'J')]
+    #[arg(short = 'J', long = "Judged_docs_only")]
     judged_only: bool,
     /// Number of documents in the collection (used by utility).
-    #[arg(short = 'N', value_name = "NUM", default_value_t = 0, allow_negative_numbers = true)]
+    #[arg(short = 'N', long = "Number_docs_in_coll", value_name = "NUM", default_value = "0", allow_negative_numbers = true, value_parser = parse_atol)]
     num_docs_in_coll: i64,
     /// Judgments format: qrels, prefs, qrels_prefs, qrels_jg.
-    #[arg(short = 'R', value_name = "FORMAT", default_value = "qrels", value_parser = parse_rel_format)]
+    #[arg(short = 'R', long = "Rel_info_format", value_name = "FORMAT", default_value = "qrels", value_parser = parse_rel_format)]
     rel_format: RelFormat,
     /// Results format; trec_results is the only one.
-    #[arg(short = 'T', value_name = "FORMAT", default_value = "trec_results", value_parser = ["trec_results"])]
+    #[arg(short = 'T', long = "Results_format", value_name = "FORMAT", default_value = "trec_results", value_parser = ["trec_results"])]
     results_format: String,
     /// Print z-scores against the `qid measure mean std_dev` lines of FILE.
-    #[arg(short = 'Z', value_name = "FILE")]
+    #[arg(short = 'Z', long = "Zscore", value_name = "FILE")]
     zscores: Option<PathBuf>,
     /// trec_eval's debug level, optionally `LEVEL.QID` to evaluate that topic only; rankpulse
     /// prints no debug traces.
-    #[arg(short = 'D', value_name = "LEVEL[.QID]")]
+    #[arg(short = 'D', long = "Debug_level", value_name = "LEVEL[.QID]")]
     debug: Option<String>,
     /// Obsolete trec_eval flag, accepted and ignored.
-    #[arg(short = 'o', hide = true)]
+    #[arg(short = 'o', long = "Output_old_results_format", hide = true)]
     old_format: bool,
     /// Print the version and exit.
-    #[arg(short = 'v')]
+    #[arg(short = 'v', long = "version")]
     version: bool,
     /// Print a JSON report with full f64 precision instead of trec_eval's table.
     #[arg(long)]
@@ -208,6 +209,16 @@ struct EvalArgs {
     /// TREC run file: `qid iter docno rank score run_id`, or `-` for stdin.
     #[arg(required_unless_present = "version")]
     run: Option<PathBuf>,
+}
+
+/// A number as trec_eval reads `-l`, `-M` and `-N` (C's `atol`): its leading
+/// digits, so `1.5` is 1 and `2x` is 2; a value with no digits is refused
+/// (trec_eval would read 0).
+fn parse_atol(value: &str) -> Result<i64, String> {
+    let v = value.trim_start();
+    let sign = usize::from(v.starts_with(['+', '-']));
+    let digits = v[sign..].bytes().take_while(u8::is_ascii_digit).count();
+    v[..sign + digits].parse().map_err(|_| format!("{value:?} is not a number"))
 }
 
 fn parse_rel_format(name: &str) -> Result<RelFormat, String> {
@@ -428,7 +439,8 @@ fn eval_command(args: EvalArgs) -> ExitCode {
         measures: args.measures,
         json: args.json,
         relevance_level: args.relevance_level,
-        max_docs: args.max_docs.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX)),
+        // A negative -M leaves nothing to evaluate (trec_eval: garbage).
+        max_docs: args.max_docs.map_or(usize::MAX, |m| usize::try_from(m.max(0)).unwrap_or(usize::MAX)),
         judged_only: args.judged_only,
         num_docs_in_coll: args.num_docs_in_coll,
         rel_format: args.rel_format,

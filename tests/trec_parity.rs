@@ -295,6 +295,60 @@ fn all_negative_topics_are_evaluated_where_trec_eval_fails() {
     }
 }
 
+/// trec_eval's command line as its users type it: long options, repeated
+/// flags (the last value wins), `atol` numbers; ids printed as the files
+/// spell them, UTF-8 or not; a document retrieved twice refused only where
+/// it is evaluated (both times within `-M`).
+#[test]
+fn command_line_and_ids_as_trec_eval() {
+    let dir = fixtures();
+    let (qrels, run) = (dir.join("edge.qrels"), dir.join("edge.run"));
+    let short = rankpulse_eval(&["-q", "-m", "map", "-m", "P.5", "-l", "1", "-M", "3", "-N", "7"], &qrels, &run);
+    assert!(short.status.success());
+    for long in [
+        vec![
+            "--query_eval_wanted",
+            "--measure",
+            "map",
+            "--measure=P.5",
+            "--level_for_rel",
+            "1",
+            "--Max_retrieved_per_topic=3",
+        ],
+        vec!["-q", "-q", "-m", "map", "-m", "P.5", "-l", "2", "-l", "1.5", "-M", "3x", "-N", "7.9"],
+    ] {
+        let out = rankpulse_eval(&long, &qrels, &run);
+        assert!(out.status.success(), "{long:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.stdout, short.stdout, "{long:?}");
+    }
+
+    let tmp = std::env::temp_dir().join(format!("rankpulse-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::write(tmp.join("q"), b"\xff1 0 a 1\n\xff1 0 b 0\nq 0 a 1\n").unwrap();
+    // Topic \xff1 retrieves `a` twice, the second time at rank 3.
+    std::fs::write(
+        tmp.join("r"),
+        b"\xff1 Q0 a 1 3 r\xfe\n\xff1 Q0 b 2 2 r\xfe\n\xff1 Q0 a 3 1 r\xfe\nq Q0 a 1 1 r\xfe\n",
+    )
+    .unwrap();
+    std::fs::write(tmp.join("r1"), b"\xff1 Q0 a 1 3 r\xfe\n\xff1 Q0 b 2 2 r\xfe\nq Q0 a 1 1 r\xfe\n").unwrap();
+    let cut = rankpulse_eval(&["-q", "-M", "2", "-m", "runid", "-m", "map"], &tmp.join("q"), &tmp.join("r"));
+    let once = rankpulse_eval(&["-q", "-M", "2", "-m", "runid", "-m", "map"], &tmp.join("q"), &tmp.join("r1"));
+    let whole = rankpulse_eval(&["-q", "-m", "map"], &tmp.join("q"), &tmp.join("r"));
+    let other = rankpulse_eval(&["-q", "-D", "0.q", "-m", "map"], &tmp.join("q"), &tmp.join("r"));
+    std::fs::remove_dir_all(&tmp).unwrap();
+    assert!(cut.status.success(), "{}", String::from_utf8_lossy(&cut.stderr));
+    assert_eq!(cut.stdout, once.stdout);
+    // trec_eval 10.0 prints exactly these bytes for `-q -M 2 -m runid -m map`
+    // on these files: topics in byte order ("q" < 0xff), runid before map.
+    let expected: &[u8] = b"map                   \tq\t1.0000\nmap                   \t\xff1\t1.0000\n\
+runid                 \tall\tr\xfe\nmap                   \tall\t1.0000\n";
+    assert_eq!(cut.stdout, expected, "{}", String::from_utf8_lossy(&cut.stdout));
+    assert_eq!(whole.status.code(), Some(2), "the duplicate is within the ranking trec_eval evaluates");
+    assert!(String::from_utf8_lossy(&whole.stderr).contains("retrieved twice"));
+    assert!(other.status.success(), "-D names the other topic: {}", String::from_utf8_lossy(&other.stderr));
+}
+
 /// Where trec_eval divides 0 by 0 (an empty ranking under `-J` or `-M 0`)
 /// it prints `-nan`, per topic and in the summary; rankpulse prints a number
 /// there (0 per topic) and every other line exactly as trec_eval.

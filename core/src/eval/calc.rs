@@ -60,6 +60,7 @@ pub struct ResRels {
     /// Reused per topic by the measures that build tables.
     gains: Gains,
     cuts: Vec<i64>,
+    ucuts: Vec<usize>,
 }
 
 impl ResRels {
@@ -140,6 +141,11 @@ impl ResRels {
 /// NaN (0/0 in trec_eval) becomes 0.
 fn finite(x: f64) -> f64 {
     if x.is_nan() { 0.0 } else { x }
+}
+
+/// NaN and the infinities become 0.
+fn finite_or_zero(x: f64) -> f64 {
+    if x.is_finite() { x } else { 0.0 }
 }
 
 fn rel(rr: &ResRels, i: usize, level: i64) -> bool {
@@ -370,7 +376,9 @@ pub fn calc(m: &Measure, rr: &mut ResRels, form: &Form, out: &mut [f64]) -> Opti
         Id::G | Id::Dcg | Id::IdealDcg | Id::Ndcg | Id::NdcgRel | Id::Rndcg => {
             rr.gains.build(m.params.pairs(), &rr.ideal_levels[..rr.num_ideal_levels]);
             let gains = &rr.gains;
-            out[0] = match m.id {
+            // Gains given as parameters can make trec_eval's logs and
+            // ratios undefined (`G.-1=5`: log2 of a negative); 0 there.
+            out[0] = finite_or_zero(match m.id {
                 Id::G => gains.g(&rr.rel_list),
                 Id::NdcgRel => gains.ndcg_rel(&rr.rel_list),
                 Id::Rndcg if rr.num_rel == 0 => 0.0,
@@ -384,7 +392,7 @@ pub fn calc(m: &Measure, rr: &mut ResRels, form: &Form, out: &mut [f64]) -> Opti
                         _ => 0.0,
                     }
                 }
-            };
+            });
         }
         Id::NdcgCut => ndcg_cut(rr, m.params.longs(), out),
         Id::SetP if num_ret > 0 => out[0] = rr.num_rel_ret as f64 / num_ret as f64,
@@ -416,7 +424,7 @@ pub fn calc(m: &Measure, rr: &mut ResRels, form: &Form, out: &mut [f64]) -> Opti
         }
         Id::Rbp => {
             rr.gains.build(m.params.pairs(), &rr.ideal_levels[..rr.num_ideal_levels]);
-            out[0] = rbp(&mut rr.gains, &rr.rel_list, m.params.pairs());
+            out[0] = finite_or_zero(rbp(&mut rr.gains, &rr.rel_list, m.params.pairs()));
         }
         Id::RbpResid => {
             let p = rbp_p(m.params.pairs());
@@ -433,7 +441,9 @@ pub fn calc(m: &Measure, rr: &mut ResRels, form: &Form, out: &mut [f64]) -> Opti
             }
         }
         Id::NdcgExpCut | Id::ErrCut => {
-            let cutoffs: Vec<usize> = m.params.longs().iter().map(|&k| k as usize).collect();
+            let mut cutoffs = std::mem::take(&mut rr.ucuts);
+            cutoffs.clear();
+            cutoffs.extend(m.params.longs().iter().map(|&k| k as usize));
             rr.grades.clear();
             rr.grades.extend(rr.rel_list.iter().map(|&r| r.max(-1) as Grade));
             if m.id == Id::ErrCut {
@@ -450,6 +460,7 @@ pub fn calc(m: &Measure, rr: &mut ResRels, form: &Form, out: &mut [f64]) -> Opti
                     *v = o.unwrap_or(0.0);
                 }
             }
+            rr.ucuts = cutoffs;
         }
         Id::Gauc => {
             rr.grades.clear();

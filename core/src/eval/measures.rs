@@ -431,8 +431,8 @@ pub enum MeasureError {
     BadNumber { measure: String, value: String },
     #[error("measure {measure:?}: parameter {value:?} is not of the form name=number")]
     BadPair { measure: String, value: String },
-    #[error("measure {0:?}: duplicate cutoffs")]
-    Duplicate(String),
+    #[error("measure {measure:?}: cutoff {value} given twice")]
+    Duplicate { measure: String, value: String },
     #[error("measure {measure:?} takes exactly {expected} parameters, got {got}")]
     Count { measure: String, expected: usize, got: usize },
     #[error("measure {0:?}: no cutoff values")]
@@ -531,8 +531,8 @@ impl Measure {
                         .collect::<Result<Vec<_>, _>>()?,
                 };
                 cuts.sort_unstable();
-                if cuts.windows(2).any(|w| w[0] == w[1]) {
-                    return Err(MeasureError::Duplicate(name.to_string()));
+                if let Some(w) = cuts.windows(2).find(|w| w[0] == w[1]) {
+                    return Err(MeasureError::Duplicate { measure: name.to_string(), value: w[0].to_string() });
                 }
                 let names = cuts.iter().map(|k| format!("{name}_{k}")).collect();
                 (Params::Longs(cuts), names)
@@ -545,8 +545,8 @@ impl Measure {
                     }
                 };
                 cuts.sort_by(f64::total_cmp);
-                if cuts.windows(2).any(|w| w[0] == w[1]) {
-                    return Err(MeasureError::Duplicate(name.to_string()));
+                if let Some(w) = cuts.windows(2).find(|w| w[0] == w[1]) {
+                    return Err(MeasureError::Duplicate { measure: name.to_string(), value: w[0].to_string() });
                 }
                 let names = cuts.iter().map(|&c| double_name(name, c)).collect();
                 (Params::Doubles(cuts), names)
@@ -684,7 +684,7 @@ mod tests {
     #[test]
     fn rejects_bad_specs() {
         assert!(matches!(Plan::parse(&["nope"]), Err(MeasureError::Unknown(_))));
-        assert!(matches!(Plan::parse(&["P.5,5"]), Err(MeasureError::Duplicate(_))));
+        assert!(matches!(Plan::parse(&["P.5,5"]), Err(MeasureError::Duplicate { .. })));
         assert!(matches!(Plan::parse(&["P.0"]), Err(MeasureError::BadCutoff { .. })));
         assert!(matches!(Plan::parse(&["P.x"]), Err(MeasureError::BadCutoff { .. })));
         // trec_eval reads cutoffs with atol: `23.4` is 23.

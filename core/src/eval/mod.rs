@@ -181,16 +181,12 @@ impl<'a> RelInfo<'a> {
         }
     }
 
-    /// Judgment lines with grade > 0 over every topic (`num_rel` under -c).
+    /// Judgment lines with grade > 0 over every topic (`num_rel` under -c;
+    /// `num_rel` needs qrels, so the other formats never ask).
     fn positive_lines(&self) -> usize {
         match self {
             RelInfo::Qrels(q) => q.items.iter().filter(|j| j.grade > 0).count(),
-            RelInfo::Jg(q) => (0..q.len())
-                .map(|t| q.topic(t).groups().map(|g| g.judgments.iter().filter(|j| j.grade > 0).count()).sum::<usize>())
-                .sum(),
-            RelInfo::Prefs(q) => {
-                (0..q.len()).map(|t| q.topic(t).judgments().iter().filter(|j| j.rel > 0.0).count()).sum()
-            }
+            RelInfo::Jg(_) | RelInfo::Prefs(_) => 0,
         }
     }
 }
@@ -245,10 +241,16 @@ pub fn run_files(
     if run.topics.items.is_empty() {
         return Err(EvalError::EmptyRun(run_path.to_path_buf()));
     }
+    // Like trec_eval, a document retrieved twice is an error only where it
+    // is evaluated: in a judged topic (the one `-D` names, if any), both
+    // times among the first `-M` results.
     if let Some(e) = run.duplicates.iter().find_map(|d| {
         let name = run.topics.names[d.topic];
-        let evaluated = rel_info.names().contains(&name);
-        evaluated.then(|| d.to_error(run_path, &run_buf, name))
+        let evaluated =
+            rel_info.names().contains(&name) && opts.only_topic.as_deref().is_none_or(|q| q.as_bytes() == name);
+        let ranked = run.topics.topic(d.topic);
+        let within = ranked.iter().take(opts.max_docs).filter(|r| r.doc == d.first).count() > 1;
+        (evaluated && within).then(|| d.to_error(run_path, &run_buf, name))
     }) {
         return Err(e.into());
     }
@@ -322,8 +324,9 @@ struct Chunk {
     values: Vec<f64>,
     /// Per topic and measure.
     weights: Vec<Weight>,
-    /// Per-query report lines (`-q` without `--json`).
-    text: String,
+    /// Per-query report lines (`-q` without `--json`); bytes, because ids
+    /// are printed as the files spell them, UTF-8 or not.
+    text: Vec<u8>,
     /// Per-query JSON objects (`-q --json`).
     json: Vec<(String, Value)>,
     no_relevant: usize,
@@ -356,6 +359,7 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
     let mut weights = vec![Weight::default(); layout.measures.len()];
     let mut relstring = String::new();
     let mut jg_scratch = jg::Scratch::new();
+    let mut jg_cutoffs: Vec<usize> = Vec::new();
     let mut prefs_scratch = prefs::Scratch::new();
     let mut prefs_values = [0.0; prefs::N];
     let jg_options = jg::JgOptions {
@@ -367,7 +371,6 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
     for &(t, r) in topics {
         let results = r.map_or(&bogus[..], |r| cx.run.topics.topic(r));
         let qid_bytes = cx.rel_info.names()[t];
-        let qid = String::from_utf8_lossy(qid_bytes);
         row.fill(0.0);
         relstring.clear();
         match cx.rel_info {
@@ -379,8 +382,9 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
                     match m.id {
                         Id::MapAvgjg => out[0] = jg::map_avgjg(&ranking),
                         Id::PAvgjg => {
-                            let cutoffs: Vec<usize> = m.params.longs().iter().map(|&k| k as usize).collect();
-                            jg::p_avgjg(&ranking, &cutoffs, out);
+                            jg_cutoffs.clear();
+                            jg_cutoffs.extend(m.params.longs().iter().map(|&k| k as usize));
+                            jg::p_avgjg(&ranking, &jg_cutoffs, out);
                         }
                         Id::RprecMultAvgjg => jg::rprec_mult_avgjg(&ranking, m.params.doubles(), out),
                         _ => {}
@@ -449,9 +453,10 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
         }
         if cx.opts.per_query {
             if cx.opts.json {
-                chunk.json.push((qid.to_string(), topic_json(layout, &row, &weights)));
+                // JSON keys are text: an id that is not UTF-8 gets U+FFFD.
+                chunk.json.push((String::from_utf8_lossy(qid_bytes).into_owned(), topic_json(layout, &row, &weights)));
             } else {
-                write_topic(&mut chunk.text, layout, &qid, &row, &weights, &relstring, cx.zscores.is_some());
+                write_topic(&mut chunk.text, layout, qid_bytes, &row, &weights, &relstring, cx.zscores.is_some());
             }
         }
         chunk.values.extend_from_slice(&row);
@@ -518,7 +523,7 @@ fn evaluate(
     for chunk in chunks {
         summary.no_relevant += chunk.no_relevant;
         summary.gauc_single_class += chunk.gauc_single_class;
-        out.write_all(chunk.text.as_bytes())?;
+        out.write_all(&chunk.text)?;
         per_query_json.extend(chunk.json);
         for (row, weights) in chunk.values.chunks(layout.len.max(1)).zip(chunk.weights.chunks(n_measures.max(1))) {
             for (i, m) in layout.measures.iter().enumerate() {
@@ -543,7 +548,7 @@ fn evaluate(
     let mut finals: Vec<Option<f64>> = vec![None; layout.len];
     for (i, m) in layout.measures.iter().enumerate() {
         let skip_policy = opts.no_relevant == NoRelevant::Skip;
-        for (k, v) in layout.range(i).enumerate() {
+        for v in layout.range(i) {
             let sum = sums[v];
             finals[v] = match m.id.average() {
                 Average::None => None,
@@ -567,7 +572,6 @@ fn evaluate(
                 }
                 Average::Weighted => (weight_sums[i] > 0.0).then(|| sum / weight_sums[i]),
             };
-            let _ = k;
         }
     }
 
@@ -610,22 +614,22 @@ fn evaluate(
         serde_json::to_writer_pretty(&mut *out, &Value::Object(doc)).map_err(std::io::Error::from)?;
         out.write_all(b"\n")?;
     } else if !opts.no_summary {
-        let mut text = String::new();
+        let mut text = Vec::new();
         let z = zscores.is_some();
         for (i, m) in layout.measures.iter().enumerate() {
             match m.id {
-                Id::Runid => push_line(&mut text, "", "runid", "all", &run_id),
+                Id::Runid => push_line(&mut text, "runid", b"all", run.run_id),
                 Id::Relstring => {}
                 _ => {
                     for v in layout.range(i) {
                         if let Some(x) = finals[v] {
-                            push_value(&mut text, layout.names[v], "all", x, is_long(m), z);
+                            push_value(&mut text, layout.names[v], b"all", x, is_long(m), z);
                         }
                     }
                 }
             }
         }
-        out.write_all(text.as_bytes())?;
+        out.write_all(&text)?;
     }
     out.flush()?;
     Ok(summary)
@@ -635,29 +639,27 @@ fn is_long(m: &Measure) -> bool {
     m.id.shape() == Shape::Long
 }
 
-fn push_line(text: &mut String, prefix: &str, name: &str, qid: &str, value: &str) {
-    use std::fmt::Write as _;
-    // Writing to a String cannot fail.
-    let _ = writeln!(text, "{prefix}{name:<22}\t{qid}\t{value}");
+fn push_line(text: &mut Vec<u8>, name: &str, qid: &[u8], value: &[u8]) {
+    // Writing to a Vec cannot fail.
+    let _ = write!(text, "{name:<22}\t");
+    text.extend_from_slice(qid);
+    text.push(b'\t');
+    text.extend_from_slice(value);
+    text.push(b'\n');
 }
 
 /// trec_eval's value line: `%ld` for counts, `%6.4f` otherwise; under `-Z`
 /// every value is a `%6.4f` z-score and the name gets a `Z`.
-fn push_value(text: &mut String, name: &str, qid: &str, value: f64, long: bool, z: bool) {
-    use std::fmt::Write as _;
-    let _ = if z {
-        writeln!(text, "Z{name:<22}\t{qid}\t{value:6.4}")
-    } else if long {
-        writeln!(text, "{name:<22}\t{qid}\t{}", value as i64)
-    } else {
-        writeln!(text, "{name:<22}\t{qid}\t{value:6.4}")
-    };
+fn push_value(text: &mut Vec<u8>, name: &str, qid: &[u8], value: f64, long: bool, z: bool) {
+    let _ = if z { write!(text, "Z{name:<22}\t") } else { write!(text, "{name:<22}\t") };
+    text.extend_from_slice(qid);
+    let _ = if long && !z { writeln!(text, "\t{}", value as i64) } else { writeln!(text, "\t{value:6.4}") };
 }
 
 fn write_topic(
-    text: &mut String,
+    text: &mut Vec<u8>,
     layout: &Layout,
-    qid: &str,
+    qid: &[u8],
     row: &[f64],
     weights: &[Weight],
     relstring: &str,
@@ -672,7 +674,9 @@ fn write_topic(
             continue;
         }
         if m.id == Id::Relstring {
-            push_line(text, "", &m.names[0], qid, &format!("'{relstring}'"));
+            let _ = write!(text, "{:<22}\t", m.names[0]);
+            text.extend_from_slice(qid);
+            let _ = writeln!(text, "\t'{relstring}'");
             continue;
         }
         for v in layout.range(i) {

@@ -491,7 +491,7 @@ pub fn parse_run<'a>(path: &Path, buf: &'a [u8]) -> Result<Run<'a>, TrecError> {
         let results = grouped.topic_mut(t);
         // Duplicates make the ranking ambiguous; trec_eval refuses them too.
         results.sort_unstable_by(|a, b| a.key.cmp(&b.key).then_with(|| a.doc.cmp(b.doc)));
-        if let Some(w) = results.windows(2).find(|w| w[0].key == w[1].key && w[0].doc == w[1].doc) {
+        for w in results.windows(2).filter(|w| w[0].key == w[1].key && w[0].doc == w[1].doc) {
             let (first, repeat) = in_file_order(w[0].doc, w[1].doc);
             duplicates.push(Duplicate { topic: t, first, repeat });
         }

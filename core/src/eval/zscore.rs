@@ -16,14 +16,16 @@ const MISSING: f64 = -1_000_000.0;
 pub enum ZError {
     #[error("cannot read z-score file {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("{path}:{line}: expected \"qid measure mean std_dev\"")]
-    Line { path: PathBuf, line: usize },
+    #[error("{path}:{line}: expected \"qid measure mean std_dev\" with two numbers, found {found:?}")]
+    Line { path: PathBuf, line: usize, found: String },
 }
 
-/// Means and standard deviations per (topic, measure name).
+/// Means and standard deviations per topic: (measure name, mean, std_dev)
+/// sorted by name, lines of one name in file order, searched the way
+/// trec_eval searches them (so a name listed twice picks the same line).
 #[derive(Debug, Default)]
 pub struct Zscores {
-    by_topic: FxHashMap<Vec<u8>, FxHashMap<String, (f64, f64)>>,
+    by_topic: FxHashMap<Vec<u8>, Vec<(String, f64, f64)>>,
 }
 
 impl Zscores {
@@ -38,7 +40,11 @@ impl Zscores {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let bad = || ZError::Line { path: path.to_path_buf(), line: i + 1 };
+            let bad = || ZError::Line {
+                path: path.to_path_buf(),
+                line: i + 1,
+                found: String::from_utf8_lossy(line).trim().to_string(),
+            };
             let fields: Vec<&[u8]> = line.split(u8::is_ascii_whitespace).filter(|f| !f.is_empty()).collect();
             let [qid, measure, mean, stddev] = fields[..] else {
                 return Err(bad());
@@ -46,7 +52,11 @@ impl Zscores {
             let number = |f: &[u8]| std::str::from_utf8(f).ok().and_then(|s| s.parse::<f64>().ok());
             let (mean, stddev) = (number(mean).ok_or_else(bad)?, number(stddev).ok_or_else(bad)?);
             let measure = String::from_utf8_lossy(measure).into_owned();
-            z.by_topic.entry(qid.to_vec()).or_default().insert(measure, (mean, stddev));
+            z.by_topic.entry(qid.to_vec()).or_default().push((measure, mean, stddev));
+        }
+        for lines in z.by_topic.values_mut() {
+            // Stable, as glibc's merge-sort `qsort` that trec_eval calls.
+            lines.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         }
         Ok(z)
     }
@@ -58,14 +68,31 @@ impl Zscores {
             return;
         };
         for (v, name) in values.iter_mut().zip(names) {
-            *v = match topic.get(*name) {
+            *v = match find(topic, name) {
                 None => MISSING,
-                Some(&(mean, stddev)) if stddev != 0.0 => (*v - mean) / stddev,
-                Some(&(mean, _)) if *v == mean => 0.0,
+                Some((mean, stddev)) if stddev != 0.0 => (*v - mean) / stddev,
+                Some((mean, _)) if *v == mean => 0.0,
                 Some(_) => MISSING,
             };
         }
     }
+}
+
+/// trec_eval's `find_meas`: a binary search whose upper end starts one
+/// past the last line. Where trec_eval then reads past the array, the
+/// measure counts as missing.
+fn find(lines: &[(String, f64, f64)], name: &str) -> Option<(f64, f64)> {
+    let (mut start, mut end) = (0i64, lines.len() as i64);
+    while start <= end {
+        let current = (start + end) / 2;
+        let (line, mean, stddev) = lines.get(current as usize)?;
+        match name.as_bytes().cmp(line.as_bytes()) {
+            std::cmp::Ordering::Less => end = current - 1,
+            std::cmp::Ordering::Greater => start = current + 1,
+            std::cmp::Ordering::Equal => return Some((*mean, *stddev)),
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -82,5 +109,10 @@ mod tests {
         z.convert(b"2", &["map"], &mut v);
         assert_eq!(v, [MISSING]);
         assert!(Zscores::parse(Path::new("z"), b"1 map 0.5\n").is_err());
+        // A name listed three times: trec_eval's search lands on the middle line.
+        let z = Zscores::parse(Path::new("z"), b"1 map 0 1\n1 map 0.5 1\n1 map 0.7 1\n").unwrap();
+        let mut v = [1.0];
+        z.convert(b"1", &["map"], &mut v);
+        assert_eq!(v, [0.5]);
     }
 }
