@@ -265,6 +265,20 @@ impl<'a> PrefsQrels<'a> {
     pub fn find(&self, name: &[u8]) -> Option<usize> {
         self.names.binary_search(&name).ok()
     }
+
+    /// The bytes allocated on the heap (capacities, not lengths).
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.names.capacity() * size_of::<&[u8]>()
+            + self.topics.capacity() * size_of::<TopicSpan>()
+            + self.judgments.capacity() * size_of::<PrefJudgment>()
+            + self.doc_of.capacity() * size_of::<u32>()
+            + self.docs.capacity() * size_of::<&[u8]>()
+            + self.jgs.capacity() * size_of::<JgSpan>()
+            + self.ecs.capacity() * size_of::<Range<usize>>()
+            + self.levels.capacity() * size_of::<(u32, f64)>()
+    }
 }
 
 fn show(bytes: &[u8]) -> String {
@@ -783,6 +797,20 @@ impl Order {
             }
         }
     }
+
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        8 * (self.edges.capacity() + self.calls.capacity())
+            + 4 * (self.start.capacity()
+                + self.targets.capacity()
+                + self.index.capacity()
+                + self.low.capacity()
+                + self.stack.capacity()
+                + self.comp.capacity()
+                + self.members.capacity()
+                + self.comp_start.capacity())
+            + 8 * self.reach.capacity()
+    }
 }
 
 /// Reusable buffers of [`evaluate_topic`]: once they have grown to the
@@ -808,6 +836,14 @@ pub struct Scratch {
 impl Scratch {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The bytes allocated on the heap (capacities, not lengths).
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        4 * (self.rank_of.capacity() + self.ranks.capacity() + self.tmp.capacity() + self.local.capacity())
+            + 2 * self.counts.capacity()
+            + self.order.heap_bytes()
     }
 }
 
@@ -1541,6 +1577,55 @@ mod tests {
         assert!(pairs_seen > 10_000, "{pairs_seen} pairs");
     }
 
+    /// `num_topics` topics, each one JG of two JSGs ranking the same `docs`
+    /// docs in one total order (`docs * (docs - 1) / 2` preferences).
+    fn total_orders(num_topics: usize, docs: usize) -> String {
+        let mut prefs = String::new();
+        for t in 0..num_topics {
+            for jsg in ["s1", "s2"] {
+                for d in 0..docs {
+                    prefs.push_str(&format!("q{t:03} g {jsg} d{d} {}\n", docs - d));
+                }
+            }
+        }
+        prefs
+    }
+
+    /// Parsed judgments are linear in the lines, however many preferences
+    /// the partial orders hold (they once kept every closed preference of
+    /// every topic: 8 bytes per pair, quadratic per topic, summed over
+    /// topics); evaluating rebuilds them per JG in the reused scratch.
+    #[test]
+    fn memory_is_linear_in_lines_and_bounded_by_one_topic() {
+        const DOCS: usize = 600;
+        let expected = (DOCS * (DOCS - 1) / 2) as f64;
+        let mut per_line = Vec::new();
+        for num_topics in [1, 4, 16] {
+            let prefs = total_orders(num_topics, DOCS);
+            let q = parse_prefs(p(), prefs.as_bytes()).unwrap();
+            let lines = num_topics * 2 * DOCS;
+            // The closed preferences alone would be 8 * 179,700 bytes per
+            // topic, about 1,200 per line.
+            per_line.push(q.heap_bytes() / lines);
+            let run: Vec<(String, f64)> = (0..DOCS).map(|d| (format!("d{d}"), (DOCS - d) as f64)).collect();
+            let run: Vec<(&str, f64)> = run.iter().map(|(d, s)| (d.as_str(), *s)).collect();
+            let results = ranking(&run);
+            let mut s = Scratch::default();
+            let mut first = 0;
+            for t in 0..q.len() {
+                let mut out = [f64::NAN; N];
+                evaluate_topic(q.topic(t), &results, usize::MAX, &mut s, &mut out);
+                assert_values(&out, &[("prefs_num_prefs_poss", expected), ("prefs_num_prefs_ful", expected)]);
+                let scratch = s.heap_bytes();
+                if t == 0 {
+                    first = scratch;
+                }
+                assert_eq!(scratch, first, "topic {t} grew the scratch");
+            }
+        }
+        assert!(per_line.iter().all(|&b| b <= 200), "heap bytes per line for 1, 4, 16 topics: {per_line:?}");
+    }
+
     fn fixture(name: &str) -> Vec<u8> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/trec/prefs").join(name);
         std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -1563,7 +1648,7 @@ mod tests {
             let mut slow = Scratch { always_matrix: true, ..Scratch::default() };
             let mut shortcuts = 0;
             for pass in 0..2 {
-                let capacity = (fast.rank_of.capacity(), fast.ranks.capacity(), fast.counts.capacity());
+                let capacity = fast.heap_bytes();
                 for t in 0..q.len() {
                     let topic = q.topic(t);
                     let r = run.topics.names.iter().position(|n| *n == topic.name()).unwrap();
@@ -1576,8 +1661,7 @@ mod tests {
                     shortcuts += usize::from(topic.span().distinct_pairs);
                 }
                 if pass == 1 {
-                    let after = (fast.rank_of.capacity(), fast.ranks.capacity(), fast.counts.capacity());
-                    assert_eq!(capacity, after, "{judgments}: the second pass grew a buffer");
+                    assert_eq!(capacity, fast.heap_bytes(), "{judgments}: the second pass grew a buffer");
                 }
             }
             assert!(shortcuts > 10, "{judgments}: only {shortcuts} topics take the shortcut");
