@@ -180,6 +180,12 @@ pub struct PrefJudgment<'a> {
 
 /// Parsed and checked preference judgments, topics in trec_eval's order
 /// (qids sorted as bytes, like its `strcmp`).
+///
+/// Everything here is linear in the judgment lines. The preferences of a
+/// partial-order JG, quadratic in its documents once closed under
+/// transitivity, are not kept: [`evaluate_topic`] rebuilds them for one JG
+/// at a time in its [`Scratch`], so memory is bounded by the largest topic
+/// (as in trec_eval), not by the sum over topics.
 #[derive(Debug)]
 pub struct PrefsQrels<'a> {
     pub names: Vec<&'a [u8]>,
@@ -193,11 +199,9 @@ pub struct PrefsQrels<'a> {
     jgs: Vec<JgSpan>,
     /// The ECs of the EC JGs, highest level first (only those trec_eval uses).
     ecs: Vec<Range<usize>>,
-    /// Partial-order JGs: every (preferred, other) pair after transitive
-    /// closure, as indices into the JG's `levels`.
-    pairs: Vec<[u32; 2]>,
     /// Partial-order JGs: each document (index in its topic's `docs`) and
-    /// its level, the last one in sort order (trec_eval's `rel_array`).
+    /// its level, the last one in sort order (trec_eval's `rel_array`). A
+    /// document's position in its JG's slice is its local index.
     levels: Vec<(u32, f64)>,
 }
 
@@ -215,8 +219,10 @@ struct TopicSpan {
 enum JgSpan {
     /// One JSG: `ecs` indexes `PrefsQrels::ecs`.
     Classes { ecs: Range<usize> },
-    /// Several JSGs: `pairs` and `levels` index the tables of the same name.
-    Order { pairs: Range<usize>, levels: Range<usize> },
+    /// Several JSGs: `lines` indexes `PrefsQrels::judgments` (the JG's
+    /// lines, from which [`Order`] rebuilds its preferences), `levels` the
+    /// table of that name.
+    Order { lines: Range<usize>, levels: Range<usize> },
 }
 
 /// One topic of [`PrefsQrels`].
@@ -258,6 +264,20 @@ impl<'a> PrefsQrels<'a> {
     /// The topic named `name`, if any.
     pub fn find(&self, name: &[u8]) -> Option<usize> {
         self.names.binary_search(&name).ok()
+    }
+
+    /// The bytes allocated on the heap (capacities, not lengths).
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.names.capacity() * size_of::<&[u8]>()
+            + self.topics.capacity() * size_of::<TopicSpan>()
+            + self.judgments.capacity() * size_of::<PrefJudgment>()
+            + self.doc_of.capacity() * size_of::<u32>()
+            + self.docs.capacity() * size_of::<&[u8]>()
+            + self.jgs.capacity() * size_of::<JgSpan>()
+            + self.ecs.capacity() * size_of::<Range<usize>>()
+            + self.levels.capacity() * size_of::<(u32, f64)>()
     }
 }
 
@@ -323,10 +343,8 @@ struct Builder {
     seen: Vec<(u32, u32, u32)>,
     /// Partial-order JG, per local document: the judgment that set its level.
     level_line: Vec<usize>,
-    /// Partial-order JG: preference bit matrix, `words` u64 per local row.
-    bits: Vec<u64>,
-    /// Partial-order JG: the local docs of the levels below the current one.
-    lower: Vec<u64>,
+    /// Partial-order JG: its preference graph, to find contradictions.
+    order: Order,
 }
 
 fn build<'a>(
@@ -357,7 +375,6 @@ fn build<'a>(
         docs: Vec::new(),
         jgs: Vec::new(),
         ecs: Vec::new(),
-        pairs: Vec::new(),
         levels: Vec::new(),
     };
     let mut b = Builder::default();
@@ -511,9 +528,9 @@ fn classes(
     Ok((ecs_start..q.ecs.len(), duplicated))
 }
 
-/// Records the preferences of a JG with several JSGs (`lines`, sorted by
-/// jsg then level descending), closed under transitivity, and each doc's
-/// level, as trec_eval's preference array and `rel_array`.
+/// Records each doc's level of a JG with several JSGs (`lines`, sorted by
+/// jsg then level descending), as trec_eval's `rel_array`, and checks that
+/// its preferences, closed under transitivity, do not contradict each other.
 fn order(q: &mut PrefsQrels, b: &mut Builder, stamp: u32, lines: Range<usize>) -> Result<JgSpan, Conflict> {
     // Local indices in first-seen order; `levels` gets one row per doc.
     let levels_start = q.levels.len();
@@ -541,68 +558,259 @@ fn order(q: &mut PrefsQrels, b: &mut Builder, stamp: u32, lines: Range<usize>) -
         q.levels[levels_start + l].1 = rel;
         b.level_line[l] = k;
     }
-    // Direct preferences: within a JSG, each doc over every lower level.
-    let words = n.div_ceil(64);
-    b.bits.clear();
-    b.bits.resize(n * words, 0);
-    let mut s = lines.start;
-    while s < lines.end {
-        let jsg = q.judgments[s].jsg;
-        let e = run_end(&q.judgments[..lines.end], s, |j| j.jsg == jsg);
-        // Levels from the lowest up, `lower` holding the docs below.
-        b.lower.clear();
-        b.lower.resize(words, 0);
-        let mut hi = e;
-        while hi > s {
-            let rel = q.judgments[hi - 1].rel;
-            let mut lo = hi - 1;
-            while lo > s && q.judgments[lo - 1].rel == rel {
-                lo -= 1;
+    // Contradictions: two docs each preferred to the other, directly or
+    // through others. Only the preference graph (linear in the lines) is
+    // built; the closed preferences are rebuilt when evaluating.
+    let judgments = &q.judgments[lines.clone()];
+    b.order.build(judgments, |k| b.seen[q.doc_of[lines.start + k] as usize].1, n);
+    b.order.components();
+    if let Some((i, j)) = b.order.first_contradiction() {
+        let first_line = |l: u32| b.seen[q.levels[levels_start + l as usize].0 as usize].2 as usize;
+        return Err(Conflict::Cycle(first_line(i), first_line(j)));
+    }
+    Ok(JgSpan::Order { lines, levels: levels_start..q.levels.len() })
+}
+
+/// The preferences of one partial-order JG as a graph linear in its lines,
+/// and their transitive closure: trec_eval's preference array, rebuilt for
+/// one JG at a time in reusable buffers.
+///
+/// Nodes `0..docs` are the JG's documents (local indices). Within one JSG,
+/// whose levels are `t = 0, 1, …` from the highest, a node `V_t` (`t >= 1`)
+/// stands for "every document at level `t` or below": edges go from `V_t`
+/// to each document at level `t` and to `V_{t+1}`, and from each document
+/// at level `t - 1` to `V_t`. A document then reaches exactly the documents
+/// it is preferred to, closed under transitivity (itself too when it is at
+/// two levels of one JSG: trec_eval sets that bit and never reads it). Two
+/// documents are each preferred to the other when they are in one strongly
+/// connected component.
+#[derive(Debug, Default)]
+struct Order {
+    /// The number of documents, the first nodes.
+    docs: usize,
+    /// (from, to), while building.
+    edges: Vec<(u32, u32)>,
+    /// The edges out of node `v`: `targets[start[v]..start[v + 1]]`.
+    start: Vec<u32>,
+    targets: Vec<u32>,
+    /// Tarjan's algorithm: per node its visit number and low link; the
+    /// nodes not yet in a component; the call stack (node, next edge).
+    index: Vec<u32>,
+    low: Vec<u32>,
+    stack: Vec<u32>,
+    calls: Vec<(u32, u32)>,
+    /// Per node, its component. Components are numbered as found, which is
+    /// reverse topological order: a component's successors come first.
+    comp: Vec<u32>,
+    /// The nodes of component `c`: `members[comp_start[c]..comp_start[c + 1]]`.
+    members: Vec<u32>,
+    comp_start: Vec<u32>,
+    /// The closure: per component, `words` u64 of the documents it reaches.
+    words: usize,
+    reach: Vec<u64>,
+}
+
+impl Order {
+    /// Builds the graph of a JG's `lines` (sorted by jsg, then level
+    /// descending) holding `docs` documents; `local(k)` is the local index
+    /// of the document of `lines[k]`.
+    fn build(&mut self, lines: &[PrefJudgment], local: impl Fn(usize) -> u32, docs: usize) {
+        self.docs = docs;
+        self.edges.clear();
+        let mut nodes = docs as u32;
+        let mut s = 0;
+        while s < lines.len() {
+            let jsg = lines[s].jsg;
+            let e = run_end(lines, s, |j| j.jsg == jsg);
+            // Per level [lo, hi) after the highest, its node V.
+            let (mut above, mut above_v) = (None::<Range<usize>>, None::<u32>);
+            let mut lo = s;
+            while lo < e {
+                let rel = lines[lo].rel;
+                let hi = run_end(&lines[..e], lo, |j| j.rel == rel);
+                if let Some(above) = above {
+                    let v = nodes;
+                    nodes += 1;
+                    if let Some(above_v) = above_v {
+                        self.edges.push((above_v, v));
+                    }
+                    self.edges.extend(above.map(|k| (local(k), v)));
+                    self.edges.extend((lo..hi).map(|k| (v, local(k))));
+                    above_v = Some(v);
+                }
+                above = Some(lo..hi);
+                lo = hi;
             }
-            for k in lo..hi {
-                let row = local(q, b, k) * words;
-                for w in 0..words {
-                    b.bits[row + w] |= b.lower[w];
+            s = e;
+        }
+        // Adjacency lists, by counting sort of the edges on their origin.
+        let nodes = nodes as usize;
+        self.start.clear();
+        self.start.resize(nodes + 1, 0);
+        for &(u, _) in &self.edges {
+            self.start[u as usize + 1] += 1;
+        }
+        for v in 0..nodes {
+            self.start[v + 1] += self.start[v];
+        }
+        self.targets.clear();
+        self.targets.resize(self.edges.len(), 0);
+        for &(u, w) in &self.edges {
+            let next = &mut self.start[u as usize];
+            self.targets[*next as usize] = w;
+            *next += 1;
+        }
+        // Each start[v] is now where v's edges end, i.e. v + 1's begin.
+        self.start.copy_within(0..nodes, 1);
+        self.start[0] = 0;
+    }
+
+    /// Finds the strongly connected components (Tarjan, without recursion).
+    fn components(&mut self) {
+        const NONE: u32 = u32::MAX;
+        let nodes = self.start.len() - 1;
+        self.index.clear();
+        self.index.resize(nodes, NONE);
+        self.low.clear();
+        self.low.resize(nodes, 0);
+        self.comp.clear();
+        self.comp.resize(nodes, NONE);
+        self.members.clear();
+        self.comp_start.clear();
+        self.comp_start.push(0);
+        self.stack.clear();
+        self.calls.clear();
+        let mut visited = 0u32;
+        let mut visit = |o: &mut Order, v: u32| {
+            o.index[v as usize] = visited;
+            o.low[v as usize] = visited;
+            visited += 1;
+            o.stack.push(v);
+            o.calls.push((v, o.start[v as usize]));
+        };
+        for root in 0..nodes as u32 {
+            if self.index[root as usize] != NONE {
+                continue;
+            }
+            visit(self, root);
+            while let Some(&(v, e)) = self.calls.last() {
+                let v = v as usize;
+                if e < self.start[v + 1] {
+                    let top = self.calls.len() - 1;
+                    self.calls[top].1 += 1;
+                    let w = self.targets[e as usize];
+                    if self.index[w as usize] == NONE {
+                        visit(self, w);
+                    } else if self.comp[w as usize] == NONE {
+                        // On the stack: in the component being built.
+                        self.low[v] = self.low[v].min(self.index[w as usize]);
+                    }
+                    continue;
+                }
+                self.calls.pop();
+                if let Some(&(u, _)) = self.calls.last() {
+                    self.low[u as usize] = self.low[u as usize].min(self.low[v]);
+                }
+                if self.low[v] == self.index[v] {
+                    let c = (self.comp_start.len() - 1) as u32;
+                    while let Some(w) = self.stack.pop() {
+                        self.comp[w as usize] = c;
+                        self.members.push(w);
+                        if w as usize == v {
+                            break;
+                        }
+                    }
+                    self.comp_start.push(self.members.len() as u32);
                 }
             }
-            for k in lo..hi {
-                let l = local(q, b, k);
-                b.lower[l / 64] |= 1 << (l % 64);
-            }
-            hi = lo;
         }
-        s = e;
     }
-    // Transitive closure (Warshall; trec_eval squares the matrix until it
-    // stops changing, which gives the same relation).
-    let bit = |bits: &[u64], i: usize, j: usize| bits[i * words + j / 64] >> (j % 64) & 1 == 1;
-    for k in 0..n {
-        for i in 0..n {
-            if i != k && bit(&b.bits, i, k) {
-                for w in 0..words {
-                    let v = b.bits[k * words + w];
-                    b.bits[i * words + w] |= v;
+
+    fn members(&self, c: usize) -> &[u32] {
+        &self.members[self.comp_start[c] as usize..self.comp_start[c + 1] as usize]
+    }
+
+    /// After [`Order::components`]: the first pair (i, j), i < j, of
+    /// documents each preferred to the other, in local index order (as a
+    /// scan of the closed preference matrix row by row finds it).
+    fn first_contradiction(&self) -> Option<(u32, u32)> {
+        let mut first: Option<(u32, u32)> = None;
+        for c in 0..self.comp_start.len() - 1 {
+            let (mut a, mut b) = (u32::MAX, u32::MAX);
+            for &m in self.members(c).iter().filter(|&&m| (m as usize) < self.docs) {
+                if m < a {
+                    (a, b) = (m, a);
+                } else if m < b {
+                    b = m;
+                }
+            }
+            if b != u32::MAX && first.is_none_or(|(i, _)| a < i) {
+                first = Some((a, b));
+            }
+        }
+        first
+    }
+
+    /// After [`Order::components`]: the transitive closure, per component
+    /// the documents it reaches, successors first.
+    fn close(&mut self) {
+        let words = self.docs.div_ceil(64);
+        let comps = self.comp_start.len() - 1;
+        self.words = words;
+        self.reach.clear();
+        self.reach.resize(comps * words, 0);
+        for c in 0..comps {
+            let (done, rest) = self.reach.split_at_mut(c * words);
+            let row = &mut rest[..words];
+            for &u in &self.members[self.comp_start[c] as usize..self.comp_start[c + 1] as usize] {
+                let u = u as usize;
+                for &w in &self.targets[self.start[u] as usize..self.start[u + 1] as usize] {
+                    let w = w as usize;
+                    if w < self.docs {
+                        row[w / 64] |= 1 << (w % 64);
+                    }
+                    let cw = self.comp[w] as usize;
+                    if cw != c {
+                        for (x, y) in row.iter_mut().zip(&done[cw * words..][..words]) {
+                            *x |= y;
+                        }
+                    }
                 }
             }
         }
     }
-    let first_line = |l: usize| b.seen[q.levels[levels_start + l].0 as usize].2 as usize;
-    for i in 0..n {
-        for j in i + 1..n {
-            if bit(&b.bits, i, j) && bit(&b.bits, j, i) {
-                return Err(Conflict::Cycle(first_line(i), first_line(j)));
+
+    /// After [`Order::close`]: calls `f(i, j)` for each document `i`
+    /// preferred to another `j`, by `i` then `j` (local indices).
+    fn for_each_pair(&self, mut f: impl FnMut(u32, u32)) {
+        for i in 0..self.docs {
+            let row = &self.reach[self.comp[i] as usize * self.words..][..self.words];
+            for (w, &bits) in row.iter().enumerate() {
+                let mut bits = bits;
+                while bits != 0 {
+                    let j = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    if j != i {
+                        f(i as u32, j as u32);
+                    }
+                }
             }
         }
     }
-    let pairs_start = q.pairs.len();
-    for i in 0..n {
-        for j in 0..n {
-            if i != j && bit(&b.bits, i, j) {
-                q.pairs.push([i as u32, j as u32]);
-            }
-        }
+
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        8 * (self.edges.capacity() + self.calls.capacity())
+            + 4 * (self.start.capacity()
+                + self.targets.capacity()
+                + self.index.capacity()
+                + self.low.capacity()
+                + self.stack.capacity()
+                + self.comp.capacity()
+                + self.members.capacity()
+                + self.comp_start.capacity())
+            + 8 * self.reach.capacity()
     }
-    Ok(JgSpan::Order { pairs: pairs_start..q.pairs.len(), levels: levels_start..q.levels.len() })
 }
 
 /// Reusable buffers of [`evaluate_topic`]: once they have grown to the
@@ -617,6 +825,10 @@ pub struct Scratch {
     /// hold (trec_eval's `unsigned short` counts array).
     counts: Vec<u16>,
     tmp: Vec<u32>,
+    /// Per topic document: its local index in the current partial-order JG.
+    local: Vec<u32>,
+    /// The current partial-order JG's preferences.
+    order: Order,
     /// Tests: use the pair-count matrix even where it is not needed.
     always_matrix: bool,
 }
@@ -624,6 +836,14 @@ pub struct Scratch {
 impl Scratch {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The bytes allocated on the heap (capacities, not lengths).
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        4 * (self.rank_of.capacity() + self.ranks.capacity() + self.tmp.capacity() + self.local.capacity())
+            + 2 * self.counts.capacity()
+            + self.order.heap_bytes()
     }
 }
 
@@ -710,6 +930,8 @@ pub fn evaluate_topic(topic: Topic, results: &[Retrieved], max_docs: usize, s: &
     }
     s.ranks.clear();
     s.ranks.extend(q.doc_of[span.judgments.clone()].iter().map(|&d| s.rank_of[d as usize]));
+    s.local.clear();
+    s.local.resize(judged, 0);
 
     let matrix = s.always_matrix || !span.distinct_pairs;
     if matrix {
@@ -751,8 +973,15 @@ pub fn evaluate_topic(topic: Topic, results: &[Retrieved], max_docs: usize, s: &
                     }
                 }
             }
-            JgSpan::Order { pairs, levels } => {
+            JgSpan::Order { lines, levels } => {
                 let levels = &q.levels[levels.clone()];
+                for (l, &(d, _)) in levels.iter().enumerate() {
+                    s.local[d as usize] = l as u32;
+                }
+                let local = &s.local;
+                s.order.build(&q.judgments[lines.clone()], |k| local[q.doc_of[lines.start + k] as usize], levels.len());
+                s.order.components();
+                s.order.close();
                 for &(d, rel) in levels {
                     let retrieved = i64::from(s.rank_of[d as usize] < njr);
                     if rel > 0.0 {
@@ -763,7 +992,7 @@ pub fn evaluate_topic(topic: Topic, results: &[Retrieved], max_docs: usize, s: &
                         c.nonrel_ret += retrieved;
                     }
                 }
-                for &[a, b] in &q.pairs[pairs.clone()] {
+                s.order.for_each_pair(|a, b| {
                     let r1 = s.rank_of[levels[a as usize].0 as usize];
                     let r2 = s.rank_of[levels[b as usize].0 as usize];
                     if matrix {
@@ -771,7 +1000,7 @@ pub fn evaluate_topic(topic: Topic, results: &[Retrieved], max_docs: usize, s: &
                         *cell = cell.wrapping_add(1);
                     }
                     c.add(r1, r2, njr);
-                }
+                });
             }
         }
         c.finish();
@@ -795,14 +1024,14 @@ pub fn evaluate_topic(topic: Topic, results: &[Retrieved], max_docs: usize, s: &
         let (f, p) = if r >= n {
             (ful + c.rel_ret * (r - n), poss + c.rel * (r - n))
         } else {
-            recount(q, jg, &s.ranks, base, &s.rank_of, njr, &c, false, &mut s.tmp)
+            recount(q, jg, &s.order, &s.ranks, base, &s.rank_of, njr, &c, false, &mut s.tmp)
         };
         rnonrel += f as f64 / p as f64;
         let (r, n) = (c.rel_ret, c.nonrel_ret);
         let (f, p) = if r >= n {
             (c.ful_ret + c.rel_ret * (r - n), c.poss_ret + c.rel * (r - n))
         } else {
-            recount(q, jg, &s.ranks, base, &s.rank_of, njr, &c, true, &mut s.tmp)
+            recount(q, jg, &s.order, &s.ranks, base, &s.rank_of, njr, &c, true, &mut s.tmp)
         };
         rnonrel_ret += f as f64 / p as f64;
 
@@ -882,13 +1111,15 @@ fn pair_sums(counts: &[u16], judged: usize, njr: usize) -> (f64, f64, f64) {
 
 /// The `Rnonrel` recount of one JG with more non-relevant docs than
 /// relevant ones (`retrieved` for the `_ret` measure): only the first R
-/// non-relevant docs in rank order take part.
+/// non-relevant docs in rank order take part. `order` holds the JG's
+/// preferences if it is a partial order.
 /// Returns (fulfilled, possible); a preference A > B is fulfilled when A is
 /// retrieved and ranked above B.
 #[allow(clippy::too_many_arguments)]
 fn recount(
     q: &PrefsQrels,
     jg: &JgSpan,
+    order: &Order,
     ranks: &[u32],
     base: usize,
     rank_of: &[u32],
@@ -942,7 +1173,7 @@ fn recount(
                 }
             }
         }
-        JgSpan::Order { pairs, levels } => {
+        JgSpan::Order { levels, .. } => {
             // Here trec_eval takes R = num_rel for `_ret` too.
             let keep = keep(c.rel);
             let levels = &q.levels[levels.clone()];
@@ -959,13 +1190,12 @@ fn recount(
                 let r = rank_of[d as usize];
                 (r, rel == 0.0 && r >= first_dropped)
             };
-            for &[a, b] in &q.pairs[pairs.clone()] {
+            order.for_each_pair(|a, b| {
                 let ((ra, drop_a), (rb, drop_b)) = (rank(a), rank(b));
-                if drop_a || drop_b || (retrieved && (ra >= njr || rb >= njr)) {
-                    continue;
+                if !(drop_a || drop_b || (retrieved && (ra >= njr || rb >= njr))) {
+                    count(ra, rb);
                 }
-                count(ra, rb);
-            }
+            });
         }
     }
     (ful, poss + ful)
@@ -1252,6 +1482,150 @@ mod tests {
         parse_prefs(p(), b"1 g s a 2\n1 g s b 1\n1 h s a 1\n1 h s b 2\n").unwrap();
     }
 
+    /// A small deterministic generator (xorshift64*), for the randomized tests.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) % n
+        }
+    }
+
+    /// The closed preference matrix of a partial-order JG the plain way:
+    /// direct preferences within each JSG, then Warshall's closure.
+    fn closed_matrix(lines: &[PrefJudgment], local: &[u32], n: usize) -> Vec<Vec<bool>> {
+        let mut m = vec![vec![false; n]; n];
+        for (a, ja) in lines.iter().enumerate() {
+            for (b, jb) in lines.iter().enumerate() {
+                if ja.jsg == jb.jsg && ja.rel > jb.rel {
+                    m[local[a] as usize][local[b] as usize] = true;
+                }
+            }
+        }
+        for k in 0..n {
+            let via = m[k].clone();
+            for row in m.iter_mut().filter(|row| row[k]) {
+                for (x, &y) in row.iter_mut().zip(&via) {
+                    *x |= y;
+                }
+            }
+        }
+        m
+    }
+
+    /// The preference graph gives the same closed preferences and the same
+    /// first contradiction as the closed matrix, on random JGs: few docs,
+    /// few levels, docs at two levels of one JSG, repeated lines; half of
+    /// them consistent (levels derived from one utility per doc).
+    #[test]
+    fn order_graph_equals_closed_matrix() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let jsgs: [&[u8]; 4] = [b"s1", b"s2", b"s3", b"s4"];
+        let names: Vec<Vec<u8>> = (0..12).map(|d| format!("d{d}").into_bytes()).collect();
+        let (mut contradictions, mut pairs_seen) = (0, 0);
+        let mut order = Order::default();
+        for _ in 0..4000 {
+            let mut lines = Vec::new();
+            let num_docs = 1 + rng.below(12) as usize;
+            let consistent = rng.below(2) == 0;
+            let utility: Vec<u64> = (0..num_docs).map(|_| rng.below(6)).collect();
+            for jsg in &jsgs[..2 + rng.below(3) as usize] {
+                let coarse = 1 + rng.below(3);
+                for _ in 0..1 + rng.below(8) {
+                    let d = rng.below(num_docs as u64) as usize;
+                    let doc = &names[d];
+                    let rel = if consistent { utility[d] / coarse } else { rng.below(5) } as f64 - 1.0;
+                    lines.push(PrefJudgment { jg: b"g", jsg, doc, rel });
+                }
+            }
+            lines.sort_by(|a, b| a.jsg.cmp(b.jsg).then_with(|| b.rel.total_cmp(&a.rel)).then_with(|| a.doc.cmp(b.doc)));
+            // Local indices in first-seen order, as `order` numbers them.
+            let mut seen: Vec<&[u8]> = Vec::new();
+            let local: Vec<u32> = lines
+                .iter()
+                .map(|j| match seen.iter().position(|d| *d == j.doc) {
+                    Some(l) => l as u32,
+                    None => {
+                        seen.push(j.doc);
+                        seen.len() as u32 - 1
+                    }
+                })
+                .collect();
+            let n = seen.len();
+            let m = closed_matrix(&lines, &local, n);
+            order.build(&lines, |k| local[k], n);
+            order.components();
+            let first = (0..n).flat_map(|i| (i + 1..n).map(move |j| (i, j))).find(|&(i, j)| m[i][j] && m[j][i]);
+            let got = order.first_contradiction().map(|(i, j)| (i as usize, j as usize));
+            assert_eq!(got, first, "{lines:?}");
+            if first.is_some() {
+                contradictions += 1;
+                continue;
+            }
+            order.close();
+            let mut pairs = Vec::new();
+            order.for_each_pair(|i, j| pairs.push((i as usize, j as usize)));
+            let want: Vec<(usize, usize)> =
+                (0..n).flat_map(|i| (0..n).map(move |j| (i, j))).filter(|&(i, j)| i != j && m[i][j]).collect();
+            assert_eq!(pairs, want, "{lines:?}");
+            pairs_seen += pairs.len();
+        }
+        assert!(contradictions > 1000 && contradictions < 3000, "{contradictions} of 4000 contradict");
+        assert!(pairs_seen > 10_000, "{pairs_seen} pairs");
+    }
+
+    /// `num_topics` topics, each one JG of two JSGs ranking the same `docs`
+    /// docs in one total order (`docs * (docs - 1) / 2` preferences).
+    fn total_orders(num_topics: usize, docs: usize) -> String {
+        let mut prefs = String::new();
+        for t in 0..num_topics {
+            for jsg in ["s1", "s2"] {
+                for d in 0..docs {
+                    prefs.push_str(&format!("q{t:03} g {jsg} d{d} {}\n", docs - d));
+                }
+            }
+        }
+        prefs
+    }
+
+    /// Parsed judgments are linear in the lines, however many preferences
+    /// the partial orders hold (they once kept every closed preference of
+    /// every topic: 8 bytes per pair, quadratic per topic, summed over
+    /// topics); evaluating rebuilds them per JG in the reused scratch.
+    #[test]
+    fn memory_is_linear_in_lines_and_bounded_by_one_topic() {
+        const DOCS: usize = 600;
+        let expected = (DOCS * (DOCS - 1) / 2) as f64;
+        let mut per_line = Vec::new();
+        for num_topics in [1, 4, 16] {
+            let prefs = total_orders(num_topics, DOCS);
+            let q = parse_prefs(p(), prefs.as_bytes()).unwrap();
+            let lines = num_topics * 2 * DOCS;
+            // The closed preferences alone would be 8 * 179,700 bytes per
+            // topic, about 1,200 per line.
+            per_line.push(q.heap_bytes() / lines);
+            let run: Vec<(String, f64)> = (0..DOCS).map(|d| (format!("d{d}"), (DOCS - d) as f64)).collect();
+            let run: Vec<(&str, f64)> = run.iter().map(|(d, s)| (d.as_str(), *s)).collect();
+            let results = ranking(&run);
+            let mut s = Scratch::default();
+            let mut first = 0;
+            for t in 0..q.len() {
+                let mut out = [f64::NAN; N];
+                evaluate_topic(q.topic(t), &results, usize::MAX, &mut s, &mut out);
+                assert_values(&out, &[("prefs_num_prefs_poss", expected), ("prefs_num_prefs_ful", expected)]);
+                let scratch = s.heap_bytes();
+                if t == 0 {
+                    first = scratch;
+                }
+                assert_eq!(scratch, first, "topic {t} grew the scratch");
+            }
+        }
+        assert!(per_line.iter().all(|&b| b <= 200), "heap bytes per line for 1, 4, 16 topics: {per_line:?}");
+    }
+
     fn fixture(name: &str) -> Vec<u8> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/trec/prefs").join(name);
         std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -1274,7 +1648,7 @@ mod tests {
             let mut slow = Scratch { always_matrix: true, ..Scratch::default() };
             let mut shortcuts = 0;
             for pass in 0..2 {
-                let capacity = (fast.rank_of.capacity(), fast.ranks.capacity(), fast.counts.capacity());
+                let capacity = fast.heap_bytes();
                 for t in 0..q.len() {
                     let topic = q.topic(t);
                     let r = run.topics.names.iter().position(|n| *n == topic.name()).unwrap();
@@ -1287,8 +1661,7 @@ mod tests {
                     shortcuts += usize::from(topic.span().distinct_pairs);
                 }
                 if pass == 1 {
-                    let after = (fast.rank_of.capacity(), fast.ranks.capacity(), fast.counts.capacity());
-                    assert_eq!(capacity, after, "{judgments}: the second pass grew a buffer");
+                    assert_eq!(capacity, fast.heap_bytes(), "{judgments}: the second pass grew a buffer");
                 }
             }
             assert!(shortcuts > 10, "{judgments}: only {shortcuts} topics take the shortcut");
