@@ -277,7 +277,7 @@ pub async fn run_with(
             p => format!(" ({p})"),
         },
         match &daemon.store {
-            Some(s) => format!("; checkpoints in {} every {}", s.path().display(), config.state.interval.text),
+            Some(s) => format!("; checkpoints in {} every {}", s.location(), config.state.interval.text),
             None => String::new(),
         },
         config.http.listen

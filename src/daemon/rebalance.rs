@@ -276,7 +276,7 @@ impl Daemon {
             shard.owned = false;
             self.shards.insert(p, shard);
         }
-        tracing::info!("restored {} partition shard(s) from {}", self.shards.len(), store.path().display());
+        tracing::info!("restored {} partition shard(s) from {}", self.shards.len(), store.location());
         self.share_open_list_cap();
         Ok(())
     }

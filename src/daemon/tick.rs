@@ -89,7 +89,7 @@ impl Daemon {
         let Some(store) = &self.store else { return };
         let checkpoint = Checkpoint {
             fingerprint: store.fingerprint().to_string(),
-            instance: store.instance.clone(),
+            instance: store.instance().to_string(),
             written_ms: wall_ms(),
             budget: self.budget.lock().map(|b| b.clone()).unwrap_or_default(),
             shards: Vec::new(),
