@@ -25,6 +25,11 @@ impl Daemon {
     /// held from a partition queue, which belongs before any rebalance):
     /// everything driven by processing time rather than by messages.
     pub(super) fn on_tick(&mut self, consumer: &Arc<Consumer>, published: &Published) -> Result<(), DaemonError> {
+        // Another process writes this instance's checkpoints: stop before
+        // committing anything more (see `state::kafka`).
+        if let Some(store) = &self.store {
+            store.still_ours()?;
+        }
         self.apply_rebalances()?;
         self.check_alignment(wall_ms());
         self.finalize_expired();

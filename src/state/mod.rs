@@ -13,15 +13,16 @@
 //! A message below a shard's checkpointed offset is already accounted for
 //! and is skipped, so nothing is counted twice and nothing is lost.
 //!
-//! Where a checkpoint goes is the store's: a file per instance in a
-//! directory all instances share ([`dir`]); [`StateStore`] is what the
-//! daemon holds, so its checkpoint and hand-over logic does not depend on
-//! it. This file holds the format (header, encoder, reader) and the checks
-//! a checkpoint must pass before anything restores from it.
+//! Where a checkpoint goes is the backend's (`state.backend`): a file per
+//! instance in a directory all instances share ([`dir`]), or records in a
+//! compacted Kafka topic ([`kafka`]); [`StateStore`] is either, so the
+//! daemon's checkpoint and hand-over logic is the same for both. This file
+//! holds what they share: the format (header, encoder, reader) and the
+//! checks a checkpoint must pass before anything restores from it.
 
 use crate::accumulate::Accumulators;
 use crate::assemble::{AssemblerState, DimensionBudget};
-use crate::config::Config;
+use crate::config::{Config, StateBackend};
 use crate::pipeline::OpsCounters;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -31,8 +32,10 @@ use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub mod dir;
+pub mod kafka;
 
 pub use dir::DirStore;
+pub use kafka::KafkaStore;
 
 /// First bytes of a checkpoint; the trailing digits are the format version.
 const MAGIC: &[u8; 8] = b"RPCKPT04";
@@ -44,12 +47,18 @@ pub const EXTENSION: &str = "ckpt";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
     File(PathBuf),
+    /// An instance's records in the state topic.
+    Topic {
+        topic: String,
+        instance: String,
+    },
 }
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Origin::File(path) => write!(f, "{}", path.display()),
+            Origin::Topic { topic, instance } => write!(f, "of instance {instance:?} in state.topic {topic}"),
         }
     }
 }
@@ -69,6 +78,31 @@ pub enum StateError {
     Locked { instance: String, dir: PathBuf, lock: PathBuf },
     #[error("cannot encode checkpoint: {0}")]
     Encode(String),
+    /// A client or broker error on the state topic.
+    #[error("state.topic {topic}: {cause}")]
+    Kafka { topic: String, cause: String },
+    #[error(
+        "state.topic {topic} has cleanup.policy={policy}: checkpoints need a compacted topic \
+         (cleanup.policy=compact), else the broker deletes them by age; name another topic, \
+         or alter this one's policy"
+    )]
+    NotCompacted { topic: String, policy: String },
+    #[error(
+        "state.topic {topic} has {partitions} partitions: rankpulse keeps a group's checkpoints in one \
+         ordered log (1 partition); name another topic"
+    )]
+    Partitions { topic: String, partitions: usize },
+    #[error(
+        "checkpoint {at} belongs to consumer group {group:?}, not this one's: give each group \
+         its own state.topic"
+    )]
+    ForeignGroup { at: Origin, group: String },
+    #[error(
+        "state.instance {instance:?}: another process (writer {writer:016x}) wrote a newer \
+         checkpoint to state.topic {topic} under this name; this one stops writing: give each \
+         process its own state.instance"
+    )]
+    Displaced { instance: String, topic: String, writer: u64 },
 }
 
 /// One partition shard as checkpointed.
@@ -157,27 +191,38 @@ fn check_counts(shard: &ShardCheckpoint) -> Result<(), String> {
     Ok(())
 }
 
-/// Where this process keeps its checkpoints.
+/// Where this process keeps its checkpoints: `state.backend`'s store.
+/// Both take the same calls, so the daemon's checkpoint and hand-over
+/// logic does not know which it has.
 #[derive(Debug)]
 pub enum StateStore {
     Dir(DirStore),
+    Kafka(Box<KafkaStore>),
 }
 
 impl StateStore {
-    /// Opens the store: takes this instance's lock in `state.dir`.
+    /// Opens the configured backend's store (the caller checks that
+    /// checkpoints are on, [`crate::config::StateConfig::enabled`]): takes
+    /// this instance's lock in `state.dir`, or creates (or checks) the
+    /// state topic and reads this instance's records.
     pub fn open(config: &Config) -> Result<StateStore, StateError> {
-        Ok(StateStore::Dir(DirStore::open(config)?))
+        Ok(match config.state.backend {
+            StateBackend::Dir => StateStore::Dir(DirStore::open(config)?),
+            StateBackend::Kafka => StateStore::Kafka(Box::new(KafkaStore::open(config)?)),
+        })
     }
 
     pub fn instance(&self) -> &str {
         match self {
             StateStore::Dir(s) => &s.instance,
+            StateStore::Kafka(s) => s.instance(),
         }
     }
 
     pub fn fingerprint(&self) -> &str {
         match self {
             StateStore::Dir(s) => s.fingerprint(),
+            StateStore::Kafka(s) => s.fingerprint(),
         }
     }
 
@@ -185,6 +230,7 @@ impl StateStore {
     pub fn location(&self) -> String {
         match self {
             StateStore::Dir(s) => s.path().display().to_string(),
+            StateStore::Kafka(s) => format!("state.topic {} (instance {:?})", s.topic(), s.instance()),
         }
     }
 
@@ -192,6 +238,7 @@ impl StateStore {
     pub fn load_own(&self) -> Result<Option<Checkpoint>, StateError> {
         match self {
             StateStore::Dir(s) => s.load_own(),
+            StateStore::Kafka(s) => s.load_own(),
         }
     }
 
@@ -200,6 +247,7 @@ impl StateStore {
     pub fn load_all(&self) -> Vec<Checkpoint> {
         match self {
             StateStore::Dir(s) => s.load_all(),
+            StateStore::Kafka(s) => s.load_all(),
         }
     }
 
@@ -208,12 +256,24 @@ impl StateStore {
     pub fn write(&self, checkpoint: &Checkpoint) -> Result<usize, StateError> {
         match self {
             StateStore::Dir(s) => s.write(checkpoint),
+            StateStore::Kafka(s) => s.write(checkpoint),
+        }
+    }
+
+    /// Whether this process may still write as its instance: the Kafka
+    /// store stops once another process wrote under the same name (the dir
+    /// store's lock refuses the second process at start instead).
+    pub fn still_ours(&self) -> Result<(), StateError> {
+        match self {
+            StateStore::Dir(_) => Ok(()),
+            StateStore::Kafka(s) => s.still_ours(),
         }
     }
 }
 
 /// A checkpoint as stored: header (magic, payload length, payload
-/// checksum), then the postcard payload: what a file holds.
+/// checksum), then the postcard payload. A file holds exactly this; the
+/// state topic holds it in chunks.
 pub fn encode(checkpoint: &Checkpoint) -> Result<Vec<u8>, StateError> {
     let payload = postcard::to_stdvec(checkpoint).map_err(|e| StateError::Encode(e.to_string()))?;
     let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
