@@ -17,6 +17,9 @@
 //! - `two_instances_one_leaving_mid_stream_add_up_exactly`: a second
 //!   instance joins, then the first leaves while events flow; the union of
 //!   both instances' counters equals the single-pass result.
+//! - The `…_with_checkpoints_in_kafka` twins of the kill -9 and the two
+//!   instance tests: the same with `state.backend = "kafka"`, the
+//!   instances sharing no directory.
 //! - `a_session_flood_keeps_memory_flat`: 600,000 new sessions with random
 //!   dimension values under `session.max_open_lists` and
 //!   `dimensions.max_values`: open lists and series stay capped, the excess
@@ -97,9 +100,29 @@ fn state_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// Where a test keeps its checkpoints: `state.dir`, or the state topic
+/// on the test's broker (no directory at all).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Backend {
+    Dir,
+    Kafka,
+}
+
 #[test]
 #[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn kill_9_twice_mid_stream_counts_every_list_exactly_once() {
+    kill_9_twice_mid_stream(Backend::Dir);
+}
+
+/// As above with `state.backend = "kafka"`: the restarted process finds
+/// its checkpoint in the state topic.
+#[test]
+#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
+fn kill_9_twice_mid_stream_with_checkpoints_in_kafka() {
+    kill_9_twice_mid_stream(Backend::Kafka);
+}
+
+fn kill_9_twice_mid_stream(backend: Backend) {
     let tansu = tansu_binary();
     let _serial = SERIAL.blocking_lock();
     let port = free_port();
@@ -108,11 +131,11 @@ fn kill_9_twice_mid_stream_counts_every_list_exactly_once() {
     let dir_s = dir.display().to_string();
     let http = format!("127.0.0.1:{}", free_port());
     let group = format!("kill9-{}", std::process::id());
-    let env = [
-        ("RANKPULSE__STATE__DIR", dir_s.as_str()),
-        ("RANKPULSE__STATE__INSTANCE", "solo"),
-        ("RANKPULSE__STATE__INTERVAL", "300ms"),
-    ];
+    let location = match backend {
+        Backend::Dir => ("RANKPULSE__STATE__DIR", dir_s.as_str()),
+        Backend::Kafka => ("RANKPULSE__STATE__BACKEND", "kafka"),
+    };
+    let env = [location, ("RANKPULSE__STATE__INSTANCE", "solo"), ("RANKPULSE__STATE__INTERVAL", "300ms")];
     let mut daemon = spawn_daemon(&broker.bootstrap, &http, &group, &env);
     wait_until("the daemon to join its group", Duration::from_secs(60), || ready(&http));
 
@@ -383,6 +406,18 @@ async fn invalid_messages_are_counted_dead_lettered_and_change_no_metric() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 async fn two_instances_one_leaving_mid_stream_add_up_exactly() {
+    two_instances_one_leaving_mid_stream(Backend::Dir).await;
+}
+
+/// As above with `state.backend = "kafka"` and no directory: b takes a's
+/// partitions over from a's records in the state topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
+async fn two_instances_one_leaving_mid_stream_add_up_exactly_with_checkpoints_in_kafka() {
+    two_instances_one_leaving_mid_stream(Backend::Kafka).await;
+}
+
+async fn two_instances_one_leaving_mid_stream(backend: Backend) {
     let tansu = tansu_binary();
     let _serial = SERIAL.lock().await;
     let port = free_port();
@@ -392,7 +427,10 @@ async fn two_instances_one_leaving_mid_stream_add_up_exactly() {
     config.kafka.brokers = broker.bootstrap.clone();
     config.kafka.group_id = format!("pair-{}", std::process::id());
     config.kafka.properties.insert("session.timeout.ms".into(), "6000".into());
-    config.state.dir = dir.display().to_string();
+    match backend {
+        Backend::Dir => config.state.dir = dir.display().to_string(),
+        Backend::Kafka => config.state.backend = rankpulse::config::StateBackend::Kafka,
+    }
     config.state.interval = "300ms".parse().unwrap();
     let start = |instance: &str| {
         let mut c = config.clone();
