@@ -708,9 +708,19 @@ impl KafkaStore {
                 }
             }
         }
-        self.producer
-            .flush(TIMEOUT + Duration::from_secs(5))
-            .map_err(|e| self.kafka_error(format!("not acknowledged: {}", crate::kafka::error_text(&e))))?;
+        // Not `flush`: it polls in steps of 100 ms, which was most of a
+        // small checkpoint's write. The acknowledgements are served here.
+        let deadline = Instant::now() + TIMEOUT + Duration::from_secs(5);
+        let acknowledged = || {
+            let results = self.producer.context().results.lock();
+            results.is_ok_and(|r| r.range(first..first + records.len()).count() == records.len())
+        };
+        while !acknowledged() {
+            if Instant::now() > deadline {
+                return Err(self.kafka_error(format!("not acknowledged within {} s", TIMEOUT.as_secs() + 5)));
+            }
+            self.producer.poll(Duration::from_millis(1));
+        }
         let results = self.producer.context().results.lock().map_err(|_| poisoned(&self.topic))?;
         (first..first + records.len())
             .map(|n| match results.get(&n) {
