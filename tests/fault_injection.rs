@@ -20,6 +20,9 @@
 //! - The `…_with_checkpoints_in_kafka` twins of the kill -9 and the two
 //!   instance tests: the same with `state.backend = "kafka"`, the
 //!   instances sharing no directory.
+//! - `two_processes_with_one_instance_name_in_kafka_stop_one_of_them`: with
+//!   the Kafka backend there is no lock file; a second process under the
+//!   same name makes one of the two exit with an error, the other goes on.
 //! - `a_session_flood_keeps_memory_flat`: 600,000 new sessions with random
 //!   dimension values under `session.max_open_lists` and
 //!   `dimensions.max_values`: open lists and series stay capped, the excess
@@ -193,6 +196,66 @@ fn kill_9_twice_mid_stream(backend: Backend) {
     assert_eq!(counter_lines(&m), expected, "counters after two kill -9s differ from an uninterrupted replay");
     sigterm(&mut daemon);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two processes started with one `state.instance` and the Kafka backend
+/// (no lock file to refuse the second): within seconds one of them finds
+/// the other's checkpoint under its name and exits with an error saying
+/// so; the other goes on.
+#[test]
+#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
+fn two_processes_with_one_instance_name_in_kafka_stop_one_of_them() {
+    let tansu = tansu_binary();
+    let _serial = SERIAL.blocking_lock();
+    let port = free_port();
+    let broker = Broker::start(&tansu, port, port, &[]);
+    let group = format!("twins-{}", std::process::id());
+    let env = [
+        ("RANKPULSE__STATE__BACKEND", "kafka"),
+        ("RANKPULSE__STATE__INSTANCE", "twin"),
+        ("RANKPULSE__STATE__INTERVAL", "300ms"),
+    ];
+    let start = |name: &str| {
+        let http = format!("127.0.0.1:{}", free_port());
+        let log = std::env::temp_dir().join(format!("rankpulse-twins-{}-{name}.log", std::process::id()));
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rankpulse"));
+        cmd.arg("run")
+            .env("RANKPULSE__KAFKA__BROKERS", &broker.bootstrap)
+            .env("RANKPULSE__KAFKA__GROUP_ID", &group)
+            .env("RANKPULSE__HTTP__LISTEN", &http)
+            .env("RANKPULSE__SESSION__GAP", GAP)
+            .envs(env)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        (Guard(cmd.spawn().expect("start rankpulse")), http, log)
+    };
+    let (mut first, http_first, log_first) = start("first");
+    wait_until("the first to write checkpoints", Duration::from_secs(30), || {
+        sum_of(&metrics(&http_first), "rankpulse_checkpoints_total") >= 2.0
+    });
+    let (mut second, http_second, log_second) = start("second");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (stopped, log, other_http) = loop {
+        if let Some(status) = first.0.try_wait().unwrap() {
+            break (status, log_first.clone(), http_second.clone());
+        }
+        if let Some(status) = second.0.try_wait().unwrap() {
+            break (status, log_second.clone(), http_first.clone());
+        }
+        assert!(Instant::now() < deadline, "both processes still run after 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!stopped.success(), "{stopped:?}");
+    assert!(text.contains("wrote a newer checkpoint to state.topic rankpulse-state under this name"), "{text}");
+    // The other keeps writing checkpoints.
+    let written = sum_of(&metrics(&other_http), "rankpulse_checkpoints_total");
+    wait_until("the other to go on writing", Duration::from_secs(30), || {
+        sum_of(&metrics(&other_http), "rankpulse_checkpoints_total") >= written + 3.0
+    });
+    assert!(first.0.try_wait().unwrap().is_none() || second.0.try_wait().unwrap().is_none());
+    let _ = std::fs::remove_file(&log_first);
+    let _ = std::fs::remove_file(&log_second);
 }
 
 /// A TCP proxy in front of the broker: stopping it is a broker outage as
