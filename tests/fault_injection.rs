@@ -20,6 +20,10 @@
 //! - The `…_with_checkpoints_in_kafka` twins of the kill -9 and the two
 //!   instance tests: the same with `state.backend = "kafka"`, the
 //!   instances sharing no directory.
+//! - `join_leave_and_kill_9_with_checkpoints_in_kafka_add_up_exactly`: the
+//!   issue's acceptance with processes sharing nothing but the broker: one
+//!   joins mid-stream, one leaves and returns, one is killed with kill -9
+//!   and restarted; their counters add up to the single pass.
 //! - `two_processes_with_one_instance_name_in_kafka_stop_one_of_them`: with
 //!   the Kafka backend there is no lock file; a second process under the
 //!   same name makes one of the two exit with an error, the other goes on.
@@ -196,6 +200,75 @@ fn kill_9_twice_mid_stream(backend: Backend) {
     assert_eq!(counter_lines(&m), expected, "counters after two kill -9s differ from an uninterrupted replay");
     sigterm(&mut daemon);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 27's acceptance, with `rankpulse run` processes sharing nothing
+/// but the broker: a starts, b joins mid-stream, a leaves (SIGTERM) and
+/// comes back, then b is killed with kill -9 and restarted, all while
+/// events flow; in the end a's and b's counters add up to the single pass.
+#[test]
+#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
+fn join_leave_and_kill_9_with_checkpoints_in_kafka_add_up_exactly() {
+    let tansu = tansu_binary();
+    let _serial = SERIAL.blocking_lock();
+    let port = free_port();
+    let broker = Broker::start(&tansu, port, port, &[]);
+    let group = format!("acceptance-{}", std::process::id());
+    let (http_a, http_b) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let start = |instance: &str, http: &str| {
+        let env = [
+            ("RANKPULSE__STATE__BACKEND", "kafka"),
+            ("RANKPULSE__STATE__INSTANCE", instance),
+            ("RANKPULSE__STATE__INTERVAL", "300ms"),
+        ];
+        spawn_daemon(&broker.bootstrap, http, &group, &env)
+    };
+    let evs = events(4_000, now_ms() - 120_000, 43);
+    let quarters: Vec<Vec<(String, String)>> = evs.chunks(evs.len() / 4 + 1).map(|c| c.to_vec()).collect();
+    let producer = broker.producer();
+    let both = || consumed(&metrics(&http_a)) + consumed(&metrics(&http_b));
+
+    let mut a = start("a", &http_a);
+    produce(&producer, &quarters[0], None);
+    wait_until("a to consume the first quarter", Duration::from_secs(90), || {
+        consumed(&metrics(&http_a)) >= quarters[0].len() as f64
+    });
+    let mut b = start("b", &http_b);
+    wait_until("b to get partitions", Duration::from_secs(90), || ready(&http_b));
+    produce(&producer, &quarters[1], None);
+    let seen = quarters[0].len() as f64;
+    wait_until("a and b to read into the second quarter", Duration::from_secs(60), || both() > seen);
+    sigterm(&mut a);
+    let mut a = start("a", &http_a);
+    produce(&producer, &quarters[2], None);
+    let seen = both();
+    wait_until("progress before the kill", Duration::from_secs(90), || both() > seen + 500.0);
+    b.0.kill().unwrap(); // SIGKILL
+    b.0.wait().unwrap();
+    let mut b = start("b", &http_b);
+    produce(&producer, &quarters[3], None);
+
+    let single = add_counters(&[&reference(&evs, &config_with_gap())]);
+    let mut polls = 0u32;
+    wait_until("a and b together to count every list once", Duration::from_secs(180), || {
+        let (ma, mb) = (metrics(&http_a), metrics(&http_b));
+        let union = add_counters(&[&ma, &mb]);
+        let done = sum_of(&ma, "rankpulse_open_lists") + sum_of(&mb, "rankpulse_open_lists") == 0.0
+            && !ma.is_empty()
+            && !mb.is_empty()
+            && counters_add_up(&union, &single, 0).is_ok();
+        polls += 1;
+        if !done && polls.is_multiple_of(100) {
+            let differing = counters_add_up(&union, &single, 3).err();
+            eprintln!("waiting: consumed a {} + b {}; differing {differing:?}", consumed(&ma), consumed(&mb));
+        }
+        done
+    });
+    let (ma, mb) = (metrics(&http_a), metrics(&http_b));
+    let events_total = sum_of(&ma, "rankpulse_events_total") + sum_of(&mb, "rankpulse_events_total");
+    assert_eq!(events_total, evs.len() as f64, "an event was counted by both instances or by none");
+    sigterm(&mut a);
+    sigterm(&mut b);
 }
 
 /// Two processes started with one `state.instance` and the Kafka backend
