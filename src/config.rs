@@ -514,19 +514,52 @@ pub struct LateConfig {
     pub horizon: Span,
 }
 
+/// Where checkpoints are kept (`state.backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateBackend {
+    /// One file per instance in `state.dir`; off while `state.dir` is empty.
+    Dir,
+    /// Records in the compacted topic `state.topic` (`state::kafka`): no
+    /// shared volume needed.
+    Kafka,
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
-    /// Checkpoint directory; empty: no checkpoints (at-least-once only: a
-    /// restart or rebalance may count a list twice). Instances of one group
-    /// share it so that partitions hand their open lists over.
+    /// Where checkpoints go: "dir" (`dir`, off while it is empty) or
+    /// "kafka" (`topic`).
+    pub backend: StateBackend,
+    /// Checkpoint directory (backend "dir"); empty: no checkpoints
+    /// (at-least-once only: a restart or rebalance may count a list twice).
+    /// Instances of one group share it so that partitions hand their open
+    /// lists over.
     pub dir: String,
-    /// This instance's name in `dir` (its checkpoint file and lock); unique
-    /// among the instances sharing the directory. Empty: the host name.
+    /// The compacted topic of backend "kafka", created at start if missing
+    /// (one partition); one per consumer group. Ignored by backend "dir".
+    pub topic: String,
+    /// Replication factor when rankpulse creates `topic`; -1: the broker's
+    /// default. Ignored by backend "dir" and for an existing topic.
+    pub replication: i32,
+    /// This instance's name in `dir` (its checkpoint file and lock) or in
+    /// `topic` (its records' keys); unique among the group's instances.
+    /// Empty: the host name.
     pub instance: String,
-    /// Checkpoint period. With `dir` set, `/metrics` shows the state as of
-    /// the last checkpoint, so counters never go back after a restart.
+    /// Checkpoint period. With checkpoints on, `/metrics` shows the state as
+    /// of the last checkpoint, so counters never go back after a restart.
     pub interval: Span,
+}
+
+impl StateConfig {
+    /// Whether the daemon checkpoints at all: backend "kafka", or backend
+    /// "dir" with a directory.
+    pub fn enabled(&self) -> bool {
+        match self.backend {
+            StateBackend::Dir => !self.dir.is_empty(),
+            StateBackend::Kafka => true,
+        }
+    }
 }
 
 impl Default for LateConfig {
@@ -537,7 +570,14 @@ impl Default for LateConfig {
 
 impl Default for StateConfig {
     fn default() -> Self {
-        StateConfig { dir: String::new(), instance: String::new(), interval: span("1s") }
+        StateConfig {
+            backend: StateBackend::Dir,
+            dir: String::new(),
+            topic: "rankpulse-state".into(),
+            replication: -1,
+            instance: String::new(),
+            interval: span("1s"),
+        }
     }
 }
 
@@ -707,6 +747,52 @@ impl Config {
         }
     }
 
+    /// `[state]`. With backend "kafka", `state.dir` must be empty (it
+    /// would be silently unused); with backend "dir", `state.topic` and
+    /// `state.replication` are ignored: they have defaults, so "set" cannot
+    /// be told from "left alone", and switching backends stays one key.
+    fn validate_state(&self) -> Result<(), ConfigError> {
+        let s = &self.state;
+        if s.enabled() && s.interval.duration < Duration::from_millis(100) {
+            return Err(ConfigError::key("state.interval", "must be at least 100ms"));
+        }
+        if s.backend != StateBackend::Kafka {
+            return Ok(());
+        }
+        if !s.dir.is_empty() {
+            return Err(ConfigError::key(
+                "state.dir",
+                format!("{:?} is for state.backend = \"dir\"; with \"kafka\" checkpoints go to state.topic", s.dir),
+            ));
+        }
+        let valid_name = |t: &str| {
+            !t.is_empty()
+                && t.len() <= 249
+                && t != "."
+                && t != ".."
+                && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        };
+        if !valid_name(&s.topic) {
+            return Err(ConfigError::key(
+                "state.topic",
+                format!("{:?} is not a Kafka topic name (1 to 249 of a-z A-Z 0-9 . _ -)", s.topic),
+            ));
+        }
+        if self.kafka.topics.contains(&s.topic) || self.kafka.dead_letter_topic == s.topic {
+            return Err(ConfigError::key(
+                "state.topic",
+                format!("{:?} is also an input or dead-letter topic (kafka.topics, kafka.dead_letter_topic)", s.topic),
+            ));
+        }
+        if s.replication != -1 && !(1..=i32::from(i16::MAX)).contains(&s.replication) {
+            return Err(ConfigError::key(
+                "state.replication",
+                format!("must be -1 (the broker's default) or between 1 and 32767, got {}", s.replication),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks everything types alone cannot; each message names its key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let k = &self.kafka;
@@ -747,9 +833,7 @@ impl Config {
         if let Err(message) = crate::logging::valid_filter(&self.log.level) {
             return Err(ConfigError::key("log.level", format!("{:?} is not a log filter: {message}", self.log.level)));
         }
-        if !self.state.dir.is_empty() && self.state.interval.duration < Duration::from_millis(100) {
-            return Err(ConfigError::key("state.interval", "must be at least 100ms"));
-        }
+        self.validate_state()?;
         if self.state.instance.contains(['/', '\\']) || self.state.instance.starts_with('.') {
             return Err(ConfigError::key(
                 "state.instance",
@@ -1133,6 +1217,31 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml");
         let from_file = Config::load_with_env(Some(&path), env(&[])).unwrap();
         assert_eq!(toml::to_string(&from_file).unwrap(), toml::to_string(&Config::default()).unwrap());
+    }
+
+    /// Backend "kafka" needs no directory and refuses one; its topic must
+    /// be a topic name that no input or dead-letter topic uses.
+    #[test]
+    fn state_settings_name_their_key() {
+        let c = Config::default();
+        assert!(!c.state.enabled() && c.state.backend == StateBackend::Dir, "off by default");
+        assert_eq!((c.state.topic.as_str(), c.state.replication), ("rankpulse-state", -1));
+        let c = from_toml("[state]\nbackend = \"kafka\"\n").unwrap();
+        assert!(c.state.enabled());
+        let c = from_toml("[state]\ndir = \"/var/lib/rankpulse\"\ntopic = \"ignored\"\n").unwrap();
+        assert!(c.state.enabled() && c.state.backend == StateBackend::Dir);
+        for (text, key, value) in [
+            ("[state]\nbackend = \"kafka\"\ndir = \"/tmp/x\"\n", "state.dir", "/tmp/x"),
+            ("[state]\nbackend = \"kafka\"\ntopic = \"a b\"\n", "state.topic", "a b"),
+            ("[state]\nbackend = \"kafka\"\ntopic = \"\"\n", "state.topic", "not a Kafka topic"),
+            ("[state]\nbackend = \"kafka\"\ntopic = \"search-judgments\"\n", "state.topic", "input"),
+            ("[state]\nbackend = \"kafka\"\nreplication = 0\n", "state.replication", "got 0"),
+            ("[state]\nbackend = \"kafka\"\ninterval = \"50ms\"\n", "state.interval", "100ms"),
+            ("[state]\nbackend = \"s3\"\n", "state.backend", "s3"),
+        ] {
+            let e = from_toml(text).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("config key {key}:")) && e.contains(value), "{text}: {e}");
+        }
     }
 
     #[test]

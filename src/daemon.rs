@@ -13,14 +13,15 @@
 //! encodes, writes or waits on I/O, so the loop goes straight back to the
 //! stream (`loop_gaps` measures how long it kept messages waiting).
 //!
-//! With `state.dir` set (see `state`), the tick also snapshots every shard
+//! With checkpoints (`state.dir`, or `state.backend = "kafka"`; see
+//! `state`), the tick also snapshots every shard
 //! every `state.interval`; the publisher makes the checkpoint durable, and
 //! only then are offsets committed and `/metrics` republished, so what
 //! Prometheus has seen is always restorable and counters never go back
 //! after a crash. A revoked partition's shard is rolled back to its last
 //! checkpoint (the next owner continues from there) and an assigned one
 //! takes its open lists from the checkpoint that got furthest in it.
-//! Without `state.dir`, offsets are committed at-least-once (never past an
+//! Without checkpoints, offsets are committed at-least-once (never past an
 //! open list, and once the dead-letter copies they cover are acknowledged)
 //! and everything open is finalized at shutdown.
 //!
@@ -138,7 +139,7 @@ struct Daemon {
     assigned: BTreeSet<(String, i32)>,
     /// Dimension values admitted, shared by all shards.
     budget: Arc<Mutex<DimensionBudget>>,
-    /// `state.dir`'s checkpoints; `None`: commits are at-least-once and
+    /// Where checkpoints go (`state.backend`); `None`: commits are at-least-once and
     /// everything open is finalized at shutdown.
     store: Option<Arc<StateStore>>,
     /// Counted on this task, handed to the publisher with every view.
@@ -246,7 +247,7 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()>,
     published: Arc<Published>,
 ) -> Result<RunSummary, DaemonError> {
-    let store = if config.state.dir.is_empty() { None } else { Some(Arc::new(StateStore::open(&config)?)) };
+    let store = if config.state.enabled() { Some(Arc::new(StateStore::open(&config)?)) } else { None };
     let publisher =
         Publisher::start(config.clone(), published.clone(), store.clone()).map_err(DaemonError::Publisher)?;
     let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -277,7 +278,7 @@ pub async fn run_with(
             p => format!(" ({p})"),
         },
         match &daemon.store {
-            Some(s) => format!("; checkpoints in {} every {}", s.path().display(), config.state.interval.text),
+            Some(s) => format!("; checkpoints in {} every {}", s.location(), config.state.interval.text),
             None => String::new(),
         },
         config.http.listen

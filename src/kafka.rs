@@ -367,6 +367,22 @@ pub fn create_consumer(config: &Config, signals: Arc<KafkaSignals>) -> Result<Co
     cc.create_with_context(RankpulseContext::new(signals, session_timeout_ms))
 }
 
+/// A client configuration for the brokers of `config` with the same
+/// security settings as the consumer (TLS, SASL, `client.*`): the
+/// dead-letter producer's and the state topic's clients. Consumer-only keys
+/// would make a producer warn, so only the connection ones are copied;
+/// `client_id` applies unless `kafka.properties` names one.
+pub fn connection_config(config: &Config, client_id: &str) -> ClientConfig {
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &config.kafka.brokers).set("client.id", client_id);
+    for (key, value) in &config.kafka.properties {
+        if ["security.", "ssl.", "sasl.", "client."].iter().any(|p| key.starts_with(p)) {
+            cc.set(key, value);
+        }
+    }
+    cc
+}
+
 /// Counts the dead-letter copies that failed after librdkafka's retries.
 pub struct DeadLetterContext {
     pub failures: Arc<AtomicU64>,
@@ -450,15 +466,7 @@ impl DeadLetters {
         if config.kafka.dead_letter_topic.is_empty() {
             return Ok(None);
         }
-        let mut cc = ClientConfig::new();
-        cc.set("bootstrap.servers", &config.kafka.brokers).set("client.id", "rankpulse-dead-letters");
-        // The same security settings as the consumer; consumer-only keys
-        // would make librdkafka warn, so only the connection ones are copied.
-        for (key, value) in &config.kafka.properties {
-            if ["security.", "ssl.", "sasl.", "client."].iter().any(|p| key.starts_with(p)) {
-                cc.set(key, value);
-            }
-        }
+        let cc = connection_config(config, "rankpulse-dead-letters");
         let failures = Arc::new(AtomicU64::new(0));
         let tracker = Arc::new(DeliveryTracker::default());
         let producer =

@@ -351,7 +351,7 @@ pub fn render(s: &Snapshot) -> String {
             "Time between two messages handled by the consumer loop while more were already fetched: how long publishing, checkpoints and rebalances held the stream up",
             &h.loop_gaps,
         );
-        if !s.config.state.dir.is_empty() {
+        if s.config.state.enabled() {
             f.counter(&format!("{PREFIX}checkpoints_total"), "Checkpoints written", &[], h.checkpoints as f64);
             f.counter(
                 &format!("{PREFIX}checkpoint_failures_total"),

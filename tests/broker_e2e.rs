@@ -96,3 +96,60 @@ async fn tansu_end_to_end_sigterm_and_resume() {
     let status = tokio::task::block_in_place(|| terminate(&mut daemon));
     assert!(status.success());
 }
+
+/// `state.backend = "kafka"` creates its topic compacted with one
+/// partition, takes it as it is on the next start, and refuses a topic
+/// that deletes by age or has more partitions, naming it.
+#[test]
+#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
+fn the_state_topic_is_created_compacted_and_other_topics_are_refused() {
+    use rankpulse::config::{Config, StateBackend};
+    use rankpulse::state::{StateError, StateStore};
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    let tansu = tansu_binary();
+    let port = free_port();
+    let broker = format!("127.0.0.1:{port}");
+    let _tansu = start_tansu(&tansu, port, port, &["deleting"], 1);
+    start_tansu_topic(&tansu, port, "two-partitions", 2);
+    let mut config = Config::default();
+    config.kafka.brokers = broker.clone();
+    config.state.backend = StateBackend::Kafka;
+    config.state.instance = "one".into();
+    config.validate().unwrap();
+    let store = StateStore::open(&config).expect("the state topic is created");
+    assert!(store.load_own().unwrap().is_none());
+    assert_eq!(store.location(), r#"state.topic rankpulse-state (instance "one")"#);
+
+    let admin: AdminClient<_> = ClientConfig::new().set("bootstrap.servers", &broker).create().unwrap();
+    let topic = ResourceSpecifier::Topic("rankpulse-state");
+    let described = futures_block_on(admin.describe_configs([&topic], &AdminOptions::new()));
+    let described = described.unwrap().into_iter().next().unwrap().unwrap();
+    assert_eq!(described.get("cleanup.policy").and_then(|e| e.value.as_deref()), Some("compact"));
+
+    config.state.instance = "two".into();
+    StateStore::open(&config).expect("an existing compacted topic is taken as it is");
+    config.state.topic = "deleting".into();
+    let e = StateStore::open(&config).unwrap_err();
+    assert!(matches!(&e, StateError::NotCompacted { topic, .. } if topic == "deleting"), "{e}");
+    assert!(e.to_string().starts_with("state.topic deleting has cleanup.policy="), "{e}");
+    config.state.topic = "two-partitions".into();
+    let e = StateStore::open(&config).unwrap_err();
+    assert!(matches!(e, StateError::Partitions { partitions: 2, .. }), "{e}");
+}
+
+/// Creates one more topic on a running Tansu.
+fn start_tansu_topic(tansu: &str, port: u16, topic: &str, partitions: i32) {
+    let status = Command::new(tansu)
+        .args(["topic", "create", topic, "--partitions", &partitions.to_string()])
+        .args(["--broker", &format!("tcp://127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "tansu topic create {topic}");
+}
+
+/// Waits for a future on this thread (an admin request, which librdkafka's
+/// own thread completes).
+fn futures_block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(future)
+}

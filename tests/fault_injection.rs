@@ -17,6 +17,16 @@
 //! - `two_instances_one_leaving_mid_stream_add_up_exactly`: a second
 //!   instance joins, then the first leaves while events flow; the union of
 //!   both instances' counters equals the single-pass result.
+//! - The `…_with_checkpoints_in_kafka` twins of the kill -9 and the two
+//!   instance tests: the same with `state.backend = "kafka"`, the
+//!   instances sharing no directory.
+//! - `join_leave_and_kill_9_with_checkpoints_in_kafka_add_up_exactly`: the
+//!   issue's acceptance with processes sharing nothing but the broker: one
+//!   joins mid-stream, one leaves and returns, one is killed with kill -9
+//!   and restarted; their counters add up to the single pass.
+//! - `two_processes_with_one_instance_name_in_kafka_stop_one_of_them`: with
+//!   the Kafka backend there is no lock file; a second process under the
+//!   same name makes one of the two exit with an error, the other goes on.
 //! - `a_session_flood_keeps_memory_flat`: 600,000 new sessions with random
 //!   dimension values under `session.max_open_lists` and
 //!   `dimensions.max_values`: open lists and series stay capped, the excess
@@ -97,9 +107,29 @@ fn state_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// Where a test keeps its checkpoints: `state.dir`, or the state topic
+/// on the test's broker (no directory at all).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Backend {
+    Dir,
+    Kafka,
+}
+
 #[test]
 #[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn kill_9_twice_mid_stream_counts_every_list_exactly_once() {
+    kill_9_twice_mid_stream(Backend::Dir);
+}
+
+/// As above with `state.backend = "kafka"`: the restarted process finds
+/// its checkpoint in the state topic.
+#[test]
+#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
+fn kill_9_twice_mid_stream_with_checkpoints_in_kafka() {
+    kill_9_twice_mid_stream(Backend::Kafka);
+}
+
+fn kill_9_twice_mid_stream(backend: Backend) {
     let tansu = tansu_binary();
     let _serial = SERIAL.blocking_lock();
     let port = free_port();
@@ -108,11 +138,11 @@ fn kill_9_twice_mid_stream_counts_every_list_exactly_once() {
     let dir_s = dir.display().to_string();
     let http = format!("127.0.0.1:{}", free_port());
     let group = format!("kill9-{}", std::process::id());
-    let env = [
-        ("RANKPULSE__STATE__DIR", dir_s.as_str()),
-        ("RANKPULSE__STATE__INSTANCE", "solo"),
-        ("RANKPULSE__STATE__INTERVAL", "300ms"),
-    ];
+    let location = match backend {
+        Backend::Dir => ("RANKPULSE__STATE__DIR", dir_s.as_str()),
+        Backend::Kafka => ("RANKPULSE__STATE__BACKEND", "kafka"),
+    };
+    let env = [location, ("RANKPULSE__STATE__INSTANCE", "solo"), ("RANKPULSE__STATE__INTERVAL", "300ms")];
     let mut daemon = spawn_daemon(&broker.bootstrap, &http, &group, &env);
     wait_until("the daemon to join its group", Duration::from_secs(60), || ready(&http));
 
@@ -170,6 +200,135 @@ fn kill_9_twice_mid_stream_counts_every_list_exactly_once() {
     assert_eq!(counter_lines(&m), expected, "counters after two kill -9s differ from an uninterrupted replay");
     sigterm(&mut daemon);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 27's acceptance, with `rankpulse run` processes sharing nothing
+/// but the broker: a starts, b joins mid-stream, a leaves (SIGTERM) and
+/// comes back, then b is killed with kill -9 and restarted, all while
+/// events flow; in the end a's and b's counters add up to the single pass.
+#[test]
+#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
+fn join_leave_and_kill_9_with_checkpoints_in_kafka_add_up_exactly() {
+    let tansu = tansu_binary();
+    let _serial = SERIAL.blocking_lock();
+    let port = free_port();
+    let broker = Broker::start(&tansu, port, port, &[]);
+    let group = format!("acceptance-{}", std::process::id());
+    let (http_a, http_b) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let start = |instance: &str, http: &str| {
+        let env = [
+            ("RANKPULSE__STATE__BACKEND", "kafka"),
+            ("RANKPULSE__STATE__INSTANCE", instance),
+            ("RANKPULSE__STATE__INTERVAL", "300ms"),
+        ];
+        spawn_daemon(&broker.bootstrap, http, &group, &env)
+    };
+    let evs = events(4_000, now_ms() - 120_000, 43);
+    let quarters: Vec<Vec<(String, String)>> = evs.chunks(evs.len() / 4 + 1).map(|c| c.to_vec()).collect();
+    let producer = broker.producer();
+    let both = || consumed(&metrics(&http_a)) + consumed(&metrics(&http_b));
+
+    let mut a = start("a", &http_a);
+    produce(&producer, &quarters[0], None);
+    wait_until("a to consume the first quarter", Duration::from_secs(90), || {
+        consumed(&metrics(&http_a)) >= quarters[0].len() as f64
+    });
+    let mut b = start("b", &http_b);
+    wait_until("b to get partitions", Duration::from_secs(90), || ready(&http_b));
+    produce(&producer, &quarters[1], None);
+    let seen = quarters[0].len() as f64;
+    wait_until("a and b to read into the second quarter", Duration::from_secs(60), || both() > seen);
+    sigterm(&mut a);
+    let mut a = start("a", &http_a);
+    produce(&producer, &quarters[2], None);
+    let seen = both();
+    wait_until("progress before the kill", Duration::from_secs(90), || both() > seen + 500.0);
+    b.0.kill().unwrap(); // SIGKILL
+    b.0.wait().unwrap();
+    let mut b = start("b", &http_b);
+    produce(&producer, &quarters[3], None);
+
+    let single = add_counters(&[&reference(&evs, &config_with_gap())]);
+    let mut polls = 0u32;
+    wait_until("a and b together to count every list once", Duration::from_secs(180), || {
+        let (ma, mb) = (metrics(&http_a), metrics(&http_b));
+        let union = add_counters(&[&ma, &mb]);
+        let done = sum_of(&ma, "rankpulse_open_lists") + sum_of(&mb, "rankpulse_open_lists") == 0.0
+            && !ma.is_empty()
+            && !mb.is_empty()
+            && counters_add_up(&union, &single, 0).is_ok();
+        polls += 1;
+        if !done && polls.is_multiple_of(100) {
+            let differing = counters_add_up(&union, &single, 3).err();
+            eprintln!("waiting: consumed a {} + b {}; differing {differing:?}", consumed(&ma), consumed(&mb));
+        }
+        done
+    });
+    let (ma, mb) = (metrics(&http_a), metrics(&http_b));
+    let events_total = sum_of(&ma, "rankpulse_events_total") + sum_of(&mb, "rankpulse_events_total");
+    assert_eq!(events_total, evs.len() as f64, "an event was counted by both instances or by none");
+    sigterm(&mut a);
+    sigterm(&mut b);
+}
+
+/// Two processes started with one `state.instance` and the Kafka backend
+/// (no lock file to refuse the second): within seconds one of them finds
+/// the other's checkpoint under its name and exits with an error saying
+/// so; the other goes on.
+#[test]
+#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
+fn two_processes_with_one_instance_name_in_kafka_stop_one_of_them() {
+    let tansu = tansu_binary();
+    let _serial = SERIAL.blocking_lock();
+    let port = free_port();
+    let broker = Broker::start(&tansu, port, port, &[]);
+    let group = format!("twins-{}", std::process::id());
+    let env = [
+        ("RANKPULSE__STATE__BACKEND", "kafka"),
+        ("RANKPULSE__STATE__INSTANCE", "twin"),
+        ("RANKPULSE__STATE__INTERVAL", "300ms"),
+    ];
+    let start = |name: &str| {
+        let http = format!("127.0.0.1:{}", free_port());
+        let log = std::env::temp_dir().join(format!("rankpulse-twins-{}-{name}.log", std::process::id()));
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rankpulse"));
+        cmd.arg("run")
+            .env("RANKPULSE__KAFKA__BROKERS", &broker.bootstrap)
+            .env("RANKPULSE__KAFKA__GROUP_ID", &group)
+            .env("RANKPULSE__HTTP__LISTEN", &http)
+            .env("RANKPULSE__SESSION__GAP", GAP)
+            .envs(env)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        (Guard(cmd.spawn().expect("start rankpulse")), http, log)
+    };
+    let (mut first, http_first, log_first) = start("first");
+    wait_until("the first to write checkpoints", Duration::from_secs(30), || {
+        sum_of(&metrics(&http_first), "rankpulse_checkpoints_total") >= 2.0
+    });
+    let (mut second, http_second, log_second) = start("second");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (stopped, log, other_http) = loop {
+        if let Some(status) = first.0.try_wait().unwrap() {
+            break (status, log_first.clone(), http_second.clone());
+        }
+        if let Some(status) = second.0.try_wait().unwrap() {
+            break (status, log_second.clone(), http_first.clone());
+        }
+        assert!(Instant::now() < deadline, "both processes still run after 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!stopped.success(), "{stopped:?}");
+    assert!(text.contains("wrote a newer checkpoint to state.topic rankpulse-state under this name"), "{text}");
+    // The other keeps writing checkpoints.
+    let written = sum_of(&metrics(&other_http), "rankpulse_checkpoints_total");
+    wait_until("the other to go on writing", Duration::from_secs(30), || {
+        sum_of(&metrics(&other_http), "rankpulse_checkpoints_total") >= written + 3.0
+    });
+    assert!(first.0.try_wait().unwrap().is_none() || second.0.try_wait().unwrap().is_none());
+    let _ = std::fs::remove_file(&log_first);
+    let _ = std::fs::remove_file(&log_second);
 }
 
 /// A TCP proxy in front of the broker: stopping it is a broker outage as
@@ -383,6 +542,18 @@ async fn invalid_messages_are_counted_dead_lettered_and_change_no_metric() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 async fn two_instances_one_leaving_mid_stream_add_up_exactly() {
+    two_instances_one_leaving_mid_stream(Backend::Dir).await;
+}
+
+/// As above with `state.backend = "kafka"` and no directory: b takes a's
+/// partitions over from a's records in the state topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
+async fn two_instances_one_leaving_mid_stream_add_up_exactly_with_checkpoints_in_kafka() {
+    two_instances_one_leaving_mid_stream(Backend::Kafka).await;
+}
+
+async fn two_instances_one_leaving_mid_stream(backend: Backend) {
     let tansu = tansu_binary();
     let _serial = SERIAL.lock().await;
     let port = free_port();
@@ -392,7 +563,10 @@ async fn two_instances_one_leaving_mid_stream_add_up_exactly() {
     config.kafka.brokers = broker.bootstrap.clone();
     config.kafka.group_id = format!("pair-{}", std::process::id());
     config.kafka.properties.insert("session.timeout.ms".into(), "6000".into());
-    config.state.dir = dir.display().to_string();
+    match backend {
+        Backend::Dir => config.state.dir = dir.display().to_string(),
+        Backend::Kafka => config.state.backend = rankpulse::config::StateBackend::Kafka,
+    }
     config.state.interval = "300ms".parse().unwrap();
     let start = |instance: &str| {
         let mut c = config.clone();

@@ -10,6 +10,8 @@
 //! - [`kafka`]: the daemon in this process beside a bare consumer, and
 //!   freshness under a paced production; [`scale`]: one instance, then
 //!   two; [`loop_gap`]: how long the consumer loop keeps messages waiting.
+//! - [`state`]: what a checkpoint costs to write and restore, in Kafka and
+//!   in a directory.
 
 pub mod bare;
 pub mod engine;
@@ -18,6 +20,7 @@ pub mod loop_gap;
 pub mod process;
 pub mod scale;
 pub mod shapes;
+pub mod state;
 pub mod traffic;
 
 /// The `rankpulse` binary the process benchmarks start: `$RANKPULSE_BIN`,

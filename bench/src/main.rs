@@ -5,7 +5,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use rankpulse::config::Config;
-use rankpulse_bench::{bare, engine, kafka, loop_gap, scale, shapes};
+use rankpulse_bench::{bare, engine, kafka, loop_gap, scale, shapes, state};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -99,6 +99,20 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         rounds: usize,
     },
+    /// The cost of checkpoints: one of --lists open lists written --writes
+    /// times and restored, in the state topic on the broker at --brokers
+    /// (`state.backend = "kafka"`) and in a temporary `state.dir`.
+    State {
+        /// Kafka bootstrap servers (a broker that lets the bench create topics).
+        #[arg(long)]
+        brokers: String,
+        #[arg(long, default_value_t = 100_000)]
+        lists: usize,
+        #[arg(long, default_value_t = 10)]
+        writes: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
     /// The bare consumer (a process the shapes bench starts): reads
     /// --messages messages of the topics in RANKPULSE__KAFKA__* and decodes
     /// each with serde_json, then prints one JSON line.
@@ -157,6 +171,11 @@ fn main() -> anyhow::Result<()> {
         Command::HotKey(args) => measure("hot-key", args),
         Command::LoopGap(args) => measure("loop-gap", args),
         Command::Bare { messages, delays } => bare::run(messages, delays),
+        Command::State { brokers, lists, writes, seed } => {
+            let config = Config::load(None)?;
+            print!("{}", state::run(&config, &state::Options { brokers, lists, writes, seed })?);
+            Ok(())
+        }
         Command::Ubi { lists, seed, rounds, hit_ids_only } => {
             let config = Config::load(None)?;
             let traffic = if hit_ids_only {

@@ -119,7 +119,7 @@ impl Daemon {
     }
 
     /// Assigned shards take their open lists from the checkpoint, among all
-    /// instances' in `state.dir`, that got furthest in the partition.
+    /// instances' (in `state.dir` or `state.topic`), that got furthest in the partition.
     pub(super) fn assign(&mut self, tps: &[(String, i32)]) {
         let partitions: BTreeSet<i32> = tps.iter().map(|(_, p)| *p).collect();
         let mut candidates: BTreeMap<i32, ShardCheckpoint> = BTreeMap::new();
@@ -276,7 +276,7 @@ impl Daemon {
             shard.owned = false;
             self.shards.insert(p, shard);
         }
-        tracing::info!("restored {} partition shard(s) from {}", self.shards.len(), store.path().display());
+        tracing::info!("restored {} partition shard(s) from {}", self.shards.len(), store.location());
         self.share_open_list_cap();
         Ok(())
     }

@@ -25,6 +25,11 @@ impl Daemon {
     /// held from a partition queue, which belongs before any rebalance):
     /// everything driven by processing time rather than by messages.
     pub(super) fn on_tick(&mut self, consumer: &Arc<Consumer>, published: &Published) -> Result<(), DaemonError> {
+        // Another process writes this instance's checkpoints: stop before
+        // committing anything more (see `state::kafka`).
+        if let Some(store) = &self.store {
+            store.still_ours()?;
+        }
         self.apply_rebalances()?;
         self.check_alignment(wall_ms());
         self.finalize_expired();
@@ -89,7 +94,7 @@ impl Daemon {
         let Some(store) = &self.store else { return };
         let checkpoint = Checkpoint {
             fingerprint: store.fingerprint().to_string(),
-            instance: store.instance.clone(),
+            instance: store.instance().to_string(),
             written_ms: wall_ms(),
             budget: self.budget.lock().map(|b| b.clone()).unwrap_or_default(),
             shards: Vec::new(),

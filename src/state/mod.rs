@@ -1,58 +1,108 @@
-//! Checkpoints: the daemon's state and the Kafka offsets it covers, on disk.
+//! Checkpoints: the daemon's state and the Kafka offsets it covers.
 //!
 //! Beside the stream, not in it: every `state.interval` the daemon writes
-//! one file per instance, `<state.dir>/<instance>.ckpt`, holding for each
-//! partition shard its open (and recently final) lists, its accumulators,
-//! its counters and the next offset of every topic it has consumed. The file
-//! is written to a temporary name, fsynced, renamed over the old one and the
-//! directory fsynced, so a crash at any moment leaves either the old or the
-//! new checkpoint, never a mix. Offsets are committed to Kafka only after
-//! the checkpoint that covers them is durable.
+//! one checkpoint per instance, holding for each partition shard its open
+//! (and recently final) lists, its accumulators, its counters and the next
+//! offset of every topic it has consumed. Offsets are committed to Kafka
+//! only after the checkpoint that covers them is durable.
 //!
-//! Restoring: an instance reads its own file at start (its counters go on
-//! from there), and when a partition is assigned it takes that partition's
-//! open lists from whichever file in the directory got furthest in it —
-//! its own after a restart, another instance's after a rebalance. A message
-//! below a shard's checkpointed offset is already accounted for and is
-//! skipped, so nothing is counted twice and nothing is lost.
+//! Restoring: an instance reads its own checkpoint at start (its counters
+//! go on from there), and when a partition is assigned it takes that
+//! partition's open lists from whichever instance's checkpoint got furthest
+//! in it — its own after a restart, another instance's after a rebalance.
+//! A message below a shard's checkpointed offset is already accounted for
+//! and is skipped, so nothing is counted twice and nothing is lost.
 //!
-//! One file for one format: its header, writer, reader and the checks a
-//! file must pass before anything restores from it. It passes 600 lines
-//! only with the round-trip and corruption tests.
+//! Where a checkpoint goes is the backend's (`state.backend`): a file per
+//! instance in a directory all instances share ([`dir`]), or records in a
+//! compacted Kafka topic ([`kafka`]); [`StateStore`] is either, so the
+//! daemon's checkpoint and hand-over logic is the same for both. This file
+//! holds what they share: the format (header, encoder, reader) and the
+//! checks a checkpoint must pass before anything restores from it.
 
 use crate::accumulate::Accumulators;
 use crate::assemble::{AssemblerState, DimensionBudget};
-use crate::config::Config;
+use crate::config::{Config, StateBackend};
 use crate::pipeline::OpsCounters;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_64;
 
-/// First bytes of a checkpoint file; the trailing digits are the format version.
+pub mod dir;
+pub mod kafka;
+
+pub use dir::DirStore;
+pub use kafka::KafkaStore;
+
+/// First bytes of a checkpoint; the trailing digits are the format version.
 const MAGIC: &[u8; 8] = b"RPCKPT04";
 /// Header: magic, payload length (u64 LE), payload checksum (xxh3-64, LE).
 const HEADER_LEN: usize = 8 + 8 + 8;
 pub const EXTENSION: &str = "ckpt";
 
+/// Where a checkpoint was read from, for errors and logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    File(PathBuf),
+    /// An instance's records in the state topic.
+    Topic {
+        topic: String,
+        instance: String,
+    },
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::File(path) => write!(f, "{}", path.display()),
+            Origin::Topic { topic, instance } => write!(f, "of instance {instance:?} in state.topic {topic}"),
+        }
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum StateError {
     #[error("state.dir {dir}: {cause}")]
     Io { dir: PathBuf, cause: std::io::Error },
-    #[error("checkpoint {path} is corrupt: {reason}")]
-    Corrupt { path: PathBuf, reason: String },
+    #[error("checkpoint {at} is corrupt: {reason}")]
+    Corrupt { at: Origin, reason: String },
     #[error(
-        "checkpoint {path} was written with other metric settings ({theirs}; now {ours}); \
+        "checkpoint {at} was written with other metric settings ({theirs}; now {ours}); \
          move it away to start from empty state"
     )]
-    Incompatible { path: PathBuf, theirs: String, ours: String },
+    Incompatible { at: Origin, theirs: String, ours: String },
     #[error("state.instance {instance:?} is already running with state.dir {dir} (lock {lock} is held)")]
     Locked { instance: String, dir: PathBuf, lock: PathBuf },
     #[error("cannot encode checkpoint: {0}")]
     Encode(String),
+    /// A client or broker error on the state topic.
+    #[error("state.topic {topic}: {cause}")]
+    Kafka { topic: String, cause: String },
+    #[error(
+        "state.topic {topic} has cleanup.policy={policy}: checkpoints need a compacted topic \
+         (cleanup.policy=compact), else the broker deletes them by age; name another topic, \
+         or alter this one's policy"
+    )]
+    NotCompacted { topic: String, policy: String },
+    #[error(
+        "state.topic {topic} has {partitions} partitions: rankpulse keeps a group's checkpoints in one \
+         ordered log (1 partition); name another topic"
+    )]
+    Partitions { topic: String, partitions: usize },
+    #[error(
+        "checkpoint {at} belongs to consumer group {group:?}, not this one's: give each group \
+         its own state.topic"
+    )]
+    ForeignGroup { at: Origin, group: String },
+    #[error(
+        "state.instance {instance:?}: another process (writer {writer:016x}) wrote a newer \
+         checkpoint to state.topic {topic} under this name; this one stops writing: give each \
+         process its own state.instance"
+    )]
+    Displaced { instance: String, topic: String, writer: u64 },
 }
 
 /// One partition shard as checkpointed.
@@ -141,104 +191,102 @@ fn check_counts(shard: &ShardCheckpoint) -> Result<(), String> {
     Ok(())
 }
 
-/// An instance's place in `state.dir`: its checkpoint file and its lock.
+/// Where this process keeps its checkpoints: `state.backend`'s store.
+/// Both take the same calls, so the daemon's checkpoint and hand-over
+/// logic does not know which it has.
 #[derive(Debug)]
-pub struct StateStore {
-    pub dir: PathBuf,
-    pub instance: String,
-    fingerprint: String,
-    /// Held for the process's life: two processes with one instance name
-    /// would overwrite each other's checkpoints.
-    _lock: File,
+pub enum StateStore {
+    Dir(DirStore),
+    Kafka(Box<KafkaStore>),
 }
 
 impl StateStore {
-    /// Opens (creating) `state.dir` and takes this instance's lock.
+    /// Opens the configured backend's store (the caller checks that
+    /// checkpoints are on, [`crate::config::StateConfig::enabled`]): takes
+    /// this instance's lock in `state.dir`, or creates (or checks) the
+    /// state topic and reads this instance's records.
     pub fn open(config: &Config) -> Result<StateStore, StateError> {
-        let dir = PathBuf::from(&config.state.dir);
-        let io = |cause| StateError::Io { dir: dir.clone(), cause };
-        std::fs::create_dir_all(&dir).map_err(io)?;
-        let instance =
-            if config.state.instance.is_empty() { default_instance() } else { config.state.instance.clone() };
-        let lock_path = dir.join(format!("{instance}.lock"));
-        let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(io)?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(StateError::Locked { instance, dir: dir.clone(), lock: lock_path });
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
-        }
-        Ok(StateStore { dir, instance, fingerprint: fingerprint(config), _lock: lock })
+        Ok(match config.state.backend {
+            StateBackend::Dir => StateStore::Dir(DirStore::open(config)?),
+            StateBackend::Kafka => StateStore::Kafka(Box::new(KafkaStore::open(config)?)),
+        })
     }
 
-    pub fn path(&self) -> PathBuf {
-        self.dir.join(format!("{}.{EXTENSION}", self.instance))
+    pub fn instance(&self) -> &str {
+        match self {
+            StateStore::Dir(s) => &s.instance,
+            StateStore::Kafka(s) => s.instance(),
+        }
     }
 
     pub fn fingerprint(&self) -> &str {
-        &self.fingerprint
+        match self {
+            StateStore::Dir(s) => s.fingerprint(),
+            StateStore::Kafka(s) => s.fingerprint(),
+        }
+    }
+
+    /// Where this instance's checkpoint goes, for logs.
+    pub fn location(&self) -> String {
+        match self {
+            StateStore::Dir(s) => s.path().display().to_string(),
+            StateStore::Kafka(s) => format!("state.topic {} (instance {:?})", s.topic(), s.instance()),
+        }
     }
 
     /// This instance's last checkpoint, if any.
     pub fn load_own(&self) -> Result<Option<Checkpoint>, StateError> {
-        let path = self.path();
-        if !path.exists() {
-            return Ok(None);
+        match self {
+            StateStore::Dir(s) => s.load_own(),
+            StateStore::Kafka(s) => s.load_own(),
         }
-        let c = read(&path)?;
-        if c.fingerprint != self.fingerprint {
-            return Err(StateError::Incompatible { path, theirs: c.fingerprint, ours: self.fingerprint.clone() });
-        }
-        Ok(Some(c))
     }
 
-    /// Every compatible checkpoint in the directory (this instance's
-    /// included); unreadable or incompatible ones are reported and skipped.
+    /// Every compatible checkpoint of the group (this instance's included);
+    /// unreadable or incompatible ones are reported and skipped.
     pub fn load_all(&self) -> Vec<Checkpoint> {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
-        let mut out = Vec::new();
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().and_then(|e| e.to_str()) != Some(EXTENSION) {
-                continue;
-            }
-            match read(&path) {
-                Ok(c) if c.fingerprint == self.fingerprint => out.push(c),
-                Ok(c) => {
-                    tracing::warn!("ignoring checkpoint {} (other metric settings: {})", path.display(), c.fingerprint)
-                }
-                Err(e) => tracing::warn!("ignoring checkpoint: {e}"),
-            }
+        match self {
+            StateStore::Dir(s) => s.load_all(),
+            StateStore::Kafka(s) => s.load_all(),
         }
-        out
     }
 
-    /// Writes `checkpoint` atomically: temporary file, fsync, rename, fsync
-    /// of the directory.
+    /// Makes `checkpoint` durable; returns its encoded size. Only once it
+    /// returns may the offsets it covers be committed.
     pub fn write(&self, checkpoint: &Checkpoint) -> Result<usize, StateError> {
-        let payload = postcard::to_stdvec(checkpoint).map_err(|e| StateError::Encode(e.to_string()))?;
-        let io = |cause| StateError::Io { dir: self.dir.clone(), cause };
-        let tmp = self.dir.join(format!(".{}.{EXTENSION}.tmp", self.instance));
-        let mut file = File::create(&tmp).map_err(io)?;
-        let mut header = Vec::with_capacity(HEADER_LEN);
-        header.extend_from_slice(MAGIC);
-        header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        header.extend_from_slice(&xxh3_64(&payload).to_le_bytes());
-        file.write_all(&header).map_err(io)?;
-        file.write_all(&payload).map_err(io)?;
-        file.sync_all().map_err(io)?;
-        drop(file);
-        std::fs::rename(&tmp, self.path()).map_err(io)?;
-        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io)?;
-        Ok(HEADER_LEN + payload.len())
+        match self {
+            StateStore::Dir(s) => s.write(checkpoint),
+            StateStore::Kafka(s) => s.write(checkpoint),
+        }
+    }
+
+    /// Whether this process may still write as its instance: the Kafka
+    /// store stops once another process wrote under the same name (the dir
+    /// store's lock refuses the second process at start instead).
+    pub fn still_ours(&self) -> Result<(), StateError> {
+        match self {
+            StateStore::Dir(_) => Ok(()),
+            StateStore::Kafka(s) => s.still_ours(),
+        }
     }
 }
 
-/// Reads and verifies one checkpoint file.
-pub fn read(path: &Path) -> Result<Checkpoint, StateError> {
-    let bytes = std::fs::read(path).map_err(|cause| StateError::Io { dir: path.to_path_buf(), cause })?;
-    let corrupt = |reason: &str| StateError::Corrupt { path: path.to_path_buf(), reason: reason.to_string() };
+/// A checkpoint as stored: header (magic, payload length, payload
+/// checksum), then the postcard payload. A file holds exactly this; the
+/// state topic holds it in chunks.
+pub fn encode(checkpoint: &Checkpoint) -> Result<Vec<u8>, StateError> {
+    let payload = postcard::to_stdvec(checkpoint).map_err(|e| StateError::Encode(e.to_string()))?;
+    let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
+    bytes.extend_from_slice(MAGIC);
+    bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&xxh3_64(&payload).to_le_bytes());
+    bytes.extend_from_slice(&payload);
+    Ok(bytes)
+}
+
+/// Verifies and decodes what [`encode`] made, read from `at`.
+pub fn parse(bytes: &[u8], at: &Origin) -> Result<Checkpoint, StateError> {
+    let corrupt = |reason: &str| StateError::Corrupt { at: at.clone(), reason: reason.to_string() };
     if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
         return Err(corrupt("not a rankpulse checkpoint (or another format version)"));
     }
@@ -256,6 +304,12 @@ pub fn read(path: &Path) -> Result<Checkpoint, StateError> {
     decode(payload).map_err(|e| corrupt(&e))
 }
 
+/// Reads and verifies one checkpoint file.
+pub fn read(path: &Path) -> Result<Checkpoint, StateError> {
+    let bytes = std::fs::read(path).map_err(|cause| StateError::Io { dir: path.to_path_buf(), cause })?;
+    parse(&bytes, &Origin::File(path.to_path_buf()))
+}
+
 /// Decodes a checkpoint's payload (what follows the header). Public for the
 /// `checkpoint` fuzz target: no bytes on disk may panic the process.
 pub fn decode(payload: &[u8]) -> Result<Checkpoint, String> {
@@ -266,8 +320,11 @@ pub fn decode(payload: &[u8]) -> Result<Checkpoint, String> {
     Ok(checkpoint)
 }
 
-/// The host name, else "rankpulse".
-fn default_instance() -> String {
+/// `state.instance`, else the host name, else "rankpulse".
+pub fn instance_name(config: &Config) -> String {
+    if !config.state.instance.is_empty() {
+        return config.state.instance.clone();
+    }
     std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
@@ -424,7 +481,7 @@ mod tests {
         }
         whole.finalize_all();
 
-        let store = StateStore::open(&cfg).unwrap();
+        let store = DirStore::open(&cfg).unwrap();
         let mut first = Pipeline::new(&cfg.pipeline_settings());
         for e in &evs[..37] {
             let _ = first.ingest("t", e.as_bytes(), crate::pipeline::Clock::replay(), None);
@@ -460,8 +517,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rankpulse-state-bad-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let cfg = config(&dir, "b");
-        let store = StateStore::open(&cfg).unwrap();
-        assert!(matches!(StateStore::open(&cfg), Err(StateError::Locked { .. })));
+        let store = DirStore::open(&cfg).unwrap();
+        assert!(matches!(DirStore::open(&cfg), Err(StateError::Locked { .. })));
         let c = Checkpoint {
             fingerprint: fingerprint(&cfg),
             instance: "b".into(),

@@ -1,0 +1,1135 @@
+//! Checkpoints in Kafka: `state.backend = "kafka"`, the store that needs no
+//! volume shared by the group's instances.
+//!
+//! In the data flow: the publisher thread (`daemon::publisher`) hands
+//! [`KafkaStore::write`] each checkpoint the tick snapshotted; only once it
+//! returns, every record acknowledged by all in-sync replicas, are the
+//! offsets the checkpoint covers committed to the consumer group. At start
+//! and at every rebalance the consumer task reads the topic back
+//! ([`KafkaStore::load_own`], [`KafkaStore::load_all`]) to take over
+//! partitions exactly where the checkpoint that got furthest left them.
+//!
+//! The topic (`state.topic`) has one partition and `cleanup.policy=compact`:
+//! one ordered log per group, which every instance reads whole at a
+//! hand-over (it needs every instance's checkpoint to pick the furthest),
+//! so more partitions would buy nothing; compaction keeps the newest value
+//! of each key. An instance's checkpoint — the same bytes as a checkpoint
+//! file: header, postcard payload, checksum — goes in as records keyed
+//! (`/` cannot occur in an instance name):
+//!
+//! - `<instance>/<slot>/<i>`: chunk `i` of the checkpoint, at most
+//!   [`MAX_CHUNK_BYTES`] (less if the topic's `max.message.bytes` is
+//!   smaller), value `RPSTCK01`, writer id, sequence number, chunk index
+//!   (u64, u64, u32 LE), then the bytes;
+//! - `<instance>/<slot>`: the slot's manifest, written only after every
+//!   chunk is acknowledged, value `RPSTMF01` then postcard [`Manifest`]:
+//!   group, instance, writer id, sequence number, slot, chunk count, length
+//!   and xxh3 checksum of the whole checkpoint.
+//!
+//! Writes alternate between two slots, A and B: a write overwrites the
+//! chunks of the slot that does not hold the newest complete checkpoint,
+//! and that slot's manifest last. A crash between chunks and manifest, or
+//! a reader arriving mid-write, finds the other slot's manifest and chunks
+//! intact; compaction (newest value per key) never removes a record the
+//! newest manifest of a slot needs, since those are the newest values of
+//! their keys. A reader takes, per instance, the slot whose manifest is
+//! later in the log and whose chunks all carry that manifest's writer and
+//! sequence number and add up to its length and checksum, else the other
+//! slot; the bytes are then checked as a file's are (header, checksum,
+//! decode, metric settings). When a checkpoint needs fewer chunks than its
+//! slot held, the leftover chunk keys get tombstones.
+//!
+//! Two processes with one `state.instance` would overwrite each other:
+//! each process draws a random writer id, and before every write it reads
+//! what the topic got since its own last manifest (nothing but its own
+//! records in a one-instance group; other instances' writes otherwise). A
+//! manifest of its instance by another writer there means another process
+//! took the name over: it stops writing ([`StateError::Displaced`]) and
+//! the daemon exits. The process whose manifest is later in the log wins;
+//! until the loser's next write, their checkpoints may overwrite each
+//! other, so a hand-over in that window may restore the other process's
+//! state. It is a tripwire for a misconfiguration, not a lock: a process
+//! restarted after `kill -9` takes its name over at once, which a lease
+//! would delay. Nor does it fence a former owner of a partition (a zombie)
+//! by group generation.
+
+use super::{Checkpoint, Origin, StateError, encode, fingerprint, instance_name, parse};
+use crate::config::Config;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake};
+use std::time::{Duration, Instant};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Largest chunk of a checkpoint in one record: well under the 1 MB that
+/// brokers and clients accept by default (`max.message.bytes`,
+/// `message.max.bytes`), header and batch overhead included.
+pub const MAX_CHUNK_BYTES: usize = 512 * 1024;
+/// What a record needs besides its value, kept free below the topic's
+/// `max.message.bytes` (batch header, record header, key).
+const RECORD_OVERHEAD: usize = 1024;
+const MANIFEST_MAGIC: &[u8; 8] = b"RPSTMF01";
+const CHUNK_MAGIC: &[u8; 8] = b"RPSTCK01";
+/// Chunk value header: magic, writer, sequence number, index.
+const CHUNK_HEADER: usize = 8 + 8 + 8 + 4;
+/// How long a write waits for its acknowledgements, and a read for the
+/// broker, before giving up (the next checkpoint tries again).
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// Settings of a state topic rankpulse creates, besides compaction: its
+/// active segment (never compacted) rolls at 64 MiB or after 10 minutes,
+/// so what a restore reads beyond the live checkpoints stays bounded.
+const CREATE_CONFIG: &[(&str, &str)] =
+    &[("cleanup.policy", "compact"), ("segment.bytes", "67108864"), ("segment.ms", "600000")];
+
+/// One of the two places an instance's checkpoint alternates between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Slot {
+    A,
+    B,
+}
+
+impl Slot {
+    fn other(self) -> Slot {
+        match self {
+            Slot::A => Slot::B,
+            Slot::B => Slot::A,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Slot::A => "A",
+            Slot::B => "B",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Slot> {
+        match s {
+            "A" => Some(Slot::A),
+            "B" => Some(Slot::B),
+            _ => None,
+        }
+    }
+}
+
+/// What a slot's manifest record says about the checkpoint in its chunks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The consumer group (`kafka.group_id`) of the writer: another group's
+    /// checkpoints are never restored.
+    pub group: String,
+    pub instance: String,
+    /// The writing process's random id.
+    pub writer: u64,
+    /// The writer's write count; every chunk carries it too.
+    pub seq: u64,
+    pub slot: Slot,
+    pub chunks: u32,
+    /// Length and xxh3-64 of the whole checkpoint (header included).
+    pub len: u64,
+    pub checksum: u64,
+}
+
+fn manifest_key(instance: &str, slot: Slot) -> String {
+    format!("{instance}/{}", slot.name())
+}
+
+fn chunk_key(instance: &str, slot: Slot, index: u32) -> String {
+    format!("{instance}/{}/{index}", slot.name())
+}
+
+/// What a key names: a slot's manifest or one of its chunks.
+#[derive(Debug, PartialEq, Eq)]
+enum Key<'a> {
+    Manifest { instance: &'a str, slot: Slot },
+    Chunk { instance: &'a str, slot: Slot, index: u32 },
+}
+
+fn parse_key(key: &[u8]) -> Option<Key<'_>> {
+    let key = std::str::from_utf8(key).ok()?;
+    let mut parts = key.split('/');
+    let instance = parts.next().filter(|i| !i.is_empty())?;
+    let slot = Slot::parse(parts.next()?)?;
+    let key = match parts.next() {
+        None => Key::Manifest { instance, slot },
+        Some(i) => Key::Chunk { instance, slot, index: i.parse().ok()? },
+    };
+    parts.next().is_none().then_some(key)
+}
+
+fn manifest_value(m: &Manifest) -> Result<Vec<u8>, StateError> {
+    let mut v = MANIFEST_MAGIC.to_vec();
+    postcard::to_io(m, &mut v).map_err(|e| StateError::Encode(e.to_string()))?;
+    Ok(v)
+}
+
+fn parse_manifest(value: &[u8]) -> Option<Manifest> {
+    let body = value.strip_prefix(MANIFEST_MAGIC)?;
+    postcard::from_bytes(body).ok()
+}
+
+fn chunk_value(writer: u64, seq: u64, index: u32, data: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(CHUNK_HEADER + data.len());
+    v.extend_from_slice(CHUNK_MAGIC);
+    v.extend_from_slice(&writer.to_le_bytes());
+    v.extend_from_slice(&seq.to_le_bytes());
+    v.extend_from_slice(&index.to_le_bytes());
+    v.extend_from_slice(data);
+    v
+}
+
+/// A chunk record's value: (writer, seq, index, bytes).
+fn parse_chunk(value: &[u8]) -> Option<(u64, u64, u32, &[u8])> {
+    let body = value.strip_prefix(CHUNK_MAGIC)?;
+    let writer = u64::from_le_bytes(body.get(0..8)?.try_into().ok()?);
+    let seq = u64::from_le_bytes(body.get(8..16)?.try_into().ok()?);
+    let index = u32::from_le_bytes(body.get(16..20)?.try_into().ok()?);
+    Some((writer, seq, index, body.get(20..)?))
+}
+
+#[derive(Debug)]
+struct Chunk {
+    writer: u64,
+    seq: u64,
+    data: Vec<u8>,
+}
+
+/// One instance's records as a scan left them: the newest value of each
+/// manifest and chunk key (a tombstone removes it), manifests with their
+/// offsets.
+#[derive(Debug, Default)]
+struct Slots {
+    manifests: [Option<(i64, Manifest)>; 2],
+    chunks: [BTreeMap<u32, Chunk>; 2],
+}
+
+impl Slots {
+    /// The newest checkpoint whose chunks are all there and add up, with
+    /// its manifest; `Ok(None)` without any manifest; `Err` with why each
+    /// slot failed when none is whole.
+    fn newest_complete(&self) -> Result<Option<(Vec<u8>, &Manifest)>, String> {
+        let mut candidates: Vec<&(i64, Manifest)> = self.manifests.iter().flatten().collect();
+        candidates.sort_by_key(|(offset, _)| std::cmp::Reverse(*offset));
+        let mut why = Vec::new();
+        for (_, m) in candidates.iter().copied() {
+            match self.assemble(m) {
+                Ok(bytes) => return Ok(Some((bytes, m))),
+                Err(e) => why.push(format!("slot {} (write {}): {e}", m.slot.name(), m.seq)),
+            }
+        }
+        if why.is_empty() { Ok(None) } else { Err(why.join("; ")) }
+    }
+
+    fn assemble(&self, m: &Manifest) -> Result<Vec<u8>, String> {
+        let chunks = &self.chunks[m.slot.index()];
+        let mut total = 0u64;
+        for i in 0..m.chunks {
+            let c = chunks.get(&i).ok_or_else(|| format!("chunk {i} of {} is missing", m.chunks))?;
+            if (c.writer, c.seq) != (m.writer, m.seq) {
+                return Err(format!("chunk {i} is of another write (being overwritten?)"));
+            }
+            total += c.data.len() as u64;
+        }
+        if total != m.len {
+            return Err(format!("its chunks hold {total} bytes, the manifest says {}", m.len));
+        }
+        // `total` is what the chunks hold, already in memory: no allocation
+        // a crafted manifest could inflate.
+        let mut bytes = Vec::with_capacity(total as usize);
+        for i in 0..m.chunks {
+            if let Some(c) = chunks.get(&i) {
+                bytes.extend_from_slice(&c.data);
+            }
+        }
+        if xxh3_64(&bytes) != m.checksum {
+            return Err("checksum mismatch".into());
+        }
+        Ok(bytes)
+    }
+
+    /// One past the highest chunk index of `slot` that holds a value.
+    fn extent(&self, slot: Slot) -> u32 {
+        self.chunks[slot.index()].keys().next_back().map_or(0, |i| i.saturating_add(1))
+    }
+}
+
+/// The topic read up to its end.
+#[derive(Debug, Default)]
+struct Scan {
+    instances: BTreeMap<String, Slots>,
+    /// Records that are no checkpoint record (another format, or another
+    /// program's): skipped.
+    foreign: u64,
+}
+
+impl Scan {
+    /// Takes one record into the scan; records of instances other than
+    /// `only` (when given) are passed over without keeping their bytes.
+    fn add(&mut self, key: Option<&[u8]>, value: Option<&[u8]>, offset: i64, only: Option<&str>) {
+        let Some(key) = key.and_then(parse_key) else {
+            self.foreign += 1;
+            return;
+        };
+        let instance = match key {
+            Key::Manifest { instance, .. } | Key::Chunk { instance, .. } => instance,
+        };
+        if only.is_some_and(|o| o != instance) {
+            return;
+        }
+        // The newest value of a key replaces what it held, as compaction
+        // will: a tombstone or a value of no known shape leaves it empty.
+        let slots = self.instances.entry(instance.to_string()).or_default();
+        match key {
+            Key::Manifest { instance, slot } => {
+                let m = value.and_then(parse_manifest).filter(|m| m.slot == slot && m.instance == instance);
+                self.foreign += u64::from(value.is_some() && m.is_none());
+                slots.manifests[slot.index()] = m.map(|m| (offset, m));
+            }
+            Key::Chunk { slot, index, .. } => {
+                let chunk = value.and_then(parse_chunk).filter(|(_, _, i, _)| *i == index);
+                self.foreign += u64::from(value.is_some() && chunk.is_none());
+                match chunk {
+                    Some((writer, seq, _, data)) => {
+                        slots.chunks[slot.index()].insert(index, Chunk { writer, seq, data: data.to_vec() });
+                    }
+                    None => {
+                        slots.chunks[slot.index()].remove(&index);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where the state producer's acknowledgements go: per record number, its
+/// offset or its error.
+#[derive(Default)]
+pub struct Acks {
+    results: Mutex<BTreeMap<usize, Result<i64, String>>>,
+}
+
+impl ClientContext for Acks {}
+
+impl ProducerContext for Acks {
+    type DeliveryOpaque = usize;
+    fn delivery(&self, result: &DeliveryResult<'_>, n: usize) {
+        let r = match result {
+            Ok(m) => Ok(m.offset()),
+            Err((e, _)) => Err(e.to_string()),
+        };
+        if let Ok(mut results) = self.results.lock() {
+            results.insert(n, r);
+        }
+    }
+}
+
+/// What the writer keeps between writes.
+struct Writer {
+    /// The last sequence number written or seen for this instance.
+    seq: u64,
+    /// The slot of the newest complete checkpoint: the next write goes to
+    /// the other.
+    current: Option<Slot>,
+    /// One past the highest chunk index each slot may hold a value at.
+    extent: [u32; 2],
+    /// Where the check for another writer reads from: one past this
+    /// process's last manifest (or the end of the scan at open).
+    tail_from: i64,
+    /// Reads the tail for that check; kept open between writes.
+    tail: BaseConsumer,
+    /// Record numbers for the producer's acknowledgements.
+    next_record: usize,
+}
+
+/// This instance's checkpoints in the state topic (see the module's
+/// documentation for the records).
+pub struct KafkaStore {
+    topic: String,
+    group: String,
+    instance: String,
+    fingerprint: String,
+    /// This process's random id, in every record it writes.
+    writer_id: u64,
+    chunk_bytes: usize,
+    /// The readers' configuration (connection settings of `kafka.properties`).
+    reader: ClientConfig,
+    producer: BaseProducer<Acks>,
+    writer: Mutex<Writer>,
+    /// The writer id of the process that took this instance over, once
+    /// seen (0: none); read at every tick, so not behind the writer's lock.
+    displaced_by: AtomicU64,
+    /// This instance's records as read at open, for the first
+    /// [`Self::load_own`] (the restore at start), unless a write came first.
+    opened: Mutex<Option<Slots>>,
+}
+
+impl std::fmt::Debug for KafkaStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaStore")
+            .field("topic", &self.topic)
+            .field("instance", &self.instance)
+            .field("writer_id", &format_args!("{:016x}", self.writer_id))
+            .field("chunk_bytes", &self.chunk_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaStore {
+    /// Creates the state topic if it is missing, or checks it (compacted,
+    /// one partition), then reads this instance's records.
+    pub fn open(config: &Config) -> Result<KafkaStore, StateError> {
+        let topic = &config.state.topic;
+        let base = client_config(config);
+        let max_message_bytes = ensure_topic(&base, topic, config.state.replication)?;
+        let chunk_bytes = match max_message_bytes {
+            Some(max) => max.saturating_sub(CHUNK_HEADER + RECORD_OVERHEAD).clamp(1024, MAX_CHUNK_BYTES),
+            None => MAX_CHUNK_BYTES,
+        };
+        KafkaStore::connect(config, chunk_bytes)
+    }
+
+    /// As [`Self::open`] on a topic known to exist (librdkafka's mock
+    /// cluster has no admin API), with chunks of at most `chunk_bytes`.
+    pub(crate) fn connect(config: &Config, chunk_bytes: usize) -> Result<KafkaStore, StateError> {
+        let topic = config.state.topic.clone();
+        let kafka = |e: KafkaError| StateError::Kafka { topic: topic.clone(), cause: crate::kafka::error_text(&e) };
+        let base = client_config(config);
+        let mut reader = base.clone();
+        reader
+            // Assigning a partition needs a group; this consumer never
+            // joins it nor commits, so the group's own id needs no further
+            // permission.
+            .set("group.id", &config.kafka.group_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "true")
+            .set("auto.offset.reset", "earliest")
+            // Brokers that hold a fetch until this long (Tansu, the mock)
+            // would hold every read of the tail as long.
+            .set("fetch.wait.max.ms", "10");
+        let mut producer_config = base;
+        producer_config
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "1")
+            .set("message.timeout.ms", TIMEOUT.as_millis().to_string());
+        let producer: BaseProducer<Acks> = producer_config.create_with_context(Acks::default()).map_err(kafka)?;
+        let tail: BaseConsumer = reader.create().map_err(kafka)?;
+        let mut store = KafkaStore {
+            topic: topic.clone(),
+            group: config.kafka.group_id.clone(),
+            instance: instance_name(config),
+            fingerprint: fingerprint(config),
+            writer_id: random_id(),
+            chunk_bytes: chunk_bytes.max(1),
+            reader,
+            producer,
+            writer: Mutex::new(Writer { seq: 0, current: None, extent: [0, 0], tail_from: 0, tail, next_record: 0 }),
+            displaced_by: AtomicU64::new(0),
+            opened: Mutex::new(None),
+        };
+        let (mut scan, end) = store.scan(Some(&store.instance.clone()))?;
+        let own = scan.instances.remove(&store.instance).unwrap_or_default();
+        {
+            let w = store.writer.get_mut().map_err(|_| poisoned(&topic))?;
+            w.tail_from = end;
+            w.seq = own.manifests.iter().flatten().map(|(_, m)| m.seq).max().unwrap_or(0);
+            w.extent = [own.extent(Slot::A), own.extent(Slot::B)];
+            // The next write must spare the slot a reader would take now.
+            w.current = match own.newest_complete() {
+                Ok(Some((_, m))) => Some(m.slot),
+                _ => own.manifests.iter().flatten().max_by_key(|(o, _)| *o).map(|(_, m)| m.slot),
+            };
+        }
+        tracing::info!(
+            "state.topic {topic}: instance {:?} writes as {:016x} in chunks of up to {} bytes",
+            store.instance,
+            store.writer_id,
+            store.chunk_bytes
+        );
+        *store.opened.get_mut().map_err(|_| poisoned(&topic))? = Some(own);
+        Ok(store)
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    fn origin(&self, instance: &str) -> Origin {
+        Origin::Topic { topic: self.topic.clone(), instance: instance.to_string() }
+    }
+
+    fn kafka_error(&self, cause: impl Into<String>) -> StateError {
+        StateError::Kafka { topic: self.topic.clone(), cause: cause.into() }
+    }
+
+    /// This instance's newest complete checkpoint, if it has one. Corrupt
+    /// (no slot whole), another group's, or of other metric settings: an
+    /// error, as a file's would be.
+    pub fn load_own(&self) -> Result<Option<Checkpoint>, StateError> {
+        let opened = self.opened.lock().map_err(|_| poisoned(&self.topic))?.take();
+        let slots = match opened {
+            Some(slots) => slots,
+            None => self.scan(Some(&self.instance))?.0.instances.remove(&self.instance).unwrap_or_default(),
+        };
+        self.checkpoint_of(&self.instance, &slots)
+    }
+
+    fn checkpoint_of(&self, instance: &str, slots: &Slots) -> Result<Option<Checkpoint>, StateError> {
+        let at = self.origin(instance);
+        let (bytes, manifest) = match slots.newest_complete() {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(None),
+            Err(reason) => return Err(StateError::Corrupt { at, reason }),
+        };
+        if manifest.group != self.group {
+            return Err(StateError::ForeignGroup { at, group: manifest.group.clone() });
+        }
+        let c = parse(&bytes, &at)?;
+        if c.fingerprint != self.fingerprint {
+            return Err(StateError::Incompatible { at, theirs: c.fingerprint, ours: self.fingerprint.clone() });
+        }
+        Ok(Some(c))
+    }
+
+    /// Every instance's newest complete checkpoint of this group and these
+    /// metric settings; the others are reported and skipped. A topic that
+    /// cannot be read is reported too: the partitions then start from the
+    /// group's committed offsets, as without checkpoints.
+    pub fn load_all(&self) -> Vec<Checkpoint> {
+        let scan = match self.scan(None) {
+            Ok((scan, _)) => scan,
+            Err(e) => {
+                tracing::error!("cannot read the checkpoints to hand partitions over: {e}");
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::new();
+        for (instance, slots) in &scan.instances {
+            match self.checkpoint_of(instance, slots) {
+                Ok(Some(c)) => out.push(c),
+                Ok(None) => {}
+                Err(e) => tracing::warn!("ignoring checkpoint: {e}"),
+            }
+        }
+        out
+    }
+
+    /// Reads the topic from its start to its end (the high watermark when
+    /// the read starts): the scan, and that end.
+    fn scan(&self, only: Option<&str>) -> Result<(Scan, i64), StateError> {
+        let kafka = |e: KafkaError| self.kafka_error(crate::kafka::error_text(&e));
+        let consumer: BaseConsumer = self.reader.create().map_err(kafka)?;
+        let mut scan = Scan::default();
+        let (low, high) = consumer.fetch_watermarks(&self.topic, 0, TIMEOUT).map_err(kafka)?;
+        read_range(&consumer, &self.topic, low, high, |m| {
+            scan.add(m.key(), m.payload(), m.offset(), only);
+            true
+        })
+        .map_err(|e| self.kafka_error(e))?;
+        if scan.foreign > 0 {
+            tracing::warn!(
+                "state.topic {}: skipped {} records that are no checkpoint records",
+                self.topic,
+                scan.foreign
+            );
+        }
+        Ok((scan, high))
+    }
+
+    /// Whether another process has taken this instance over (see the
+    /// module's documentation): then this one must stop.
+    pub fn still_ours(&self) -> Result<(), StateError> {
+        match self.displaced_by.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            writer => Err(self.displaced(writer)),
+        }
+    }
+
+    fn displaced(&self, writer: u64) -> StateError {
+        StateError::Displaced { instance: self.instance.clone(), topic: self.topic.clone(), writer }
+    }
+
+    /// Writes `checkpoint` into the slot not holding the newest complete
+    /// one, then that slot's manifest; returns once every record is
+    /// acknowledged (acks=all), with the checkpoint's size.
+    pub fn write(&self, checkpoint: &Checkpoint) -> Result<usize, StateError> {
+        self.write_upto(checkpoint, None)
+    }
+
+    /// As [`Self::write`]; with `crash_after` set, stops after that many
+    /// chunks and writes no manifest, as a process killed mid-write would.
+    fn write_upto(&self, checkpoint: &Checkpoint, crash_after: Option<usize>) -> Result<usize, StateError> {
+        let bytes = encode(checkpoint)?;
+        let mut w = self.writer.lock().map_err(|_| poisoned(&self.topic))?;
+        self.still_ours()?;
+        self.check_tail(&mut w)?;
+        if let Ok(mut opened) = self.opened.lock() {
+            *opened = None;
+        }
+        let slot = w.current.map_or(Slot::A, Slot::other);
+        // A number per attempt: chunks of an attempt that failed never
+        // pass for this one's.
+        w.seq += 1;
+        let seq = w.seq;
+        let count = bytes.len().div_ceil(self.chunk_bytes);
+        let chunks = u32::try_from(count).map_err(|_| StateError::Encode(format!("{count} chunks")))?;
+        let records: Vec<(String, Option<Vec<u8>>)> = bytes
+            .chunks(self.chunk_bytes)
+            .enumerate()
+            .take(crash_after.unwrap_or(usize::MAX))
+            .map(|(i, data)| {
+                let i = i as u32;
+                (chunk_key(&self.instance, slot, i), Some(chunk_value(self.writer_id, seq, i, data)))
+            })
+            .collect();
+        // Chunks written (or half written) now: whatever becomes of this
+        // write, the slot's extent covers them.
+        w.extent[slot.index()] = w.extent[slot.index()].max(records.len() as u32);
+        self.produce(&mut w, records)?;
+        if crash_after.is_some() {
+            return Ok(0);
+        }
+        let manifest = Manifest {
+            group: self.group.clone(),
+            instance: self.instance.clone(),
+            writer: self.writer_id,
+            seq,
+            slot,
+            chunks,
+            len: bytes.len() as u64,
+            checksum: xxh3_64(&bytes),
+        };
+        let offsets =
+            self.produce(&mut w, vec![(manifest_key(&self.instance, slot), Some(manifest_value(&manifest)?))])?;
+        w.current = Some(slot);
+        w.tail_from = offsets.last().map_or(w.tail_from, |o| o + 1);
+        // Chunks of a larger checkpoint before: tombstones, so that
+        // compaction frees them (best effort: they are never read).
+        let extent = w.extent[slot.index()];
+        if extent > chunks {
+            let tombstones = (chunks..extent).map(|i| (chunk_key(&self.instance, slot, i), None)).collect();
+            match self.produce(&mut w, tombstones) {
+                Ok(_) => w.extent[slot.index()] = chunks,
+                Err(e) => tracing::warn!("leftover chunks of slot {} stay: {e}", slot.name()),
+            }
+        }
+        Ok(bytes.len())
+    }
+
+    /// Reads what the topic got since this process's last manifest: a
+    /// manifest of this instance by another writer displaces this one; one
+    /// of its own (a write whose acknowledgement was lost) is taken as the
+    /// newest.
+    fn check_tail(&self, w: &mut Writer) -> Result<(), StateError> {
+        let kafka = |e: KafkaError| self.kafka_error(crate::kafka::error_text(&e));
+        let (_, high) = w.tail.fetch_watermarks(&self.topic, 0, TIMEOUT).map_err(kafka)?;
+        if w.tail_from >= high {
+            return Ok(());
+        }
+        let mut seen: Option<Manifest> = None;
+        let mut other: Option<u64> = None;
+        read_range(&w.tail, &self.topic, w.tail_from, high, |m| {
+            if let Some(Key::Manifest { instance, .. }) = m.key().and_then(parse_key)
+                && instance == self.instance
+                && let Some(manifest) = m.payload().and_then(parse_manifest)
+            {
+                if manifest.writer != self.writer_id {
+                    other = Some(manifest.writer);
+                    return false;
+                }
+                seen = Some(manifest);
+            }
+            true
+        })
+        .map_err(|e| self.kafka_error(e))?;
+        if let Some(writer) = other {
+            self.displaced_by.store(writer.max(1), Ordering::Relaxed);
+            tracing::error!("{}", self.displaced(writer));
+            return Err(self.displaced(writer));
+        }
+        if let Some(m) = seen {
+            w.seq = w.seq.max(m.seq);
+            w.current = Some(m.slot);
+        }
+        w.tail_from = high;
+        Ok(())
+    }
+
+    /// Produces `records` (key, value or tombstone) to the topic's
+    /// partition and waits until each is acknowledged: their offsets.
+    fn produce(&self, w: &mut Writer, records: Vec<(String, Option<Vec<u8>>)>) -> Result<Vec<i64>, StateError> {
+        let first = w.next_record;
+        w.next_record += records.len();
+        if let Ok(mut results) = self.producer.context().results.lock() {
+            // Acknowledgements of records an earlier write gave up on.
+            results.clear();
+        }
+        for (n, (key, value)) in records.iter().enumerate() {
+            let mut record =
+                BaseRecord::<str, [u8], usize>::with_opaque_to(&self.topic, first + n).partition(0).key(key.as_str());
+            if let Some(v) = value {
+                record = record.payload(v.as_slice());
+            }
+            let started = Instant::now();
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r))
+                        if started.elapsed() < TIMEOUT =>
+                    {
+                        record = r;
+                        self.producer.poll(Duration::from_millis(10));
+                    }
+                    Err((e, _)) => return Err(self.kafka_error(crate::kafka::error_text(&e))),
+                }
+            }
+        }
+        // Not `flush`: it polls in steps of 100 ms, which was most of a
+        // small checkpoint's write. The acknowledgements are served here.
+        let deadline = Instant::now() + TIMEOUT + Duration::from_secs(5);
+        let acknowledged = || {
+            let results = self.producer.context().results.lock();
+            results.is_ok_and(|r| r.range(first..first + records.len()).count() == records.len())
+        };
+        while !acknowledged() {
+            if Instant::now() > deadline {
+                return Err(self.kafka_error(format!("not acknowledged within {} s", TIMEOUT.as_secs() + 5)));
+            }
+            self.producer.poll(Duration::from_millis(1));
+        }
+        let results = self.producer.context().results.lock().map_err(|_| poisoned(&self.topic))?;
+        (first..first + records.len())
+            .map(|n| match results.get(&n) {
+                Some(Ok(offset)) => Ok(*offset),
+                Some(Err(e)) => Err(self.kafka_error(format!("a record was not written: {e}"))),
+                None => Err(self.kafka_error("a record was not acknowledged")),
+            })
+            .collect()
+    }
+}
+
+fn poisoned(topic: &str) -> StateError {
+    StateError::Kafka { topic: topic.to_string(), cause: "a writer panicked".into() }
+}
+
+/// The state clients' common settings: the consumer's connection and
+/// security settings (`kafka.properties`), and never a topic created by
+/// asking for it (it would get the broker's default policy, not compact).
+fn client_config(config: &Config) -> ClientConfig {
+    let mut cc = crate::kafka::connection_config(config, "rankpulse-state");
+    cc.set("allow.auto.create.topics", "false");
+    cc
+}
+
+/// Reads `topic`'s partition 0 from `from` until `to` (exclusive, a high
+/// watermark read before), handing each record to `each` until it says
+/// stop. Gives up when the broker sends nothing for [`TIMEOUT`].
+fn read_range(
+    consumer: &BaseConsumer,
+    topic: &str,
+    from: i64,
+    to: i64,
+    mut each: impl FnMut(&rdkafka::message::BorrowedMessage<'_>) -> bool,
+) -> Result<(), String> {
+    if from >= to {
+        return Ok(());
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(from)).map_err(|e| e.to_string())?;
+    consumer.assign(&tpl).map_err(|e| e.to_string())?;
+    let mut last_progress = Instant::now();
+    let position = || {
+        let tpl = consumer.position().ok()?;
+        tpl.find_partition(topic, 0).and_then(|e| e.offset().to_raw())
+    };
+    loop {
+        match consumer.poll(Duration::from_millis(100)) {
+            None => {
+                if last_progress.elapsed() > TIMEOUT {
+                    return Err(format!("nothing read for {} s (at offset {from} of {to})", TIMEOUT.as_secs()));
+                }
+            }
+            // The end as the broker saw it when answering: done once the
+            // position is at `to` (the end of an earlier read may still
+            // be reported as the read starts).
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                if position().is_some_and(|p| p >= to) {
+                    return Ok(());
+                }
+            }
+            Some(Err(e)) => return Err(crate::kafka::error_text(&e)),
+            Some(Ok(m)) => {
+                last_progress = Instant::now();
+                if !each(&m) || m.offset() + 1 >= to {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Creates the state topic if missing (1 partition, compacted, the
+/// configured replication), then checks it whether created or found:
+/// compacted and one partition, else a typed error naming the topic. The
+/// topic's `max.message.bytes` when the broker reports it.
+fn ensure_topic(base: &ClientConfig, topic: &str, replication: i32) -> Result<Option<usize>, StateError> {
+    let kafka = |cause: String| StateError::Kafka { topic: topic.to_string(), cause };
+    let admin: AdminClient<DefaultClientContext> = base.create().map_err(|e| kafka(crate::kafka::error_text(&e)))?;
+    let opts = AdminOptions::new().request_timeout(Some(TIMEOUT)).operation_timeout(Some(TIMEOUT));
+    let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(replication));
+    for (key, value) in CREATE_CONFIG {
+        new = new.set(key, value);
+    }
+    match block_on(admin.create_topics([&new], &opts)) {
+        Ok(results) => match results.into_iter().next() {
+            Some(Ok(_)) => tracing::info!("created state.topic {topic} (1 partition, compacted)"),
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => {}
+            // Not allowed to create topics: it may exist, which is checked next.
+            Some(Err((
+                _,
+                RDKafkaErrorCode::TopicAuthorizationFailed | RDKafkaErrorCode::ClusterAuthorizationFailed,
+            ))) => {}
+            Some(Err((_, code))) => return Err(kafka(format!("cannot create it: {code}"))),
+            None => {}
+        },
+        Err(e) => return Err(kafka(format!("cannot create it: {}", crate::kafka::error_text(&e)))),
+    }
+    let metadata =
+        admin.inner().fetch_metadata(Some(topic), TIMEOUT).map_err(|e| kafka(crate::kafka::error_text(&e)))?;
+    let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        return Err(kafka("the broker does not list it".into()));
+    };
+    if let Some(e) = t.error() {
+        return Err(kafka(format!("it does not exist and could not be created: {}", RDKafkaErrorCode::from(e))));
+    }
+    if t.partitions().len() != 1 {
+        return Err(StateError::Partitions { topic: topic.to_string(), partitions: t.partitions().len() });
+    }
+    let resource = ResourceSpecifier::Topic(topic);
+    let described = block_on(admin.describe_configs([&resource], &opts))
+        .map_err(|e| kafka(format!("cannot read its configuration: {}", crate::kafka::error_text(&e))))?;
+    let configs = match described.into_iter().next() {
+        Some(Ok(c)) => c,
+        Some(Err(code)) => return Err(kafka(format!("cannot read its configuration: {code}"))),
+        None => return Err(kafka("cannot read its configuration: no answer".into())),
+    };
+    let value = |name: &str| configs.get(name).and_then(|e| e.value.clone());
+    let policy = value("cleanup.policy");
+    match policy.as_deref() {
+        Some(p) if p.split(',').any(|p| p.trim() == "compact") => {
+            if p.contains("delete") {
+                tracing::warn!(
+                    "state.topic {topic} has cleanup.policy={p}: a checkpoint older than its retention.ms is \
+                     deleted (an instance stopped that long restarts from the committed offsets)"
+                );
+            }
+        }
+        _ => {
+            return Err(StateError::NotCompacted {
+                topic: topic.to_string(),
+                policy: policy.unwrap_or_else(|| "(not reported: the broker's default)".into()),
+            });
+        }
+    }
+    Ok(value("max.message.bytes").and_then(|v| v.parse().ok()))
+}
+
+/// Waits for an admin request's answer on this thread: librdkafka's own
+/// thread completes the future, which needs no runtime.
+fn block_on<F: Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+/// A writer id no other process draws: 8 bytes of the system's randomness,
+/// else the time, process id and a stack address hashed.
+fn random_id() -> u64 {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).is_ok();
+    let id = if random {
+        u64::from_le_bytes(bytes)
+    } else {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let seed = format!("{nanos} {} {:p}", std::process::id(), &bytes);
+        xxh3_64(seed.as_bytes())
+    };
+    id.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against librdkafka's in-process mock cluster, which has no admin
+    //! API: the topic is made by the cluster, the store opened past
+    //! [`ensure_topic`] (checked against a real broker by
+    //! `tests/broker_e2e.rs`).
+    use super::*;
+    use crate::config::StateBackend;
+    use crate::pipeline::{Clock, Pipeline};
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::DefaultProducerContext;
+
+    const TOPIC: &str = "rankpulse-state-test";
+
+    fn cluster() -> (MockCluster<'static, DefaultProducerContext>, String) {
+        let cluster = MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic(TOPIC, 1, 1).unwrap();
+        let bootstrap = cluster.bootstrap_servers();
+        (cluster, bootstrap)
+    }
+
+    fn config(bootstrap: &str, instance: &str) -> Config {
+        let mut c = Config::default();
+        c.kafka.brokers = bootstrap.to_string();
+        c.state.backend = StateBackend::Kafka;
+        c.state.topic = TOPIC.to_string();
+        c.state.instance = instance.to_string();
+        c
+    }
+
+    /// A checkpoint of one shard holding `lists` open lists of 10 results
+    /// each, its offset `lists` and its time `written_ms`.
+    fn checkpoint(config: &Config, lists: usize, written_ms: i64) -> Checkpoint {
+        let mut p = Pipeline::new(&config.pipeline_settings());
+        let results: Vec<String> =
+            (1..=10).map(|r| format!(r#"{{"doc_id":"doc-{r}","position":{r},"score":{}}}"#, 20 - r)).collect();
+        let results = results.join(",");
+        for i in 0..lists {
+            let e = format!(
+                r#"{{"type":"impression","event_id":"i{i}","session_id":"session-{i}","timestamp":{},"results":[{results}],"dimensions":{{"ranker":"r{}"}}}}"#,
+                1_700_000_000_000i64 + i as i64,
+                i % 3
+            );
+            let _ = p.ingest("t", e.as_bytes(), Clock::replay(), None);
+        }
+        let budget = std::mem::take(&mut *p.budget().lock().unwrap());
+        Checkpoint {
+            fingerprint: fingerprint(config),
+            instance: instance_name(config),
+            written_ms,
+            budget,
+            shards: vec![super::super::ShardCheckpoint {
+                partition: 0,
+                owned: true,
+                offsets: BTreeMap::from([("t".to_string(), lists as i64)]),
+                assembler: p.assembler().state(),
+                accumulators: p.accumulators().clone(),
+                counters: p.counters().clone(),
+            }],
+        }
+    }
+
+    /// The instance's records as a fresh reader finds them.
+    fn slots(store: &KafkaStore, instance: &str) -> Slots {
+        store.scan(Some(instance)).unwrap().0.instances.remove(instance).unwrap_or_default()
+    }
+
+    /// The bytes a reader would restore for `instance`.
+    fn restorable(store: &KafkaStore, instance: &str) -> Vec<u8> {
+        slots(store, instance).newest_complete().unwrap().expect("a complete checkpoint").0
+    }
+
+    /// A checkpoint of many chunks reads back byte for byte; a write that
+    /// dies between its chunks and its manifest (after some chunks, or
+    /// after all) leaves the previous checkpoint readable, and the next
+    /// process writes into the other slot.
+    #[test]
+    fn chunks_reassemble_and_a_write_cut_before_its_manifest_leaves_the_last_checkpoint() {
+        let (_cluster, bootstrap) = cluster();
+        let cfg = config(&bootstrap, "a");
+        let first = checkpoint(&cfg, 300, 1);
+        let first_bytes = encode(&first).unwrap();
+        let chunk = 4096;
+        assert!(first_bytes.len() > 5 * chunk, "{} bytes", first_bytes.len());
+        let store = KafkaStore::connect(&cfg, chunk).unwrap();
+        assert!(store.load_own().unwrap().is_none(), "an empty topic has no checkpoint");
+        assert_eq!(store.write(&first).unwrap(), first_bytes.len());
+        assert_eq!(restorable(&store, "a"), first_bytes);
+        let loaded = store.load_own().unwrap().unwrap();
+        assert_eq!((loaded.written_ms, loaded.shards[0].offsets["t"]), (1, 300));
+
+        let second = checkpoint(&cfg, 400, 2);
+        let second_bytes = encode(&second).unwrap();
+        let chunks = second_bytes.len().div_ceil(chunk);
+        for cut in [2, chunks] {
+            store.write_upto(&second, Some(cut)).unwrap();
+            let s = slots(&store, "a");
+            assert_eq!(s.chunks[Slot::B.index()].len(), cut, "the cut write's chunks are in slot B");
+            assert_eq!(restorable(&store, "a"), first_bytes, "cut after {cut} of {chunks} chunks");
+            let restarted = KafkaStore::connect(&cfg, chunk).unwrap();
+            assert_eq!(restarted.load_own().unwrap().unwrap().written_ms, 1);
+        }
+        // A restarted process finishes the job: slot B, then A again.
+        let restarted = KafkaStore::connect(&cfg, chunk).unwrap();
+        restarted.write(&second).unwrap();
+        let s = slots(&restarted, "a");
+        assert_eq!(s.manifests.iter().flatten().map(|(_, m)| m.slot).collect::<Vec<_>>(), [Slot::A, Slot::B]);
+        assert_eq!(restorable(&restarted, "a"), second_bytes);
+        assert_eq!(restarted.load_own().unwrap().unwrap().written_ms, 2);
+        let third = checkpoint(&cfg, 10, 3);
+        restarted.write(&third).unwrap();
+        assert_eq!(restarted.load_own().unwrap().unwrap().written_ms, 3);
+        assert_eq!(slots(&restarted, "a").newest_complete().unwrap().unwrap().1.slot, Slot::A);
+        // A smaller checkpoint leaves no stale chunks behind in its slot.
+        assert_eq!(slots(&restarted, "a").extent(Slot::A), encode(&third).unwrap().len().div_ceil(chunk) as u32);
+    }
+
+    /// At the default chunk size, a checkpoint several chunks long.
+    #[test]
+    fn a_checkpoint_several_times_a_chunk_round_trips() {
+        let (_cluster, bootstrap) = cluster();
+        let cfg = config(&bootstrap, "big");
+        let big = checkpoint(&cfg, 12_000, 7);
+        let bytes = encode(&big).unwrap();
+        assert!(bytes.len() > 3 * MAX_CHUNK_BYTES, "{} bytes", bytes.len());
+        let store = KafkaStore::connect(&cfg, MAX_CHUNK_BYTES).unwrap();
+        store.write(&big).unwrap();
+        store.write(&big).unwrap();
+        assert_eq!(restorable(&store, "big"), bytes);
+        let loaded = KafkaStore::connect(&cfg, MAX_CHUNK_BYTES).unwrap().load_own().unwrap().unwrap();
+        assert_eq!(loaded.shards[0].assembler.open_lists.len(), big.shards[0].assembler.open_lists.len());
+        assert_eq!(loaded.shards[0].offsets["t"], 12_000);
+    }
+
+    /// Every instance's checkpoint is found; one of other metric settings
+    /// or of another group is skipped by load_all and refused as one's own,
+    /// as is an instance none of whose slots is whole; records of any other
+    /// shape are skipped without a panic.
+    #[test]
+    fn load_all_skips_what_load_own_refuses() {
+        let (_cluster, bootstrap) = cluster();
+        for instance in ["a", "b"] {
+            let cfg = config(&bootstrap, instance);
+            KafkaStore::connect(&cfg, 2048).unwrap().write(&checkpoint(&cfg, 50, 1)).unwrap();
+        }
+        let mut other_settings = config(&bootstrap, "c");
+        other_settings.metrics.cutoffs = vec![1, 2];
+        KafkaStore::connect(&other_settings, 2048).unwrap().write(&checkpoint(&other_settings, 5, 1)).unwrap();
+        let mut other_group = config(&bootstrap, "d");
+        other_group.kafka.group_id = "elsewhere".into();
+        KafkaStore::connect(&other_group, 2048).unwrap().write(&checkpoint(&other_group, 5, 1)).unwrap();
+
+        // Garbage: unknown keys, bad values, a manifest without chunks.
+        let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", &bootstrap).create().unwrap();
+        let mut rng = rankpulse_testkit::Rng::new(5);
+        let mut junk: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (b"e/A".to_vec(), b"RPSTMF01".to_vec()),
+            (b"e/A/0".to_vec(), b"RPSTCK01\x01".to_vec()),
+            (b"/A".to_vec(), b"x".to_vec()),
+            (b"e/C/0".to_vec(), b"x".to_vec()),
+            (b"e/A/-1".to_vec(), b"x".to_vec()),
+            (b"e/A/0/1".to_vec(), b"x".to_vec()),
+            (vec![0xff, 0xfe], b"x".to_vec()),
+        ];
+        let missing = Manifest {
+            group: cfg_group(&bootstrap),
+            instance: "e".into(),
+            writer: 9,
+            seq: 1,
+            slot: Slot::A,
+            chunks: 3,
+            len: 10,
+            checksum: 0,
+        };
+        junk.push((b"e/A".to_vec(), manifest_value(&missing).unwrap()));
+        for _ in 0..200 {
+            let key: Vec<u8> = (0..rng.below(12)).map(|_| b"xy/AB01\xff"[rng.below(8) as usize]).collect();
+            let mut value: Vec<u8> = if rng.below(2) == 0 { b"RPSTMF01".to_vec() } else { b"RPSTCK01".to_vec() };
+            value.extend((0..rng.below(40)).map(|_| rng.below(256) as u8));
+            junk.push((key, value));
+        }
+        for (k, v) in &junk {
+            producer.send(BaseRecord::<[u8], [u8]>::to(TOPIC).partition(0).key(k).payload(v)).unwrap();
+        }
+        producer.flush(Duration::from_secs(10)).unwrap();
+
+        let reader = KafkaStore::connect(&config(&bootstrap, "a"), 2048).unwrap();
+        let mut found: Vec<String> = reader.load_all().into_iter().map(|c| c.instance).collect();
+        found.sort();
+        assert_eq!(found, ["a", "b"]);
+        let incompatible = KafkaStore::connect(&config(&bootstrap, "c"), 2048).unwrap().load_own().unwrap_err();
+        assert!(matches!(incompatible, StateError::Incompatible { .. }), "{incompatible}");
+        let foreign = KafkaStore::connect(&config(&bootstrap, "d"), 2048).unwrap().load_own().unwrap_err();
+        assert!(matches!(foreign, StateError::ForeignGroup { .. }), "{foreign}");
+        let corrupt = KafkaStore::connect(&config(&bootstrap, "e"), 2048).unwrap().load_own().unwrap_err();
+        assert!(
+            matches!(&corrupt, StateError::Corrupt { reason, .. } if reason.contains("chunk 0 of 3 is missing")),
+            "{corrupt}"
+        );
+    }
+
+    fn cfg_group(bootstrap: &str) -> String {
+        config(bootstrap, "x").kafka.group_id
+    }
+
+    /// A second process with the same instance name takes it over; the
+    /// first finds that out before its next write and stops.
+    #[test]
+    fn a_second_process_with_the_same_instance_displaces_the_first() {
+        let (_cluster, bootstrap) = cluster();
+        let cfg = config(&bootstrap, "same");
+        let first = KafkaStore::connect(&cfg, 2048).unwrap();
+        first.write(&checkpoint(&cfg, 20, 1)).unwrap();
+        first.write(&checkpoint(&cfg, 20, 2)).unwrap();
+        let second = KafkaStore::connect(&cfg, 2048).unwrap();
+        assert_eq!(second.load_own().unwrap().unwrap().written_ms, 2, "it takes over the last checkpoint");
+        second.write(&checkpoint(&cfg, 20, 3)).unwrap();
+        assert!(first.still_ours().is_ok(), "not known before the first's next write");
+        let e = first.write(&checkpoint(&cfg, 20, 4)).unwrap_err();
+        assert!(matches!(&e, StateError::Displaced { instance, .. } if instance == "same"), "{e}");
+        assert!(first.still_ours().is_err());
+        assert!(first.write(&checkpoint(&cfg, 20, 5)).is_err(), "it stays stopped");
+        second.write(&checkpoint(&cfg, 20, 6)).unwrap();
+        assert!(second.still_ours().is_ok());
+        let reader = KafkaStore::connect(&cfg, 2048).unwrap();
+        assert_eq!(reader.load_own().unwrap().unwrap().written_ms, 6);
+    }
+
+    #[test]
+    fn keys_name_a_slot_and_a_chunk_or_nothing() {
+        assert_eq!(parse_key(b"pod-1/A"), Some(Key::Manifest { instance: "pod-1", slot: Slot::A }));
+        assert_eq!(parse_key(b"pod-1/B/12"), Some(Key::Chunk { instance: "pod-1", slot: Slot::B, index: 12 }));
+        for bad in [&b""[..], b"pod", b"pod/C", b"/A", b"pod/A/x", b"pod/A/1/2", b"pod/A/99999999999"] {
+            assert_eq!(parse_key(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(parse_chunk(&chunk_value(7, 8, 9, b"data")), Some((7, 8, 9, &b"data"[..])));
+        assert_eq!(parse_chunk(b"RPSTCK01short"), None);
+    }
+}
