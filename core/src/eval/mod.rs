@@ -348,6 +348,9 @@ struct Context<'a> {
     run: &'a Run<'a>,
     zscores: Option<&'a Zscores>,
     needs_qrels: bool,
+    /// (row index, index in `prefs::MEASURES`) of each selected preference
+    /// measure, found once rather than by name per topic.
+    prefs_slots: Vec<(usize, usize)>,
 }
 
 /// Scores a range of topics: `(judgments topic, run topic)` pairs.
@@ -399,10 +402,8 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
                     &mut prefs_scratch,
                     &mut prefs_values,
                 );
-                for (i, m) in layout.measures.iter().enumerate() {
-                    if let Some(k) = prefs::MEASURES.iter().position(|&n| n == m.id.name()) {
-                        row[layout.start[i]] = prefs_values[k];
-                    }
+                for &(v, k) in &cx.prefs_slots {
+                    row[v] = prefs_values[k];
                 }
             }
             _ => {}
@@ -502,6 +503,12 @@ fn evaluate(
         run,
         zscores,
         needs_qrels: plan.measures.iter().any(|m| m.id.needs() == Needs::Qrels),
+        prefs_slots: layout
+            .measures
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| Some((layout.start[i], prefs::MEASURES.iter().position(|&n| n == m.id.name())?)))
+            .collect(),
     };
     // Score in parallel over contiguous ranges, then fold in topic order so
     // the sums are bit-identical to a sequential pass (and to trec_eval's).
