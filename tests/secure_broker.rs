@@ -23,8 +23,8 @@
 mod common;
 
 use common::{
-    Guard, IMPRESSIONS, JUDGMENTS, consumed, counter_lines, events, free_port, http_get, metrics, now_ms, sigterm,
-    start_tansu, sum_of, wait_until,
+    Guard, IMPRESSIONS, JUDGMENTS, consumed, counter_lines, events, free_port, http_get, metrics, now_ms, ready,
+    sigterm, start_tansu, sum_of, wait_until,
 };
 use rankpulse::config::Config;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
@@ -556,14 +556,15 @@ fn state_keys(stack: &Stack, properties: &Properties) -> Vec<String> {
 /// partition, compacted) and checkpoints into it; killed with `kill -9`
 /// while events flow, it restarts under the same `state.instance`,
 /// publishes the checkpointed counters at once, and ends, after more
-/// events, with counters equal to `replay` of all of them. The admin
-/// client, the idempotent producer and the readers of the state store all
-/// pass through stunnel (which refuses a client without the certificate)
-/// and the SASL gateway (which refuses every request before a login), so
-/// each got the `ssl.*` and `sasl.*` properties.
+/// events, with counters equal to `replay` of all of them. A third start,
+/// over OAUTHBEARER (OIDC), restores the same checkpoint and writes its
+/// own. The admin client, the idempotent producer and the readers of the
+/// state store all pass through stunnel (which refuses a client without
+/// the certificate) and the SASL gateway (which refuses every request
+/// before a login), so each got the `ssl.*` and `sasl.*` properties.
 #[test]
 #[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
-fn kafka_state_backend_over_mutual_tls_and_scram_restarts_exactly() {
+fn kafka_state_backend_over_mutual_tls_scram_and_oauthbearer_restarts_exactly() {
     let stack = Stack::start("state", Tls::Mutual, true);
     let mut properties = sasl_properties(&stack, "SCRAM-SHA-512", PASSWORD);
     properties.push(("ssl.certificate.location", stack.path("client.pem")));
@@ -641,6 +642,37 @@ fn kafka_state_backend_over_mutual_tls_and_scram_restarts_exactly() {
         "{text}"
     );
     assert!(!text.contains("created state.topic"), "{text}");
+    sigterm(&mut daemon);
+
+    // The same instance over OAUTHBEARER, each state client with a token
+    // from the OIDC endpoint: it restores the checkpoint, and its own
+    // checkpoints are written.
+    let token_url = stack.token_url.clone().unwrap();
+    let mut oidc: Properties = vec![
+        ("security.protocol", "SASL_SSL".into()),
+        ("ssl.ca.location", stack.path("ca.pem")),
+        ("ssl.certificate.location", stack.path("client.pem")),
+        ("ssl.key.location", stack.path("client.key")),
+        ("sasl.mechanism", "OAUTHBEARER".into()),
+        ("sasl.oauthbearer.method", "oidc".into()),
+        ("sasl.oauthbearer.client.id", OAUTH_CLIENT.into()),
+        ("sasl.oauthbearer.client.secret", OAUTH_SECRET.into()),
+    ];
+    oidc.push(("sasl.oauthbearer.token.endpoint.url", token_url));
+    let (mut daemon, http, log) = spawn_daemon(&stack, "state-3", &oidc, &env);
+    // The restored counters are already the final ones: wait for the
+    // group too, which /readyz reports.
+    wait_until("the third daemon to get its partitions", Duration::from_secs(60), || ready(&http));
+    assert_exact(&mut daemon, &http, &log, &all, 0.0);
+    let checkpoints = sum_of(&metrics(&http), "rankpulse_checkpoints_total");
+    wait_until("a checkpoint over OAUTHBEARER", Duration::from_secs(30), || {
+        sum_of(&metrics(&http), "rankpulse_checkpoints_total") > checkpoints
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains(r#"restored 2 partition shard(s) from state.topic rankpulse-state (instance "solo")"#),
+        "{text}"
+    );
     sigterm(&mut daemon);
 
     // The records are the instance's: both slots' manifests are there.
