@@ -1,9 +1,13 @@
 //! The secured-broker tier: `rankpulse run` against a real broker over TLS,
 //! mutual TLS and SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER through an
 //! OIDC token endpoint), and reading topics written with every compression
-//! codec. Each accepted case compares the daemon's counters with the batch
-//! engine (`replay` of the same events); each refused case checks the error
-//! the user sees, that `/readyz` says 503 and that the process stays up.
+//! codec, and the Kafka state backend (`state.backend = "kafka"`: its admin
+//! client, producer and readers) over the same connections. Each accepted
+//! case compares the daemon's counters with the batch engine (`replay` of
+//! the same events); each refused case checks the error the user sees,
+//! that `/readyz` says 503 and that the process stays up (with the Kafka
+//! state backend, which needs its topic at start, that it exits with the
+//! error).
 //!
 //! The setup, also documented in docs/operations.md:
 //! - the broker: Tansu (memory storage) on a plain loopback port, advertising
