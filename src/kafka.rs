@@ -367,16 +367,27 @@ pub fn create_consumer(config: &Config, signals: Arc<KafkaSignals>) -> Result<Co
     cc.create_with_context(RankpulseContext::new(signals, session_timeout_ms))
 }
 
+/// The `kafka.properties` keys [`connection_config`] copies: by prefix,
+/// every librdkafka property of TLS, SASL and the client's identity,
+/// including the three that do not start with `ssl.` or `sasl.`
+/// (`enable.ssl.certificate.verification`,
+/// `enable.sasl.oauthbearer.unsecure.jwt`, and `https.ca.*` for an OIDC
+/// token endpoint): without them the consumer would connect and the other
+/// clients would not.
+pub const CONNECTION_PREFIXES: &[&str] =
+    &["security.", "ssl.", "sasl.", "client.", "enable.ssl.", "enable.sasl.", "https."];
+
 /// A client configuration for the brokers of `config` with the same
 /// security settings as the consumer (TLS, SASL, `client.*`): the
 /// dead-letter producer's and the state topic's clients. Consumer-only keys
-/// would make a producer warn, so only the connection ones are copied;
-/// `client_id` applies unless `kafka.properties` names one.
+/// would make a producer warn, so only the connection ones are copied
+/// ([`CONNECTION_PREFIXES`]); `client_id` applies unless `kafka.properties`
+/// names one.
 pub fn connection_config(config: &Config, client_id: &str) -> ClientConfig {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &config.kafka.brokers).set("client.id", client_id);
     for (key, value) in &config.kafka.properties {
-        if ["security.", "ssl.", "sasl.", "client."].iter().any(|p| key.starts_with(p)) {
+        if CONNECTION_PREFIXES.iter().any(|p| key.starts_with(p)) {
             cc.set(key, value);
         }
     }
@@ -660,6 +671,38 @@ impl Sources {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every TLS and SASL property librdkafka 2.12 lists (its
+    /// CONFIGURATION.md, global properties) reaches the other clients;
+    /// consumer-only keys do not.
+    #[test]
+    fn the_other_clients_get_every_tls_and_sasl_property() {
+        let mut config = Config::default();
+        let connection = [
+            ("security.protocol", "SASL_SSL"),
+            ("ssl.ca.location", "/ca.pem"),
+            ("ssl.certificate.location", "/client.pem"),
+            ("ssl.key.location", "/client.key"),
+            ("ssl.endpoint.identification.algorithm", "none"),
+            ("enable.ssl.certificate.verification", "false"),
+            ("sasl.mechanism", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+            ("sasl.oauthbearer.token.endpoint.url", "https://idp/token"),
+            ("https.ca.location", "/idp-ca.pem"),
+            ("enable.sasl.oauthbearer.unsecure.jwt", "false"),
+            ("client.dns.lookup", "use_all_dns_ips"),
+        ];
+        for (k, v) in connection.iter().chain(&[("fetch.wait.max.ms", "10"), ("session.timeout.ms", "6000")]) {
+            config.kafka.properties.insert(k.to_string(), v.to_string());
+        }
+        let cc = connection_config(&config, "rankpulse-state");
+        for (k, v) in connection {
+            assert_eq!(cc.get(k), Some(v), "{k}");
+        }
+        assert_eq!(cc.get("fetch.wait.max.ms"), None);
+        assert_eq!(cc.get("session.timeout.ms"), None);
+        assert_eq!(cc.get("client.id"), Some("rankpulse-state"));
+    }
 
     /// A partition is idle only up to the moment the most silent broker
     /// with requests in flight last answered.

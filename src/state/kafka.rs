@@ -58,7 +58,7 @@ use crate::config::Config;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
@@ -316,14 +316,71 @@ impl Scan {
     }
 }
 
+/// What the state clients' librdkafka last reported going wrong with the
+/// brokers: a refused login, a failed TLS handshake, a broker down.
+/// librdkafka retries these on its own, so the request that waited on the
+/// connection only times out; its error then adds why. (The consumer's
+/// errors are logged by its own context; these clients log none.)
+#[derive(Debug, Default)]
+pub struct BrokerErrors {
+    last: Mutex<Option<(Instant, String)>>,
+}
+
+impl BrokerErrors {
+    fn note(&self, error: &KafkaError, reason: &str) {
+        let Ok(mut last) = self.last.lock() else { return };
+        // "All brokers are down" follows every failed connection; it must
+        // not hide what made it fail.
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown)
+            && last.as_ref().is_some_and(|(at, _)| at.elapsed() < RECENT)
+        {
+            return;
+        }
+        *last = Some((Instant::now(), format!("{error}: {reason}")));
+    }
+
+    /// `cause`, with the brokers' last error if one came within [`RECENT`]
+    /// (while the failed request could have been waiting on it).
+    fn explain(&self, cause: String) -> String {
+        let last = self.last.lock().ok().and_then(|l| l.clone());
+        match last {
+            Some((at, text)) if at.elapsed() < RECENT && !cause.contains(&text) => {
+                format!("{cause} (last error from the brokers: {text})")
+            }
+            _ => cause,
+        }
+    }
+}
+
+/// How long a broker error explains a failed request: the longest a
+/// request waits ([`TIMEOUT`], plus the acknowledgements' 5 s).
+const RECENT: Duration = Duration::from_secs(TIMEOUT.as_secs() + 5);
+
+/// The readers' context: notes the broker errors their polls serve.
+#[derive(Clone, Default)]
+pub struct StateContext(Arc<BrokerErrors>);
+
+impl ClientContext for StateContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.0.note(&error, reason);
+    }
+}
+
+impl ConsumerContext for StateContext {}
+
 /// Where the state producer's acknowledgements go: per record number, its
-/// offset or its error.
+/// offset or its error; its broker errors are noted as the other clients'.
 #[derive(Default)]
 pub struct Acks {
     results: Mutex<BTreeMap<usize, Result<i64, String>>>,
+    errors: Arc<BrokerErrors>,
 }
 
-impl ClientContext for Acks {}
+impl ClientContext for Acks {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.errors.note(&error, reason);
+    }
+}
 
 impl ProducerContext for Acks {
     type DeliveryOpaque = usize;
@@ -351,7 +408,7 @@ struct Writer {
     /// process's last manifest (or the end of the scan at open).
     tail_from: i64,
     /// Reads the tail for that check; kept open between writes.
-    tail: BaseConsumer,
+    tail: BaseConsumer<StateContext>,
     /// Record numbers for the producer's acknowledgements.
     next_record: usize,
 }
@@ -368,6 +425,9 @@ pub struct KafkaStore {
     chunk_bytes: usize,
     /// The readers' configuration (connection settings of `kafka.properties`).
     reader: ClientConfig,
+    /// The clients' context: the readers note their broker errors in it
+    /// (the producer's `Acks` shares its [`BrokerErrors`]).
+    context: StateContext,
     producer: BaseProducer<Acks>,
     writer: Mutex<Writer>,
     /// The writer id of the process that took this instance over, once
@@ -428,8 +488,10 @@ impl KafkaStore {
             .set("acks", "all")
             .set("linger.ms", "1")
             .set("message.timeout.ms", TIMEOUT.as_millis().to_string());
-        let producer: BaseProducer<Acks> = producer_config.create_with_context(Acks::default()).map_err(kafka)?;
-        let tail: BaseConsumer = reader.create().map_err(kafka)?;
+        let context = StateContext::default();
+        let acks = Acks { results: Mutex::default(), errors: context.0.clone() };
+        let producer: BaseProducer<Acks> = producer_config.create_with_context(acks).map_err(kafka)?;
+        let tail: BaseConsumer<StateContext> = reader.create_with_context(context.clone()).map_err(kafka)?;
         let mut store = KafkaStore {
             topic: topic.clone(),
             group: config.kafka.group_id.clone(),
@@ -438,6 +500,7 @@ impl KafkaStore {
             writer_id: random_id(),
             chunk_bytes: chunk_bytes.max(1),
             reader,
+            context,
             producer,
             writer: Mutex::new(Writer { seq: 0, current: None, extent: [0, 0], tail_from: 0, tail, next_record: 0 }),
             displaced_by: AtomicU64::new(0),
@@ -483,7 +546,14 @@ impl KafkaStore {
     }
 
     fn kafka_error(&self, cause: impl Into<String>) -> StateError {
-        StateError::Kafka { topic: self.topic.clone(), cause: cause.into() }
+        StateError::Kafka { topic: self.topic.clone(), cause: self.context.0.explain(cause.into()) }
+    }
+
+    /// A reader's request failed: its error, with what the events it has
+    /// not served yet said about the brokers.
+    fn reader_error(&self, consumer: &BaseConsumer<StateContext>, e: &KafkaError) -> StateError {
+        serve_events(consumer);
+        self.kafka_error(crate::kafka::error_text(e))
     }
 
     /// This instance's newest complete checkpoint, if it has one. Corrupt
@@ -541,10 +611,13 @@ impl KafkaStore {
     /// Reads the topic from its start to its end (the high watermark when
     /// the read starts): the scan, and that end.
     fn scan(&self, only: Option<&str>) -> Result<(Scan, i64), StateError> {
-        let kafka = |e: KafkaError| self.kafka_error(crate::kafka::error_text(&e));
-        let consumer: BaseConsumer = self.reader.create().map_err(kafka)?;
+        let consumer: BaseConsumer<StateContext> = self
+            .reader
+            .create_with_context(self.context.clone())
+            .map_err(|e| self.kafka_error(crate::kafka::error_text(&e)))?;
         let mut scan = Scan::default();
-        let (low, high) = consumer.fetch_watermarks(&self.topic, 0, TIMEOUT).map_err(kafka)?;
+        let (low, high) =
+            consumer.fetch_watermarks(&self.topic, 0, TIMEOUT).map_err(|e| self.reader_error(&consumer, &e))?;
         read_range(&consumer, &self.topic, low, high, |m| {
             scan.add(m.key(), m.payload(), m.offset(), only);
             true
@@ -645,8 +718,7 @@ impl KafkaStore {
     /// of its own (a write whose acknowledgement was lost) is taken as the
     /// newest.
     fn check_tail(&self, w: &mut Writer) -> Result<(), StateError> {
-        let kafka = |e: KafkaError| self.kafka_error(crate::kafka::error_text(&e));
-        let (_, high) = w.tail.fetch_watermarks(&self.topic, 0, TIMEOUT).map_err(kafka)?;
+        let (_, high) = w.tail.fetch_watermarks(&self.topic, 0, TIMEOUT).map_err(|e| self.reader_error(&w.tail, &e))?;
         if w.tail_from >= high {
             return Ok(());
         }
@@ -749,7 +821,7 @@ fn client_config(config: &Config) -> ClientConfig {
 /// watermark read before), handing each record to `each` until it says
 /// stop. Gives up when the broker sends nothing for [`TIMEOUT`].
 fn read_range(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<StateContext>,
     topic: &str,
     from: i64,
     to: i64,
@@ -795,9 +867,23 @@ fn read_range(
 /// Creates the state topic if missing (1 partition, compacted, the
 /// configured replication), then checks it whether created or found:
 /// compacted and one partition, else a typed error naming the topic. The
-/// topic's `max.message.bytes` when the broker reports it.
+/// topic's `max.message.bytes` when the broker reports it. A request that
+/// fails says what the brokers reported last.
 fn ensure_topic(base: &ClientConfig, topic: &str, replication: i32) -> Result<Option<usize>, StateError> {
-    let kafka = |cause: String| StateError::Kafka { topic: topic.to_string(), cause };
+    // The admin client serves none of librdkafka's events (its errors stay
+    // queued): a consumer with the same settings reaches the brokers
+    // first, and the events it serves say why it cannot.
+    let context = StateContext::default();
+    let probe: BaseConsumer<StateContext> = base
+        .create_with_context(context.clone())
+        .map_err(|e| StateError::Kafka { topic: topic.to_string(), cause: crate::kafka::error_text(&e) })?;
+    let kafka = |cause: String| {
+        serve_events(&probe);
+        StateError::Kafka { topic: topic.to_string(), cause: context.0.explain(cause) }
+    };
+    probe
+        .fetch_metadata(Some(topic), TIMEOUT)
+        .map_err(|e| kafka(format!("cannot reach the brokers: {}", crate::kafka::error_text(&e))))?;
     let admin: AdminClient<DefaultClientContext> = base.create().map_err(|e| kafka(crate::kafka::error_text(&e)))?;
     let opts = AdminOptions::new().request_timeout(Some(TIMEOUT)).operation_timeout(Some(TIMEOUT));
     let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(replication));
@@ -858,6 +944,16 @@ fn ensure_topic(base: &ClientConfig, topic: &str, replication: i32) -> Result<Op
     Ok(value("max.message.bytes").and_then(|v| v.parse().ok()))
 }
 
+/// Serves what librdkafka queued for `consumer` (errors, log lines), so
+/// that its context has noted the errors. A poll without waiting serves
+/// at most one event: a bounded number of them, more than 30 s of
+/// reconnection attempts queue.
+fn serve_events(consumer: &BaseConsumer<StateContext>) {
+    for _ in 0..10_000 {
+        let _ = consumer.poll(Duration::ZERO);
+    }
+}
+
 /// Waits for an admin request's answer on this thread: librdkafka's own
 /// thread completes the future, which needs no runtime.
 fn block_on<F: Future>(future: F) -> F::Output {
@@ -907,6 +1003,29 @@ mod tests {
     use rdkafka::producer::DefaultProducerContext;
 
     const TOPIC: &str = "rankpulse-state-test";
+
+    /// A request that timed out says what the brokers reported, and the
+    /// "all brokers are down" that follows a refused login does not hide
+    /// it (the message librdkafka gives for a wrong SCRAM password, as
+    /// `tests/secure_broker.rs` gets it from its gateway).
+    #[test]
+    fn a_failed_request_says_what_the_brokers_reported() {
+        let errors = BrokerErrors::default();
+        assert_eq!(errors.explain("timed out".into()), "timed out");
+        let refused = "sasl_ssl://127.0.0.1:9093/bootstrap: SASL authentication error: Authentication failed \
+                       during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256";
+        errors.note(&KafkaError::Global(RDKafkaErrorCode::Authentication), refused);
+        errors.note(&KafkaError::Global(RDKafkaErrorCode::AllBrokersDown), "1/1 brokers are down");
+        let text = errors.explain("timed out".into());
+        assert!(text.starts_with("timed out (last error from the brokers: "), "{text}");
+        assert!(text.ends_with(&format!("{refused})")), "{text}");
+        // A cause that already says it is left as it is.
+        assert_eq!(errors.explain(text.clone()), text);
+        // Without an earlier error, "all brokers are down" is the news.
+        let errors = BrokerErrors::default();
+        errors.note(&KafkaError::Global(RDKafkaErrorCode::AllBrokersDown), "1/1 brokers are down");
+        assert!(errors.explain("timed out".into()).ends_with("1/1 brokers are down)"));
+    }
 
     fn cluster() -> (MockCluster<'static, DefaultProducerContext>, String) {
         let cluster = MockCluster::new(1).expect("mock cluster");

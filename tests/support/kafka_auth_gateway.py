@@ -8,9 +8,11 @@ closes the connection, and it has no OAUTHBEARER. So the tests put this
 gateway in front of it, the way stunnel puts TLS in front of it: a client
 speaks the Kafka SASL exchange to the gateway (SaslHandshake v1 and
 SaslAuthenticate v0/v1, as Apache Kafka brokers answer them); once the client
-is authenticated, the gateway pipes the connection to the broker unchanged.
-ApiVersions before authentication is forwarded to the broker, so the client
-sees the broker's own API versions.
+is authenticated, the gateway pipes the connection to the broker unchanged,
+whatever the API (the state store's CreateTopics, DescribeConfigs and
+InitProducerId pass as Fetch and Produce do). ApiVersions before
+authentication is forwarded to the broker, so the client sees the broker's
+own API versions.
 
 Mechanisms, each checked as Apache Kafka checks it:
   PLAIN            authzid NUL user NUL password (RFC 4616)
