@@ -173,8 +173,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for Id<'a> {
 /// The dimension values found in a message, by the index of their label
 /// in [`UbiSettings::dimensions`]: a fixed array, so that reading them
 /// allocates nothing (values with escapes and numbers are copied, as
-/// everywhere).
-type Slots<'a> = [Option<Cow<'a, str>>; MAX_DIMENSION_LABELS];
+/// everywhere), made only once a value is found (most events carry none,
+/// and the array is 16 values to clear and drop).
+type Slots<'a> = Option<[Option<Cow<'a, str>>; MAX_DIMENSION_LABELS]>;
 
 /// Reads one open object (`query_attributes`, `event_attributes`, or a
 /// member of one) for the dimension paths that pass through it: it
@@ -232,7 +233,7 @@ impl<'de> Capture<'_, '_, 'de> {
     fn store(&mut self, text: Option<Cow<'de, str>>) {
         for i in bits(self.mask) {
             if self.names(i).len() == self.depth
-                && let Some(slot) = self.slots.get_mut(i)
+                && let Some(slot) = self.slots.get_or_insert_with(Default::default).get_mut(i)
             {
                 *slot = text.clone();
             }
@@ -439,11 +440,8 @@ struct RawUbi<'a> {
     client_id: Option<Id<'a>>,
     session_id: Option<Id<'a>>,
     timestamp: Option<RawTimestamp<'a>>,
-    query_response_hit_ids: Option<Vec<Id<'a>>>,
+    query_response_hit_ids: Option<Result<Vec<Shown<'a>>, RejectReason>>,
     event_attributes: Option<RawEventAttributes<'a>>,
-    /// The values of the dimension paths below `query_attributes` and
-    /// `event_attributes`.
-    slots: Slots<'a>,
 }
 
 /// Reads a [`RawUbi`], and stops at an `action_name` that names an action
@@ -451,7 +449,7 @@ struct RawUbi<'a> {
 /// holds, so the rest of it is not parsed (UBI streams carry many of them:
 /// searches, views, hovers). Written by hand for that early stop only; a
 /// field given twice is refused as serde's derive refuses it.
-struct RawUbiSeed<'l> {
+struct RawUbiSeed<'l, 'de> {
     /// `[judgments.actions]`; `None` reads every field (queries).
     stop_unless_in: Option<&'l BTreeMap<String, crate::metrics::Grade>>,
     /// Set when the read stopped at an unmapped action.
@@ -461,9 +459,14 @@ struct RawUbiSeed<'l> {
     /// The dimensions read below `query_attributes`, `event_attributes`.
     query_mask: u32,
     event_mask: u32,
+    /// Where their values go: beside the [`RawUbi`], not in it, so that
+    /// the array is not moved with it.
+    slots: &'l mut Slots<'de>,
+    /// `input.max_results`, for `query_response_hit_ids`.
+    max_results: usize,
 }
 
-impl<'de> de::DeserializeSeed<'de> for RawUbiSeed<'_> {
+impl<'de> de::DeserializeSeed<'de> for RawUbiSeed<'_, 'de> {
     type Value = RawUbi<'de>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
@@ -490,7 +493,7 @@ fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
     map.next_value()
 }
 
-impl<'de> Visitor<'de> for RawUbiSeed<'_> {
+impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
     type Value = RawUbi<'de>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a UBI query or event object")
@@ -516,17 +519,18 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_> {
                 "session_id" => raw.session_id = once(&mut map, &mut seen, 1 << 4, "session_id")?,
                 "timestamp" => raw.timestamp = once(&mut map, &mut seen, 1 << 5, "timestamp")?,
                 "query_response_hit_ids" => {
-                    raw.query_response_hit_ids = once(&mut map, &mut seen, 1 << 6, "query_response_hit_ids")?
+                    first(&mut seen, 1 << 6, "query_response_hit_ids")?;
+                    raw.query_response_hit_ids = map.next_value_seed(HitsSeed { max: self.max_results })?;
                 }
                 "query_attributes" => {
                     first(&mut seen, 1 << 7, "query_attributes")?;
                     let (dims, mask) = (self.dims, self.query_mask);
-                    map.next_value_seed(Capture { dims, event: false, mask, depth: 0, slots: &mut raw.slots })?;
+                    map.next_value_seed(Capture { dims, event: false, mask, depth: 0, slots: &mut *self.slots })?;
                 }
                 "event_attributes" => {
                     first(&mut seen, 1 << 8, "event_attributes")?;
                     let (dims, mask) = (self.dims, self.event_mask);
-                    let capture = Capture { dims, event: true, mask, depth: 0, slots: &mut raw.slots };
+                    let capture = Capture { dims, event: true, mask, depth: 0, slots: &mut *self.slots };
                     raw.event_attributes = map.next_value_seed(EventAttributesSeed(capture))?;
                 }
                 _ => {
@@ -535,6 +539,63 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_> {
             }
         }
         Ok(raw)
+    }
+}
+
+/// Reads `query_response_hit_ids` straight into the shown results
+/// (positions 1, 2, … in array order), in a `Vec` sized for a page up
+/// front as the native decoder's `results`; `null` as none. A hit that
+/// cannot be a result does not stop the read: the value is the reason,
+/// given once the message is read (more than `max` hits is
+/// `too_many_results`, before any missing id).
+struct HitsSeed {
+    max: usize,
+}
+
+impl<'de> de::DeserializeSeed<'de> for HitsSeed {
+    type Value = Option<Result<Vec<Shown<'de>>, RejectReason>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for HitsSeed {
+    type Value = Option<Result<Vec<Shown<'de>>, RejectReason>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of ids")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let capacity = seq.size_hint().unwrap_or(super::RESULTS_CAPACITY).min(super::RESULTS_CAPACITY);
+        let mut results = Vec::with_capacity(capacity.min(self.max));
+        let (mut count, mut fault) = (0usize, None);
+        while let Some(hit) = seq.next_element::<Id<'de>>()? {
+            count += 1;
+            if count > self.max || fault.is_some() {
+                continue;
+            }
+            let Some(doc_id) = present(Some(hit)) else {
+                fault = Some(RejectReason::MissingField);
+                continue;
+            };
+            match u32::try_from(count) {
+                Ok(position) => results.push(Shown { doc_id, position, score: None, team: None }),
+                Err(_) => fault = Some(RejectReason::InvalidPosition),
+            }
+        }
+        Ok(Some(match fault {
+            _ if count > self.max => Err(RejectReason::TooManyResults),
+            Some(reason) => Err(reason),
+            None => Ok(results),
+        }))
     }
 }
 
@@ -547,12 +608,15 @@ fn present(id: Option<Id<'_>>) -> Option<Cow<'_, str>> {
 pub fn decode<'a>(format: Format, bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, RejectReason> {
     let text = message_text(bytes, limits)?;
     let unmapped = std::cell::Cell::new(false);
+    let mut slots: Slots = None;
     let seed = RawUbiSeed {
         stop_unless_in: (format != Format::UbiQueries).then_some(&limits.actions),
         unmapped: &unmapped,
         dims: &limits.ubi.dimensions,
         query_mask: limits.ubi.mask(false),
         event_mask: limits.ubi.mask(true),
+        slots: &mut slots,
+        max_results: limits.max_results,
     };
     let mut de = serde_json::Deserializer::from_str(text);
     let raw = match de::DeserializeSeed::deserialize(seed, &mut de).and_then(|raw| de.end().map(|()| raw)) {
@@ -565,7 +629,11 @@ pub fn decode<'a>(format: Format, bytes: &'a [u8], limits: &DecodeLimits) -> Res
         Format::UbiEvents => true,
         Format::Ubi | Format::Rankpulse | Format::Mapped => raw.action_name.is_some(),
     };
-    if is_event { decode_event(text, raw, limits) } else { decode_query(text, raw, limits).map(Event::Impression) }
+    if is_event {
+        decode_event(text, raw, &mut slots, limits)
+    } else {
+        decode_query(text, raw, &mut slots, limits).map(Event::Impression)
+    }
 }
 
 /// The list's session: `client_id`, else `session_id`.
@@ -577,20 +645,16 @@ fn timestamp(raw: Option<RawTimestamp<'_>>) -> Result<i64, RejectReason> {
     raw.ok_or(RejectReason::MissingField)?.to_millis_with(true)
 }
 
-fn decode_query<'a>(text: &'a str, raw: RawUbi<'a>, limits: &DecodeLimits) -> Result<Impression<'a>, RejectReason> {
+fn decode_query<'a>(
+    text: &'a str,
+    raw: RawUbi<'a>,
+    slots: &mut Slots<'a>,
+    limits: &DecodeLimits,
+) -> Result<Impression<'a>, RejectReason> {
     let session_id = session(raw.client_id, raw.session_id)?;
     let timestamp_ms = timestamp(raw.timestamp)?;
-    let hits = raw.query_response_hit_ids.unwrap_or_default();
-    if hits.len() > limits.max_results {
-        return Err(RejectReason::TooManyResults);
-    }
-    let mut results = Vec::with_capacity(hits.len());
-    for (i, hit) in hits.into_iter().enumerate() {
-        let doc_id = present(Some(hit)).ok_or(RejectReason::MissingField)?;
-        let position = u32::try_from(i + 1).map_err(|_| RejectReason::InvalidPosition)?;
-        results.push(Shown { doc_id, position, score: None, team: None });
-    }
-    let dimensions = dimensions(limits, raw.application, raw.slots, false);
+    let results = raw.query_response_hit_ids.transpose()?.unwrap_or_default();
+    let dimensions = dimensions(limits, raw.application, slots, false);
     Ok(Impression {
         event_id: Cow::Borrowed(text),
         session_id,
@@ -608,14 +672,14 @@ fn decode_query<'a>(text: &'a str, raw: RawUbi<'a>, limits: &DecodeLimits) -> Re
 fn dimensions<'a>(
     limits: &DecodeLimits,
     application: Option<super::Text<'a>>,
-    slots: Slots<'a>,
+    slots: &mut Slots<'a>,
     event: bool,
 ) -> BTreeMap<Cow<'a, str>, Cow<'a, str>> {
     let mut dimensions = BTreeMap::new();
-    for ((label, path), slot) in limits.ubi.dimensions.iter().zip(slots) {
+    for (i, (label, path)) in limits.ubi.dimensions.iter().enumerate() {
         let value = match path {
             UbiPath::Application => application.as_ref().map(|a| a.0.clone()),
-            _ if path.below(event).is_some() => slot,
+            _ if path.below(event).is_some() => slots.as_mut().and_then(|s| s.get_mut(i)).and_then(Option::take),
             _ => None,
         };
         if let Some(v) = value {
@@ -625,7 +689,12 @@ fn dimensions<'a>(
     dimensions
 }
 
-fn decode_event<'a>(text: &'a str, raw: RawUbi<'a>, limits: &DecodeLimits) -> Result<Event<'a>, RejectReason> {
+fn decode_event<'a>(
+    text: &'a str,
+    raw: RawUbi<'a>,
+    slots: &mut Slots<'a>,
+    limits: &DecodeLimits,
+) -> Result<Event<'a>, RejectReason> {
     let action = raw.action_name.map(|a| a.0).filter(|a| !a.is_empty()).ok_or(RejectReason::MissingField)?;
     let grade = match action.as_ref() {
         "impression" => None,
@@ -650,7 +719,7 @@ fn decode_event<'a>(text: &'a str, raw: RawUbi<'a>, limits: &DecodeLimits) -> Re
         .filter(|p| *p >= 1)
         .and_then(|p| u32::try_from(p).ok())
         .ok_or(RejectReason::InvalidPosition)?;
-    let dimensions = dimensions(limits, raw.application, raw.slots, true);
+    let dimensions = dimensions(limits, raw.application, slots, true);
     Ok(Event::Impression(Impression {
         event_id,
         session_id,
@@ -831,6 +900,22 @@ mod tests {
         );
         assert_eq!(decode(Format::UbiEvents, br#"{"client_id":"c"}"#, &limits()), Err(RejectReason::MissingField));
         assert_eq!(event("{"), Err(RejectReason::InvalidJson));
+        // Hit ids: past input.max_results (200 here) before a missing one, read to the end either way.
+        let q = |hits: &str| format!(r#"{{"client_id":"c","timestamp":1,"query_response_hit_ids":[{hits}],"x":1}}"#);
+        let many = vec!["\"d\""; 201].join(",");
+        assert_eq!(event(&q(&format!(r#"null,{many}"#))), Err(RejectReason::TooManyResults));
+        for missing in [r#""a","",1"#, r#"null"#, r#""a",null"#] {
+            assert_eq!(event(&q(missing)), Err(RejectReason::MissingField), "{missing}");
+        }
+        assert_eq!(event(&q(r#""a",{"id":1}"#)), Err(RejectReason::WrongType));
+        assert_eq!(
+            event(r#"{"client_id":"c","timestamp":1,"query_response_hit_ids":"a"}"#),
+            Err(RejectReason::WrongType)
+        );
+        let Ok(Event::Impression(i)) = event(r#"{"client_id":"c","timestamp":1,"query_response_hit_ids":null}"#) else {
+            panic!()
+        };
+        assert!(i.results.is_empty());
         assert_eq!(
             event(r#"{"client_id":"c","timestamp":1,"query_response_hit_ids":[1e999]}"#),
             Err(RejectReason::NonFinite)
