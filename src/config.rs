@@ -251,8 +251,9 @@ pub struct UbiConfig {
     /// (OpenSearch's generator and click models) or 1 (the spec's examples).
     pub ordinal_base: u32,
     /// Dimension label → UBI path (`application`, `query_attributes.<name>`,
-    /// `event_attributes.<name>`). A label of `dimensions.labels` not
-    /// listed is read from `query_attributes.<label>`.
+    /// `event_attributes.<name>`, nested members one per dot at any depth:
+    /// `query_attributes.experiment.arm`). A label of `dimensions.labels`
+    /// not listed is read from `query_attributes.<label>`.
     pub dimensions: BTreeMap<String, String>,
 }
 
@@ -1312,14 +1313,19 @@ mod tests {
         assert!(e.starts_with("config key ubi.ordinal_base:"), "{e}");
         let e = from_toml("[ubi.dimensions]\nranker = \"query_attributes\"\n").unwrap_err().to_string();
         assert!(e.starts_with("config key ubi.dimensions.ranker:") && e.contains("query_attributes.<name>"), "{e}");
+        let e = from_toml("[ubi.dimensions]\nranker = \"query_attributes.experiment..arm\"\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key ubi.dimensions.ranker:") && e.contains("experiment..arm"), "{e}");
         let e = from_toml("[ubi.dimensions]\narm = \"application\"\n").unwrap_err().to_string();
         assert!(e.starts_with("config key ubi.dimensions.arm:") && e.contains("dimensions.labels"), "{e}");
         let ok = "[kafka]\ntopics = [\"q\", \"e\"]\n[kafka.formats]\nq = \"ubi_queries\"\ne = \"ubi_events\"\n\
-                  [ubi]\nordinal_base = 1\n[ubi.dimensions]\nranker = \"application\"\n";
+                  [ubi]\nordinal_base = 1\n[ubi.dimensions]\nranker = \"application\"\n\
+                  market = \"event_attributes.context.geo.market\"\n";
         let settings = from_toml(ok).unwrap().pipeline_settings();
         use crate::event::Format;
         assert_eq!(settings.formats, [("e".to_string(), Format::UbiEvents), ("q".to_string(), Format::UbiQueries)]);
         assert_eq!(settings.decode.ubi.ordinal_base, 1);
+        let market = settings.decode.ubi.dimensions.iter().find(|(l, _)| l == "market").map(|(_, p)| p.to_string());
+        assert_eq!(market.as_deref(), Some("event_attributes.context.geo.market"));
         let e = from_toml("[http]\nlisten = \"localhost\"\n").unwrap_err().to_string();
         assert!(e.starts_with("config key http.listen:"), "{e}");
     }

@@ -73,3 +73,70 @@ fn the_format_is_what_reads_the_file() {
     assert!(err.contains("ubi_events"), "{err}");
     let _ = std::fs::remove_file(&file);
 }
+
+/// Dimensions nested in `query_attributes` (as teams log experiment info)
+/// are read through `[ubi.dimensions]` paths of any depth: the generated
+/// lists with their ranker moved to `experiment.arm.name` and their market
+/// to `geo.market` give the exposition their native twin gives, and so
+/// they do with the values as numbers (their JSON text).
+#[test]
+fn nested_query_attributes_are_dimensions_at_any_depth() {
+    let t = ubi_mix(1_000, 8, BASE_MS, 900.0, 0);
+    let nest = |payload: &[u8], numbers: bool| {
+        let mut text = String::from_utf8(payload.to_vec()).unwrap();
+        for ranker in ["control", "candidate"] {
+            let value =
+                if numbers { if ranker == "control" { "0" } else { "1" }.to_string() } else { format!("\"{ranker}\"") };
+            text = text.replace(
+                &format!(r#""query_attributes":{{"ranker":"{ranker}","#),
+                &format!(
+                    r#""query_attributes":{{"ranker":{{"x":1}},"experiment":{{"id":7,"arm":{{"name":{value}}}}},"#
+                ),
+            );
+        }
+        for market in ["us", "de", "jp"] {
+            text = text.replace(&format!(r#""market":"{market}""#), &format!(r#""geo":{{"market":"{market}"}}"#));
+        }
+        text.into_bytes()
+    };
+    let config = temp(
+        "nested.toml",
+        &[b"[ubi.dimensions]\nranker = \"query_attributes.experiment.arm.name\"\nmarket = \"query_attributes.geo.market\"\n"
+            .to_vec()],
+    );
+    let native = |numbers: bool| -> Vec<Vec<u8>> {
+        let rename = |p: &[u8]| {
+            let text = String::from_utf8(p.to_vec()).unwrap();
+            if numbers {
+                text.replace(r#""ranker":"control""#, r#""ranker":"0""#)
+                    .replace(r#""ranker":"candidate""#, r#""ranker":"1""#)
+            } else {
+                text
+            }
+            .into_bytes()
+        };
+        t.native.iter().map(|m| rename(&m.payload)).collect()
+    };
+    for numbers in [false, true] {
+        let ubi: Vec<Vec<u8>> = t.ubi.iter().map(|m| nest(&m.payload, numbers)).collect();
+        assert!(
+            ubi.iter().any(|l| l.windows(10).any(|w| w == br#""geo":{"ma"#)),
+            "the generator's attributes were nested"
+        );
+        let (ubi_file, native_file) = (temp("nested.ndjson", &ubi), temp("nested-native.jsonl", &native(numbers)));
+        let (code, out, err) = replay(&["--format", "ubi", "--config", config.to_str().unwrap()], &[&ubi_file]);
+        assert_eq!(code, 0, "{err}");
+        let (code, twin, err) = replay(&[], &[&native_file]);
+        assert_eq!(code, 0, "{err}");
+        for f in [&ubi_file, &native_file] {
+            let _ = std::fs::remove_file(f);
+        }
+        let arm = if numbers { r#"ranker="1""# } else { r#"ranker="candidate""# };
+        assert!(
+            twin.lines().any(|l| l.starts_with("rankpulse_lists{") && l.contains(arm) && l.contains(r#"market="jp""#))
+        );
+        assert_eq!(lists_only(&out), lists_only(&twin), "numbers: {numbers}");
+        assert_eq!(sum_of(&out, "rankpulse_events_rejected_total{"), 0.0);
+    }
+    let _ = std::fs::remove_file(&config);
+}

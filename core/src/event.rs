@@ -440,7 +440,7 @@ struct RawShown<'a> {
 /// entries for a page of 10). Each growth is a `realloc` that copies once
 /// the heap is busy, as it is beside a consumer's message buffers: 2% of
 /// the daemon's loop in a profile, next to nothing for a bare consumer.
-const RESULTS_CAPACITY: usize = 16;
+pub(crate) const RESULTS_CAPACITY: usize = 16;
 
 /// `results`, read into a `Vec` sized for a page up front.
 fn results_sized<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<RawShown<'a>>>, D::Error> {

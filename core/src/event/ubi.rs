@@ -20,18 +20,23 @@
 //!   judgment of `event_attributes.object.object_id` with that grade;
 //! - any other action is ignored ([`IgnoreReason::UnmappedAction`]), not
 //!   rejected;
-//! - dimensions come from the paths of `[ubi.dimensions]`.
+//! - dimensions come from the paths of `[ubi.dimensions]`, of any depth
+//!   (`query_attributes.experiment.arm`), read on the way through the
+//!   message into a fixed array ([`Capture`]), nothing built per message.
 //!
 //! UBI has no event id: the message itself is its id, so a re-delivered
 //! message counts once and two messages that differ in any byte both count.
 //!
-//! One file for one published schema (past 600 lines only with the tests
-//! that walk it field by field against the native twin).
+//! One file for one published schema: past 600 lines with the attributes'
+//! reader ([`Capture`] and the readers of `object` and `position` it runs
+//! inside, about 250 lines that serve only this schema) and the tests that
+//! walk it field by field against the native twin.
 
 use super::{
     DecodeLimits, Event, Format, IgnoreReason, Impression, Judgment, RawTimestamp, RejectReason, ScalarText, Shown,
     classify, message_text,
 };
+use crate::assemble::MAX_DIMENSION_LABELS;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use std::borrow::Cow;
@@ -44,16 +49,19 @@ use thiserror::Error;
 pub enum UbiPath {
     /// `application`, of a query or an event.
     Application,
-    /// `query_attributes.<name>` of a query (a string, number or boolean).
-    QueryAttribute(String),
-    /// `event_attributes.<name>` of an `impression` event.
-    EventAttribute(String),
+    /// `query_attributes.<name>[.<name>…]` of a query: the member names,
+    /// outermost first (teams nest experiment info:
+    /// `query_attributes.experiment.arm`).
+    QueryAttribute(Vec<String>),
+    /// `event_attributes.<name>[.<name>…]` of an `impression` event.
+    EventAttribute(Vec<String>),
 }
 
 /// A `[ubi.dimensions]` path that names no field rankpulse can read.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error(
-    "`{0}` is not a UBI dimension path (expected `application`, `query_attributes.<name>` or `event_attributes.<name>`)"
+    "`{0}` is not a UBI dimension path (expected `application`, `query_attributes.<name>` or `event_attributes.<name>`, \
+     with nested members as `query_attributes.<name>.<name>`, no member name empty)"
 )]
 pub struct UbiPathError(pub String);
 
@@ -63,14 +71,24 @@ impl UbiPath {
         if path == "application" {
             return Ok(UbiPath::Application);
         }
-        let (head, name) = path.split_once('.').ok_or_else(err)?;
-        if name.is_empty() || name.contains('.') {
+        let (head, names) = path.split_once('.').ok_or_else(err)?;
+        let names: Vec<String> = names.split('.').map(str::to_string).collect();
+        if names.iter().any(String::is_empty) {
             return Err(err());
         }
         match head {
-            "query_attributes" => Ok(UbiPath::QueryAttribute(name.to_string())),
-            "event_attributes" => Ok(UbiPath::EventAttribute(name.to_string())),
+            "query_attributes" => Ok(UbiPath::QueryAttribute(names)),
+            "event_attributes" => Ok(UbiPath::EventAttribute(names)),
             _ => Err(err()),
+        }
+    }
+
+    /// The member names below `query_attributes` (`event` false) or
+    /// `event_attributes` (`event` true); none for another root.
+    fn below(&self, event: bool) -> Option<&[String]> {
+        match (self, event) {
+            (UbiPath::QueryAttribute(names), false) | (UbiPath::EventAttribute(names), true) => Some(names),
+            _ => None,
         }
     }
 }
@@ -79,8 +97,8 @@ impl fmt::Display for UbiPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             UbiPath::Application => f.write_str("application"),
-            UbiPath::QueryAttribute(n) => write!(f, "query_attributes.{n}"),
-            UbiPath::EventAttribute(n) => write!(f, "event_attributes.{n}"),
+            UbiPath::QueryAttribute(n) => write!(f, "query_attributes.{}", n.join(".")),
+            UbiPath::EventAttribute(n) => write!(f, "event_attributes.{}", n.join(".")),
         }
     }
 }
@@ -94,7 +112,9 @@ pub struct UbiSettings {
     pub ordinal_base: u32,
     /// Dimension label → where its value is read. A configured label
     /// (`dimensions.labels`) without an entry is read from
-    /// `query_attributes.<label>` (experiment arms, rankers).
+    /// `query_attributes.<label>` (experiment arms, rankers). Only the
+    /// first [`MAX_DIMENSION_LABELS`] are read (the assembler's limit,
+    /// which the configuration enforces on `dimensions.labels`).
     pub dimensions: Vec<(String, UbiPath)>,
 }
 
@@ -104,9 +124,16 @@ impl UbiSettings {
     pub fn resolve(&mut self, labels: &[String]) {
         for label in labels {
             if !self.dimensions.iter().any(|(l, _)| l == label) {
-                self.dimensions.push((label.clone(), UbiPath::QueryAttribute(label.clone())));
+                self.dimensions.push((label.clone(), UbiPath::QueryAttribute(vec![label.clone()])));
             }
         }
+    }
+
+    /// The dimensions read below `query_attributes` (`event` false) or
+    /// `event_attributes`, as bits of their index.
+    fn mask(&self, event: bool) -> u32 {
+        let dims = self.dimensions.iter().take(MAX_DIMENSION_LABELS).enumerate();
+        dims.filter(|(_, (_, p))| p.below(event).is_some()).fold(0, |m, (i, _)| m | 1 << i)
     }
 }
 
@@ -145,95 +172,263 @@ impl<'de: 'a, 'a> Deserialize<'de> for Id<'a> {
     }
 }
 
-/// The scalar members of an open object (`query_attributes`, the rest of
-/// `event_attributes`): strings, numbers and booleans as text; objects,
-/// arrays and `null` skipped. Nothing is allocated for an empty object.
-#[derive(Default)]
-struct Scalars<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+/// The dimension values found in a message, by the index of their label
+/// in [`UbiSettings::dimensions`]: a fixed array, so that reading them
+/// allocates nothing (values with escapes and numbers are copied, as
+/// everywhere), made only once a value is found (most events carry none,
+/// and the array is 16 values to clear and drop).
+type Slots<'a> = Option<[Option<Cow<'a, str>>; MAX_DIMENSION_LABELS]>;
 
-impl<'a> Scalars<'a> {
-    fn get(&self, name: &str) -> Option<&Cow<'a, str>> {
-        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v)
-    }
+/// Reads one open object (`query_attributes`, `event_attributes`, or a
+/// member of one) for the dimension paths that pass through it: it
+/// descends only into members on a path, skips the rest unparsed, and
+/// stores a scalar where a path ends (strings as sent, numbers and
+/// booleans as their JSON text; an object, array or `null` there leaves
+/// the dimension absent). The paths are few (at most
+/// [`MAX_DIMENSION_LABELS`]), so those still on the way are a bit mask,
+/// not a trie: nothing is built per message.
+struct Capture<'s, 'l, 'de> {
+    dims: &'l [(String, UbiPath)],
+    /// `true` below `event_attributes`, `false` below `query_attributes`.
+    event: bool,
+    /// The paths through this value, as bits of their index in `dims`.
+    mask: u32,
+    /// Member names walked from the attributes object (0: the object
+    /// itself, which must be an object or `null`).
+    depth: usize,
+    slots: &'s mut Slots<'de>,
 }
 
-/// A member of an open object: a scalar's text, or nothing.
-struct AnyScalar<'a>(Option<Cow<'a, str>>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for AnyScalar<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ScalarText::<true>).map(AnyScalar)
-    }
+/// The indices set in `mask`.
+fn bits(mut mask: u32) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        let i = mask.trailing_zeros() as usize;
+        mask &= mask.wrapping_sub(1);
+        (i < 32).then_some(i)
+    })
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Scalars<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Scalars<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out = Scalars::default();
-                while let Some((k, v)) = map.next_entry::<super::Text<'de>, AnyScalar<'de>>()? {
-                    if let Some(v) = v.0 {
-                        out.0.push((k.0, v));
-                    }
-                }
-                Ok(out)
+impl<'de> Capture<'_, '_, 'de> {
+    fn names(&self, i: usize) -> &[String] {
+        self.dims.get(i).and_then(|(_, p)| p.below(self.event)).unwrap_or_default()
+    }
+
+    /// The paths that go on through member `key` of this object.
+    fn through(&self, key: &str) -> u32 {
+        bits(self.mask).filter(|&i| self.names(i).get(self.depth).is_some_and(|n| n == key)).fold(0, |m, i| m | 1 << i)
+    }
+
+    /// The reader of the value of member `key` (whose paths are `mask`).
+    fn member(&mut self, mask: u32) -> Capture<'_, '_, 'de> {
+        Capture { dims: self.dims, event: self.event, mask, depth: self.depth + 1, slots: &mut *self.slots }
+    }
+
+    /// Reads the value of the member `key` that `map` is at.
+    fn entry<A: MapAccess<'de>>(&mut self, map: &mut A, key: &str) -> Result<(), A::Error> {
+        match self.through(key) {
+            0 => map.next_value::<de::IgnoredAny>().map(drop),
+            mask => map.next_value_seed(self.member(mask)),
+        }
+    }
+
+    /// Stores `text` in the slots of the paths that end at this value.
+    fn store(&mut self, text: Option<Cow<'de, str>>) {
+        for i in bits(self.mask) {
+            if self.names(i).len() == self.depth
+                && let Some(slot) = self.slots.get_or_insert_with(Default::default).get_mut(i)
+            {
+                *slot = text.clone();
             }
         }
-        d.deserialize_map(V)
+    }
+
+    fn scalar<E: de::Error>(mut self, text: Option<Cow<'de, str>>, what: de::Unexpected) -> Result<(), E> {
+        if self.depth == 0 {
+            return Err(E::invalid_type(what, &self));
+        }
+        self.store(text);
+        Ok(())
     }
 }
 
-#[derive(Deserialize)]
-struct RawObject<'a> {
-    #[serde(borrow, default)]
-    object_id: Option<Id<'a>>,
+impl<'de> de::DeserializeSeed<'de> for Capture<'_, '_, 'de> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
 }
 
-#[derive(Deserialize)]
-struct RawPosition {
-    #[serde(default)]
-    ordinal: Option<i64>,
+impl<'de> Visitor<'de> for Capture<'_, '_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(if self.depth == 0 { "an object" } else { "any JSON value" })
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<(), E> {
+        self.scalar(Some(Cow::Borrowed(v)), de::Unexpected::Str(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.scalar(Some(Cow::Owned(v.to_string())), de::Unexpected::Str(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.scalar(ScalarText::<true>.visit_i64(v)?, de::Unexpected::Signed(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.scalar(ScalarText::<true>.visit_u64(v)?, de::Unexpected::Unsigned(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        self.scalar(ScalarText::<true>.visit_f64(v)?, de::Unexpected::Float(v))
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.scalar(ScalarText::<true>.visit_bool(v)?, de::Unexpected::Bool(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        if self.depth == 0 {
+            return Err(de::Error::invalid_type(de::Unexpected::Seq, &self));
+        }
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<super::Text<'de>>()? {
+            self.entry(&mut map, &key.0)?;
+        }
+        Ok(())
+    }
 }
 
-/// `event_attributes`: the object and position rankpulse reads, and the
-/// other scalar members (for dimensions).
+/// A member of `event_attributes` rankpulse reads itself, through the
+/// object that holds it (`object.object_id`, `position.ordinal`), which a
+/// dimension path may also name.
+trait Known<'de>: Deserialize<'de> {
+    /// The member's name in its object.
+    const NAME: &'static str;
+    /// Its value as a dimension.
+    fn text(&self) -> Option<Cow<'de, str>>;
+}
+
+impl<'de> Known<'de> for Id<'de> {
+    const NAME: &'static str = "object_id";
+    fn text(&self) -> Option<Cow<'de, str>> {
+        self.0.clone()
+    }
+}
+
+/// `position.ordinal`: an integer, `null` as absent.
+struct Ordinal(Option<i64>);
+
+impl<'de> Deserialize<'de> for Ordinal {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Option::<i64>::deserialize(d).map(Ordinal)
+    }
+}
+
+impl<'de> Known<'de> for Ordinal {
+    const NAME: &'static str = "ordinal";
+    fn text(&self) -> Option<Cow<'de, str>> {
+        self.0.map(|o| Cow::Owned(o.to_string()))
+    }
+}
+
+/// Reads `object` or `position` of `event_attributes` for its [`Known`]
+/// member (`None` for `null`, or when the member is absent), and the rest
+/// of it for the dimension paths through it.
+struct Holder<'s, 'l, 'de, K> {
+    capture: Capture<'s, 'l, 'de>,
+    known: std::marker::PhantomData<K>,
+}
+
+impl<'de, K: Known<'de>> de::DeserializeSeed<'de> for Holder<'_, '_, 'de, K> {
+    type Value = Option<K>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<K>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, K: Known<'de>> Visitor<'de> for Holder<'_, '_, 'de, K> {
+    type Value = Option<K>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "an object with {}", K::NAME)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Option<K>, E> {
+        Ok(None)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Option<K>, E> {
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Option<K>, A::Error> {
+        let mut known: Option<K> = None;
+        while let Some(key) = map.next_key::<super::Text<'de>>()? {
+            if key.0 != K::NAME {
+                self.capture.entry(&mut map, &key.0)?;
+                continue;
+            }
+            if known.is_some() {
+                return Err(de::Error::duplicate_field(K::NAME));
+            }
+            let value: K = map.next_value()?;
+            let mask = self.capture.through(K::NAME);
+            if mask != 0 {
+                self.capture.member(mask).store(value.text());
+            }
+            known = Some(value);
+        }
+        Ok(known)
+    }
+}
+
+/// `event_attributes`: the object id and position rankpulse reads (the
+/// dimension paths through it are read into the message's slots on the
+/// way).
 #[derive(Default)]
 struct RawEventAttributes<'a> {
-    object: Option<RawObject<'a>>,
-    position: Option<RawPosition>,
-    rest: Scalars<'a>,
+    object_id: Option<Id<'a>>,
+    ordinal: Option<Ordinal>,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for RawEventAttributes<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawEventAttributes<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out = RawEventAttributes::default();
-                while let Some(key) = map.next_key::<super::Text<'de>>()? {
-                    match key.0.as_ref() {
-                        "object" => out.object = map.next_value()?,
-                        "position" => out.position = map.next_value()?,
-                        _ => {
-                            if let Some(v) = map.next_value::<AnyScalar<'de>>()?.0 {
-                                out.rest.0.push((key.0, v));
-                            }
-                        }
+/// Reads `event_attributes` (`None` for `null`).
+struct EventAttributesSeed<'s, 'l, 'de>(Capture<'s, 'l, 'de>);
+
+impl<'de> de::DeserializeSeed<'de> for EventAttributesSeed<'_, '_, 'de> {
+    type Value = Option<RawEventAttributes<'de>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventAttributesSeed<'_, '_, 'de> {
+    type Value = Option<RawEventAttributes<'de>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = RawEventAttributes::default();
+        while let Some(key) = map.next_key::<super::Text<'de>>()? {
+            let key = key.0.as_ref();
+            match key {
+                "object" | "position" => {
+                    let capture = self.0.member(self.0.through(key));
+                    if key == "object" {
+                        out.object_id = map.next_value_seed(Holder { capture, known: std::marker::PhantomData })?;
+                    } else {
+                        out.ordinal = map.next_value_seed(Holder { capture, known: std::marker::PhantomData })?;
                     }
                 }
-                Ok(out)
+                _ => self.0.entry(&mut map, key)?,
             }
         }
-        d.deserialize_map(V)
+        Ok(Some(out))
     }
 }
 
@@ -247,8 +442,7 @@ struct RawUbi<'a> {
     client_id: Option<Id<'a>>,
     session_id: Option<Id<'a>>,
     timestamp: Option<RawTimestamp<'a>>,
-    query_response_hit_ids: Option<Vec<Id<'a>>>,
-    query_attributes: Option<Scalars<'a>>,
+    query_response_hit_ids: Option<Result<Vec<Shown<'a>>, RejectReason>>,
     event_attributes: Option<RawEventAttributes<'a>>,
 }
 
@@ -257,18 +451,37 @@ struct RawUbi<'a> {
 /// holds, so the rest of it is not parsed (UBI streams carry many of them:
 /// searches, views, hovers). Written by hand for that early stop only; a
 /// field given twice is refused as serde's derive refuses it.
-struct RawUbiSeed<'l> {
+struct RawUbiSeed<'l, 'de> {
     /// `[judgments.actions]`; `None` reads every field (queries).
     stop_unless_in: Option<&'l BTreeMap<String, crate::metrics::Grade>>,
     /// Set when the read stopped at an unmapped action.
     unmapped: &'l std::cell::Cell<bool>,
+    /// `[ubi.dimensions]`, read below the attributes.
+    dims: &'l [(String, UbiPath)],
+    /// The dimensions read below `query_attributes`, `event_attributes`.
+    query_mask: u32,
+    event_mask: u32,
+    /// Where their values go: beside the [`RawUbi`], not in it, so that
+    /// the array is not moved with it.
+    slots: &'l mut Slots<'de>,
+    /// `input.max_results`, for `query_response_hit_ids`.
+    max_results: usize,
 }
 
-impl<'de> de::DeserializeSeed<'de> for RawUbiSeed<'_> {
+impl<'de> de::DeserializeSeed<'de> for RawUbiSeed<'_, 'de> {
     type Value = RawUbi<'de>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
+}
+
+/// Refuses a field seen before.
+fn first<E: de::Error>(seen: &mut u16, bit: u16, name: &'static str) -> Result<(), E> {
+    if *seen & bit != 0 {
+        return Err(E::duplicate_field(name));
+    }
+    *seen |= bit;
+    Ok(())
 }
 
 /// The next value of `map`, refused if its field was seen before.
@@ -278,14 +491,11 @@ fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
     bit: u16,
     name: &'static str,
 ) -> Result<Option<T>, A::Error> {
-    if *seen & bit != 0 {
-        return Err(de::Error::duplicate_field(name));
-    }
-    *seen |= bit;
+    first(seen, bit, name)?;
     map.next_value()
 }
 
-impl<'de> Visitor<'de> for RawUbiSeed<'_> {
+impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
     type Value = RawUbi<'de>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a UBI query or event object")
@@ -311,16 +521,83 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_> {
                 "session_id" => raw.session_id = once(&mut map, &mut seen, 1 << 4, "session_id")?,
                 "timestamp" => raw.timestamp = once(&mut map, &mut seen, 1 << 5, "timestamp")?,
                 "query_response_hit_ids" => {
-                    raw.query_response_hit_ids = once(&mut map, &mut seen, 1 << 6, "query_response_hit_ids")?
+                    first(&mut seen, 1 << 6, "query_response_hit_ids")?;
+                    raw.query_response_hit_ids = map.next_value_seed(HitsSeed { max: self.max_results })?;
                 }
-                "query_attributes" => raw.query_attributes = once(&mut map, &mut seen, 1 << 7, "query_attributes")?,
-                "event_attributes" => raw.event_attributes = once(&mut map, &mut seen, 1 << 8, "event_attributes")?,
+                "query_attributes" => {
+                    first(&mut seen, 1 << 7, "query_attributes")?;
+                    let (dims, mask) = (self.dims, self.query_mask);
+                    map.next_value_seed(Capture { dims, event: false, mask, depth: 0, slots: &mut *self.slots })?;
+                }
+                "event_attributes" => {
+                    first(&mut seen, 1 << 8, "event_attributes")?;
+                    let (dims, mask) = (self.dims, self.event_mask);
+                    let capture = Capture { dims, event: true, mask, depth: 0, slots: &mut *self.slots };
+                    raw.event_attributes = map.next_value_seed(EventAttributesSeed(capture))?;
+                }
                 _ => {
                     map.next_value::<de::IgnoredAny>()?;
                 }
             }
         }
         Ok(raw)
+    }
+}
+
+/// Reads `query_response_hit_ids` straight into the shown results
+/// (positions 1, 2, … in array order), in a `Vec` sized for a page up
+/// front as the native decoder's `results`; `null` as none. A hit that
+/// cannot be a result does not stop the read: the value is the reason,
+/// given once the message is read (more than `max` hits is
+/// `too_many_results`, before any missing id).
+struct HitsSeed {
+    max: usize,
+}
+
+impl<'de> de::DeserializeSeed<'de> for HitsSeed {
+    type Value = Option<Result<Vec<Shown<'de>>, RejectReason>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for HitsSeed {
+    type Value = Option<Result<Vec<Shown<'de>>, RejectReason>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of ids")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let capacity = seq.size_hint().unwrap_or(super::RESULTS_CAPACITY).min(super::RESULTS_CAPACITY);
+        let mut results = Vec::with_capacity(capacity.min(self.max));
+        let (mut count, mut fault) = (0usize, None);
+        while let Some(hit) = seq.next_element::<Id<'de>>()? {
+            count += 1;
+            if count > self.max || fault.is_some() {
+                continue;
+            }
+            let Some(doc_id) = present(Some(hit)) else {
+                fault = Some(RejectReason::MissingField);
+                continue;
+            };
+            match u32::try_from(count) {
+                Ok(position) => results.push(Shown { doc_id, position, score: None, team: None }),
+                Err(_) => fault = Some(RejectReason::InvalidPosition),
+            }
+        }
+        Ok(Some(match fault {
+            _ if count > self.max => Err(RejectReason::TooManyResults),
+            Some(reason) => Err(reason),
+            None => Ok(results),
+        }))
     }
 }
 
@@ -333,8 +610,16 @@ fn present(id: Option<Id<'_>>) -> Option<Cow<'_, str>> {
 pub fn decode<'a>(format: Format, bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, RejectReason> {
     let text = message_text(bytes, limits)?;
     let unmapped = std::cell::Cell::new(false);
-    let seed =
-        RawUbiSeed { stop_unless_in: (format != Format::UbiQueries).then_some(&limits.actions), unmapped: &unmapped };
+    let mut slots: Slots = None;
+    let seed = RawUbiSeed {
+        stop_unless_in: (format != Format::UbiQueries).then_some(&limits.actions),
+        unmapped: &unmapped,
+        dims: &limits.ubi.dimensions,
+        query_mask: limits.ubi.mask(false),
+        event_mask: limits.ubi.mask(true),
+        slots: &mut slots,
+        max_results: limits.max_results,
+    };
     let mut de = serde_json::Deserializer::from_str(text);
     let raw = match de::DeserializeSeed::deserialize(seed, &mut de).and_then(|raw| de.end().map(|()| raw)) {
         Ok(raw) => raw,
@@ -346,7 +631,11 @@ pub fn decode<'a>(format: Format, bytes: &'a [u8], limits: &DecodeLimits) -> Res
         Format::UbiEvents => true,
         Format::Ubi | Format::Rankpulse | Format::Mapped => raw.action_name.is_some(),
     };
-    if is_event { decode_event(text, raw, limits) } else { decode_query(text, raw, limits).map(Event::Impression) }
+    if is_event {
+        decode_event(text, raw, &mut slots, limits)
+    } else {
+        decode_query(text, raw, &mut slots, limits).map(Event::Impression)
+    }
 }
 
 /// The list's session: `client_id`, else `session_id`.
@@ -358,31 +647,16 @@ fn timestamp(raw: Option<RawTimestamp<'_>>) -> Result<i64, RejectReason> {
     raw.ok_or(RejectReason::MissingField)?.to_millis_with(true)
 }
 
-fn decode_query<'a>(text: &'a str, raw: RawUbi<'a>, limits: &DecodeLimits) -> Result<Impression<'a>, RejectReason> {
+fn decode_query<'a>(
+    text: &'a str,
+    raw: RawUbi<'a>,
+    slots: &mut Slots<'a>,
+    limits: &DecodeLimits,
+) -> Result<Impression<'a>, RejectReason> {
     let session_id = session(raw.client_id, raw.session_id)?;
     let timestamp_ms = timestamp(raw.timestamp)?;
-    let hits = raw.query_response_hit_ids.unwrap_or_default();
-    if hits.len() > limits.max_results {
-        return Err(RejectReason::TooManyResults);
-    }
-    let mut results = Vec::with_capacity(hits.len());
-    for (i, hit) in hits.into_iter().enumerate() {
-        let doc_id = present(Some(hit)).ok_or(RejectReason::MissingField)?;
-        let position = u32::try_from(i + 1).map_err(|_| RejectReason::InvalidPosition)?;
-        results.push(Shown { doc_id, position, score: None, team: None });
-    }
-    let mut dimensions = BTreeMap::new();
-    let attributes = raw.query_attributes.unwrap_or_default();
-    for (label, path) in &limits.ubi.dimensions {
-        let value = match path {
-            UbiPath::Application => raw.application.as_ref().map(|a| &a.0),
-            UbiPath::QueryAttribute(name) => attributes.get(name),
-            UbiPath::EventAttribute(_) => None,
-        };
-        if let Some(v) = value {
-            dimensions.insert(Cow::Owned(label.clone()), v.clone());
-        }
-    }
+    let results = raw.query_response_hit_ids.transpose()?.unwrap_or_default();
+    let dimensions = dimensions(limits, raw.application, slots, false);
     Ok(Impression {
         event_id: Cow::Borrowed(text),
         session_id,
@@ -395,7 +669,34 @@ fn decode_query<'a>(text: &'a str, raw: RawUbi<'a>, limits: &DecodeLimits) -> Re
     })
 }
 
-fn decode_event<'a>(text: &'a str, raw: RawUbi<'a>, limits: &DecodeLimits) -> Result<Event<'a>, RejectReason> {
+/// The dimensions of a query (`event` false) or an `impression` event:
+/// `application`, and the paths below its own attributes.
+fn dimensions<'a>(
+    limits: &DecodeLimits,
+    application: Option<super::Text<'a>>,
+    slots: &mut Slots<'a>,
+    event: bool,
+) -> BTreeMap<Cow<'a, str>, Cow<'a, str>> {
+    let mut dimensions = BTreeMap::new();
+    for (i, (label, path)) in limits.ubi.dimensions.iter().enumerate() {
+        let value = match path {
+            UbiPath::Application => application.as_ref().map(|a| a.0.clone()),
+            _ if path.below(event).is_some() => slots.as_mut().and_then(|s| s.get_mut(i)).and_then(Option::take),
+            _ => None,
+        };
+        if let Some(v) = value {
+            dimensions.insert(Cow::Owned(label.clone()), v);
+        }
+    }
+    dimensions
+}
+
+fn decode_event<'a>(
+    text: &'a str,
+    raw: RawUbi<'a>,
+    slots: &mut Slots<'a>,
+    limits: &DecodeLimits,
+) -> Result<Event<'a>, RejectReason> {
     let action = raw.action_name.map(|a| a.0).filter(|a| !a.is_empty()).ok_or(RejectReason::MissingField)?;
     let grade = match action.as_ref() {
         "impression" => None,
@@ -407,30 +708,20 @@ fn decode_event<'a>(text: &'a str, raw: RawUbi<'a>, limits: &DecodeLimits) -> Re
     let session_id = session(raw.client_id, raw.session_id)?;
     let timestamp_ms = timestamp(raw.timestamp)?;
     let attributes = raw.event_attributes.ok_or(RejectReason::MissingField)?;
-    let doc_id = present(attributes.object.and_then(|o| o.object_id)).ok_or(RejectReason::MissingField)?;
+    let doc_id = present(attributes.object_id).ok_or(RejectReason::MissingField)?;
     let query_id = present(raw.query_id);
     let event_id = Cow::Borrowed(text);
     if let Some(grade) = grade {
         return Ok(Event::Judgment(Judgment { event_id, session_id, query_id, doc_id, grade, timestamp_ms }));
     }
-    let ordinal = attributes.position.and_then(|p| p.ordinal).ok_or(RejectReason::MissingField)?;
+    let ordinal = attributes.ordinal.and_then(|o| o.0).ok_or(RejectReason::MissingField)?;
     let position = ordinal
         .checked_sub(i64::from(limits.ubi.ordinal_base))
         .and_then(|p| p.checked_add(1))
         .filter(|p| *p >= 1)
         .and_then(|p| u32::try_from(p).ok())
         .ok_or(RejectReason::InvalidPosition)?;
-    let mut dimensions = BTreeMap::new();
-    for (label, path) in &limits.ubi.dimensions {
-        let value = match path {
-            UbiPath::Application => raw.application.as_ref().map(|a| &a.0),
-            UbiPath::EventAttribute(name) => attributes.rest.get(name),
-            UbiPath::QueryAttribute(_) => None,
-        };
-        if let Some(v) = value {
-            dimensions.insert(Cow::Owned(label.clone()), v.clone());
-        }
-    }
+    let dimensions = dimensions(limits, raw.application, slots, true);
     Ok(Event::Impression(Impression {
         event_id,
         session_id,
@@ -508,9 +799,9 @@ mod tests {
     fn limits() -> DecodeLimits {
         let mut l = DecodeLimits::default();
         l.ubi.dimensions = vec![
-            ("ranker".into(), UbiPath::QueryAttribute("ranker".into())),
+            ("ranker".into(), UbiPath::QueryAttribute(vec!["ranker".into()])),
             ("app".into(), UbiPath::Application),
-            ("arm".into(), UbiPath::EventAttribute("arm".into())),
+            ("arm".into(), UbiPath::EventAttribute(vec!["arm".into()])),
         ];
         l
     }
@@ -611,6 +902,22 @@ mod tests {
         );
         assert_eq!(decode(Format::UbiEvents, br#"{"client_id":"c"}"#, &limits()), Err(RejectReason::MissingField));
         assert_eq!(event("{"), Err(RejectReason::InvalidJson));
+        // Hit ids: past input.max_results (200 here) before a missing one, read to the end either way.
+        let q = |hits: &str| format!(r#"{{"client_id":"c","timestamp":1,"query_response_hit_ids":[{hits}],"x":1}}"#);
+        let many = vec!["\"d\""; 201].join(",");
+        assert_eq!(event(&q(&format!(r#"null,{many}"#))), Err(RejectReason::TooManyResults));
+        for missing in [r#""a","",1"#, r#"null"#, r#""a",null"#] {
+            assert_eq!(event(&q(missing)), Err(RejectReason::MissingField), "{missing}");
+        }
+        assert_eq!(event(&q(r#""a",{"id":1}"#)), Err(RejectReason::WrongType));
+        assert_eq!(
+            event(r#"{"client_id":"c","timestamp":1,"query_response_hit_ids":"a"}"#),
+            Err(RejectReason::WrongType)
+        );
+        let Ok(Event::Impression(i)) = event(r#"{"client_id":"c","timestamp":1,"query_response_hit_ids":null}"#) else {
+            panic!()
+        };
+        assert!(i.results.is_empty());
         assert_eq!(
             event(r#"{"client_id":"c","timestamp":1,"query_response_hit_ids":[1e999]}"#),
             Err(RejectReason::NonFinite)
@@ -656,11 +963,125 @@ mod tests {
     #[test]
     fn dimension_paths_parse_or_name_themselves() {
         assert_eq!(UbiPath::parse("application"), Ok(UbiPath::Application));
-        assert_eq!(UbiPath::parse("query_attributes.arm"), Ok(UbiPath::QueryAttribute("arm".into())));
-        assert_eq!(UbiPath::parse("event_attributes.arm").map(|p| p.to_string()), Ok("event_attributes.arm".into()));
-        for bad in ["", "user_query", "query_attributes.", "query_attributes.a.b", "attributes.x"] {
+        assert_eq!(UbiPath::parse("query_attributes.arm"), Ok(UbiPath::QueryAttribute(vec!["arm".into()])));
+        assert_eq!(
+            UbiPath::parse("query_attributes.experiment.arm"),
+            Ok(UbiPath::QueryAttribute(vec!["experiment".into(), "arm".into()]))
+        );
+        for path in ["event_attributes.arm", "event_attributes.a.b.c", "query_attributes.a.b.c.d.e"] {
+            assert_eq!(UbiPath::parse(path).map(|p| p.to_string()), Ok(path.to_string()));
+        }
+        for bad in ["", "user_query", "query_attributes", "query_attributes.", "query_attributes.a..b", "a.b", ".x"] {
             assert_eq!(UbiPath::parse(bad), Err(UbiPathError(bad.to_string())));
         }
+    }
+
+    /// Decodes `json` as `format` with dimension `label` read from each
+    /// path, and gives each label's value.
+    fn dims_of(format: Format, json: &str, paths: &[&str]) -> Result<Vec<Option<String>>, RejectReason> {
+        let mut l = DecodeLimits::default();
+        l.ubi.dimensions =
+            paths.iter().enumerate().map(|(i, p)| (format!("d{i}"), UbiPath::parse(p).unwrap())).collect();
+        let dims = match decode(format, json.as_bytes(), &l)? {
+            Event::Impression(i) => i.dimensions,
+            other => panic!("{other:?}"),
+        };
+        Ok((0..paths.len()).map(|i| dims.get(format!("d{i}").as_str()).map(|v| v.to_string())).collect())
+    }
+
+    #[test]
+    fn nested_paths_read_scalars_at_any_depth() {
+        let q = r#"{"client_id":"c","timestamp":1,"application":"shop","query_attributes":{
+            "experiment":{"id":7,"arm":"b","on":true,"ratio":0.25,"cfg":{"x":{"y":"deep"}},"list":[1],"none":null,"o":{}},
+            "experiment.arm":"dotted","ranker":"v2","skipped":{"arm":"no"}}}"#;
+        let paths = [
+            "query_attributes.experiment.arm",
+            "query_attributes.experiment.id",
+            "query_attributes.experiment.on",
+            "query_attributes.experiment.ratio",
+            "query_attributes.experiment.cfg.x.y",
+            "query_attributes.experiment.cfg.x",
+            "query_attributes.experiment.list",
+            "query_attributes.experiment.none",
+            "query_attributes.experiment.o",
+            "query_attributes.experiment.absent",
+            "query_attributes.experiment.arm.deeper",
+            "query_attributes.ranker",
+            "query_attributes.ranker.x",
+            "query_attributes.experiment",
+            "application",
+            "event_attributes.experiment.arm",
+        ];
+        let want: Vec<Option<String>> = [
+            Some("b"),
+            Some("7"),
+            Some("true"),
+            Some("0.25"),
+            Some("deep"),
+            None, // an object
+            None, // an array
+            None, // null
+            None, // an empty object
+            None, // absent
+            None, // below a string
+            Some("v2"),
+            None,
+            None, // an object, though paths go on below it
+            Some("shop"),
+            None, // a query has no event_attributes
+        ]
+        .iter()
+        .map(|v| v.map(str::to_string))
+        .collect();
+        assert_eq!(dims_of(Format::UbiQueries, q, &paths), Ok(want));
+        // A member name with a dot is not reachable by a dotted path.
+        assert_eq!(dims_of(Format::Ubi, q, &["query_attributes.experiment.arm"]), Ok(vec![Some("b".into())]));
+        // Escaped strings are copied, and still found.
+        let escaped = r#"{"client_id":"c","timestamp":1,"query_attributes":{"e\u0078p":{"arm":"a\"b"}}}"#;
+        assert_eq!(dims_of(Format::UbiQueries, escaped, &["query_attributes.exp.arm"]), Ok(vec![Some("a\"b".into())]));
+        // Attributes that are not an object are a wrong type; null is none.
+        for bad in [r#""x""#, "[1]", "3", "true"] {
+            let q = format!(r#"{{"client_id":"c","timestamp":1,"query_attributes":{bad}}}"#);
+            assert_eq!(
+                dims_of(Format::UbiQueries, &q, &["query_attributes.a.b"]),
+                Err(RejectReason::WrongType),
+                "{bad}"
+            );
+        }
+        let q = r#"{"client_id":"c","timestamp":1,"query_attributes":null}"#;
+        assert_eq!(dims_of(Format::UbiQueries, q, &["query_attributes.a.b"]), Ok(vec![None]));
+    }
+
+    #[test]
+    fn nested_event_paths_read_through_object_and_position() {
+        let e = r#"{"action_name":"impression","client_id":"c","timestamp":1,"query_attributes":{"arm":"q"},
+            "event_attributes":{"object":{"object_id":42,"object_id_field":"sku","detail":{"brand":"x"}},
+            "position":{"ordinal":3,"page_depth":2},"experiment":{"arm":"e","n":-1},"object_id":"top"}}"#;
+        let paths = [
+            "event_attributes.experiment.arm",
+            "event_attributes.experiment.n",
+            "event_attributes.object.object_id_field",
+            "event_attributes.object.detail.brand",
+            "event_attributes.object.object_id",
+            "event_attributes.position.ordinal",
+            "event_attributes.position.page_depth",
+            "event_attributes.object_id",
+            "query_attributes.arm",
+        ];
+        let want = ["e", "-1", "sku", "x", "42", "3", "2", "top"].map(|v| Some(v.to_string())).into_iter();
+        assert_eq!(dims_of(Format::UbiEvents, e, &paths), Ok(want.chain([None]).collect()));
+        // Reading the dimensions takes nothing from the event itself.
+        let Ok(Event::Impression(i)) = decode(Format::UbiEvents, e.as_bytes(), &DecodeLimits::default()) else {
+            panic!()
+        };
+        assert_eq!((i.results[0].doc_id.as_ref(), i.results[0].position), ("42", 4));
+        // A known member given twice is refused, as before; elsewhere the last one wins.
+        let twice = r#"{"action_name":"impression","client_id":"c","timestamp":1,
+            "event_attributes":{"object":{"object_id":1,"object_id":2},"position":{"ordinal":0}}}"#;
+        assert_eq!(dims_of(Format::UbiEvents, twice, &[]), Err(RejectReason::WrongType));
+        let twice = r#"{"action_name":"impression","client_id":"c","timestamp":1,
+            "event_attributes":{"object":{"object_id":1},"position":{"ordinal":0},"a":{"b":"x"},"a":{"b":"y"}}}"#;
+        assert_eq!(dims_of(Format::UbiEvents, twice, &["event_attributes.a.b"]), Ok(vec![Some("y".into())]));
     }
 
     proptest::proptest! {
