@@ -1,7 +1,10 @@
 //! Assignment changes, between `kafka` (whose rebalance callback queues
 //! them) and the shards: revoked partitions' shards are frozen (and, with
 //! `state.dir`, rolled back to their last checkpoint), assigned ones are
-//! created or taken over from the checkpoint that got furthest in them,
+//! created or taken over from the checkpoint that got furthest in them
+//! (with the Kafka backend, after claiming them: the latest owner's, never
+//! a zombie's; see `state::kafka`), partitions a checkpoint found fenced
+//! are given up as revoked ones,
 //! and shards of partitions that went elsewhere are retired into the
 //! [`RETIRED`] shard, their counters kept. Also the restore at start.
 

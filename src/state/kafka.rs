@@ -6,8 +6,9 @@
 //! returns, every record acknowledged by all in-sync replicas, are the
 //! offsets the checkpoint covers committed to the consumer group. At start
 //! and at every rebalance the consumer task reads the topic back
-//! ([`KafkaStore::load_own`], [`KafkaStore::load_all`]) to take over
-//! partitions exactly where the checkpoint that got furthest left them.
+//! ([`KafkaStore::load_own`], [`KafkaStore::hand_over`]) to take over
+//! partitions exactly where the checkpoint that got furthest left them (of
+//! the partition's latest owner, never a zombie's: see below).
 //!
 //! The topic (`state.topic`) has one partition and `cleanup.policy=compact`:
 //! one ordered log per group, which every instance reads whole at a
@@ -22,9 +23,12 @@
 //!   smaller), value `RPSTCK01`, writer id, sequence number, chunk index
 //!   (u64, u64, u32 LE), then the bytes;
 //! - `<instance>/<slot>`: the slot's manifest, written only after every
-//!   chunk is acknowledged, value `RPSTMF01` then postcard [`Manifest`]:
+//!   chunk is acknowledged, value `RPSTMF02` then postcard [`Manifest`]:
 //!   group, instance, writer id, sequence number, slot, chunk count, length
-//!   and xxh3 checksum of the whole checkpoint.
+//!   and xxh3 checksum of the whole checkpoint, and each partition shard's
+//!   epoch (see below; an `RPSTMF01` manifest, of before, has none: 0);
+//! - `/claim/<partition>`: a claim, value `RPSTCL01` then postcard
+//!   [`Claim`]: group, instance, writer id, partition.
 //!
 //! Writes alternate between two slots, A and B: a write overwrites the
 //! chunks of the slot that does not hold the newest complete checkpoint,
@@ -50,8 +54,45 @@
 //! other, so a hand-over in that window may restore the other process's
 //! state. It is a tripwire for a misconfiguration, not a lock: a process
 //! restarted after `kill -9` takes its name over at once, which a lease
-//! would delay. Nor does it fence a former owner of a partition (a zombie)
-//! by group generation.
+//! would delay.
+//!
+//! A former owner of a partition that still writes it after the group gave
+//! it away (a zombie: cut off from the coordinator, not from the partition
+//! leaders) must never win, or its counters would overlap the new owner's.
+//! The broker's own fencing (group generations, transactions) cannot be
+//! relied on — Tansu accepts a stale generation's offset commit and shows
+//! aborted records to `read_committed` readers (docs/operations.md) — so
+//! ownership is ordered in this topic, the one log every instance reads:
+//!
+//! - [`KafkaStore::hand_over`] appends a claim per assigned partition
+//!   (acks=all), then reads the topic up to its claims. A claim's offset is
+//!   the claimer's *epoch* for the partition, unique and ordered with every
+//!   manifest without any counter to agree on; each manifest records the
+//!   epoch under which its writer holds (or last held) each shard.
+//! - A shard is a zombie's (`is_zombie`) when its writer owned it and
+//!   its manifest comes after a claim of the partition by another writer
+//!   newer than the shard's epoch: it went on past the point the claimer
+//!   restored from. Readers never take it: a hand-over takes, among the
+//!   other shards, one of the highest epoch (the latest owner's), the
+//!   furthest of those; the instance's own restore (its revoke, a restart)
+//!   takes the partition from its other slot, the checkpoint before the
+//!   claim — the one the claimer restored from. Its counters thus stop
+//!   exactly where the new owner's start.
+//! - The writer checks what the topic got before writing and again once
+//!   its manifest is acknowledged, up to that manifest: a partition it
+//!   owns that another writer claimed since its own claim is fenced
+//!   ([`StateError::Fenced`]); the daemon publishes and commits nothing of
+//!   that checkpoint and gives the partitions up as at a revoke. After a
+//!   write fenced that way the next write overwrites it, so the other slot
+//!   (the checkpoint before the claim) stays until a checkpoint with the
+//!   partitions given up replaces the fenced one.
+//!
+//! Compaction keeps only the newest claim of a partition: a zombie's
+//! manifest between an older claim and the newest is then excluded by the
+//! epoch preference alone (the latest owner's shard wins once written). A
+//! simpler rule — take the furthest shard written before one's claim —
+//! would not do: the zombie's own revert, and any later reader, must agree
+//! on where the new owner started, after the writes that followed.
 
 use super::{Checkpoint, Origin, ShardCheckpoint, StateError, encode, fingerprint, instance_name, parse};
 use crate::config::Config;
@@ -933,9 +974,10 @@ impl KafkaStore {
     }
 
     /// Reads what the topic got since the last read, up to `to` (else its
-    /// end): a manifest of this instance by another writer displaces this
-    /// one; one of its own (a write whose acknowledgement was lost) is
-    /// taken as the newest. The claims found, which are also noted.
+    /// end): a manifest of this instance by another writer, not followed by
+    /// one of its own, displaces this one; one of its own (a write whose
+    /// acknowledgement was lost) is taken as the newest. The claims found,
+    /// which are also noted.
     fn check_tail(&self, w: &mut Writer, to: Option<i64>) -> Result<Vec<(i32, ClaimSeen)>, StateError> {
         let kafka = |e: KafkaError| self.kafka_error(crate::kafka::error_text(&e));
         let (_, high) = w.tail.fetch_watermarks(&self.topic, 0, TIMEOUT).map_err(kafka)?;
@@ -958,11 +1000,14 @@ impl KafkaStore {
                 && instance == self.instance
                 && let Some(manifest) = m.payload().and_then(parse_manifest)
             {
+                // The later manifest wins: another writer's before this
+                // one's own (read back after a write) displaces nothing.
                 if manifest.writer != self.writer_id {
                     other = Some(manifest.writer);
-                    return false;
+                } else {
+                    other = None;
+                    seen = Some(manifest);
                 }
-                seen = Some(manifest);
             }
             true
         })
@@ -1607,6 +1652,29 @@ mod tests {
         for bad in [&b"/claim/"[..], b"/claim/-1", b"/claim/x", b"/claims/1"] {
             assert_eq!(parse_key(bad), None, "{}", String::from_utf8_lossy(bad));
         }
+    }
+
+    /// Two processes of one name writing at once: the one whose manifest is
+    /// later in the log keeps the name, even though it reads the other's
+    /// manifest back when checking after its own write; the other stops.
+    #[test]
+    fn of_two_interleaved_writes_under_one_name_the_later_manifest_wins() {
+        let (_cluster, bootstrap) = cluster();
+        let cfg = config(&bootstrap, "same");
+        // Of no partition it owns: no claim, no fencing, only the name.
+        let first = KafkaStore::connect(&cfg, 2048).unwrap();
+        let second = Arc::new(KafkaStore::connect(&cfg, 2048).unwrap());
+        let (writer, c) = (second.clone(), cfg.clone());
+        // The second's write lands between the first's check and its chunks.
+        *first.before_chunks.lock().unwrap() = Some(Box::new(move || {
+            writer.write(&unowned(checkpoint(&c, 20, 1))).unwrap();
+        }));
+        first.write(&unowned(checkpoint(&cfg, 20, 2))).unwrap();
+        assert!(first.still_ours().is_ok());
+        let e = second.write(&unowned(checkpoint(&cfg, 20, 3))).unwrap_err();
+        assert!(matches!(e, StateError::Displaced { .. }), "{e}");
+        first.write(&unowned(checkpoint(&cfg, 20, 4))).unwrap();
+        assert_eq!(first.load_own().unwrap().unwrap().written_ms, 4);
     }
 
     #[test]
