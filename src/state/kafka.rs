@@ -232,6 +232,13 @@ struct ClaimSeen {
     writer: u64,
 }
 
+/// Every claim a read found, per partition, oldest first.
+type Claims = BTreeMap<i32, Vec<ClaimSeen>>;
+/// Per partition shard of a checkpoint, its epoch.
+type Epochs = BTreeMap<i32, i64>;
+/// A slot's checkpoint bytes, with its manifest and the manifest's offset.
+type Complete<'a> = (Vec<u8>, &'a Manifest, i64);
+
 fn claim_key(partition: i32) -> String {
     format!("{CLAIM_PREFIX}{partition}")
 }
@@ -349,7 +356,7 @@ impl Slots {
     /// The newest checkpoint whose chunks are all there and add up, with
     /// its manifest; `Ok(None)` without any manifest; `Err` with why each
     /// slot failed when none is whole.
-    fn newest_complete(&self) -> Result<Option<(Vec<u8>, &Manifest, i64)>, String> {
+    fn newest_complete(&self) -> Result<Option<Complete<'_>>, String> {
         let mut candidates: Vec<&(i64, Manifest)> = self.manifests.iter().flatten().collect();
         candidates.sort_by_key(|(offset, _)| std::cmp::Reverse(*offset));
         let mut why = Vec::new();
@@ -403,7 +410,7 @@ struct Scan {
     instances: BTreeMap<String, Slots>,
     /// Every claim found per partition, oldest first (compaction keeps the
     /// newest only).
-    claims: BTreeMap<i32, Vec<ClaimSeen>>,
+    claims: Claims,
     /// Records that are no checkpoint record (another format, or another
     /// program's): skipped.
     foreign: u64,
@@ -523,7 +530,7 @@ pub struct KafkaStore {
     displaced_by: AtomicU64,
     /// This instance's records as read at open, for the first
     /// [`Self::load_own`] (the restore at start), unless a write came first.
-    opened: Mutex<Option<(Slots, BTreeMap<i32, Vec<ClaimSeen>>)>>,
+    opened: Mutex<Option<(Slots, Claims)>>,
     /// The newest claim seen per partition (any read): a newer one than
     /// this process's by another writer fences its shard.
     known: Mutex<BTreeMap<i32, ClaimSeen>>,
@@ -698,8 +705,8 @@ impl KafkaStore {
         &self,
         instance: &str,
         slots: &Slots,
-        claims: &BTreeMap<i32, Vec<ClaimSeen>>,
-    ) -> Result<Option<(Checkpoint, BTreeMap<i32, i64>)>, StateError> {
+        claims: &Claims,
+    ) -> Result<Option<(Checkpoint, Epochs)>, StateError> {
         let (bytes, manifest, offset) = match slots.newest_complete() {
             Ok(Some(found)) => found,
             Ok(None) => return Ok(None),
@@ -764,7 +771,7 @@ impl KafkaStore {
         }
     }
 
-    fn checkpoints(&self, scan: &Scan) -> Vec<(Checkpoint, BTreeMap<i32, i64>)> {
+    fn checkpoints(&self, scan: &Scan) -> Vec<(Checkpoint, Epochs)> {
         let mut out = Vec::new();
         for (instance, slots) in &scan.instances {
             match self.checkpoint_of(instance, slots, &scan.claims) {
@@ -1108,7 +1115,7 @@ fn fenced(w: &Writer, checkpoint: &Checkpoint, writer: u64, claims_of: impl Fn(i
 /// (the latest owner's), then the furthest. A former owner's shard never
 /// passes the point the latest owner restored from, unless a zombie's.
 fn restore_points(
-    checkpoints: Vec<(Checkpoint, BTreeMap<i32, i64>)>,
+    checkpoints: Vec<(Checkpoint, Epochs)>,
     partitions: &BTreeSet<i32>,
 ) -> BTreeMap<i32, ShardCheckpoint> {
     let mut best: BTreeMap<i32, (i64, ShardCheckpoint)> = BTreeMap::new();
