@@ -171,6 +171,9 @@ struct Daemon {
     hand_over: Option<HandOverQuery>,
     /// A job's result taken while waiting for it outside the tick.
     unhandled_done: Option<Done>,
+    /// Partitions a checkpoint found taken over by another instance (the
+    /// Kafka store's fencing), to give up as if revoked.
+    fenced: BTreeSet<i32>,
     /// How long the loop kept fetched messages waiting.
     loop_gaps: LoopGaps,
     /// For the run's summary (throughput measurements).
@@ -214,6 +217,7 @@ impl Daemon {
             ticks: 0,
             hand_over: None,
             unhandled_done: None,
+            fenced: BTreeSet::new(),
             loop_gaps: LoopGaps::default(),
             first_message_at: None,
             max_topic_drift_ms,

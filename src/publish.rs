@@ -359,6 +359,12 @@ pub fn render(s: &Snapshot) -> String {
                 &[],
                 h.checkpoint_failures as f64,
             );
+            f.counter(
+                &format!("{PREFIX}state_fenced_total"),
+                "Partitions this instance gave up because another instance had claimed them in state.topic while this one still checkpointed them (a zombie fenced; Kafka backend only)",
+                &[],
+                h.state_fenced as f64,
+            );
             if let Some(t) = h.last_checkpoint_seconds {
                 f.gauge(
                     &format!("{PREFIX}last_checkpoint_timestamp_seconds"),

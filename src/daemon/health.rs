@@ -74,6 +74,9 @@ pub struct DaemonHealth {
     /// Invalid messages copied to kafka.dead_letter_topic, and copies that failed.
     pub dead_letters: u64,
     pub dead_letter_failures: u64,
+    /// Partitions given up because another instance claimed them in the
+    /// state topic while this one still wrote them (a zombie, fenced).
+    pub state_fenced: u64,
     /// Messages skipped because a restored checkpoint already covers them.
     pub skipped_covered: u64,
     /// Topic-partitions held back for running ahead of their partition's

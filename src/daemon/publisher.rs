@@ -30,7 +30,7 @@ use crate::kafka::DeliveryTracker;
 use crate::kafka::PartitionState;
 use crate::pipeline::OpsCounters;
 use crate::publish::{Snapshot, render};
-use crate::state::{Checkpoint, ShardCheckpoint, StateStore};
+use crate::state::{Checkpoint, ShardCheckpoint, StateError, StateStore};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
@@ -75,7 +75,7 @@ pub(super) struct ShardSnapshot {
 }
 
 /// What became of a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Done {
     Published,
     /// The checkpoint is durable (written at `written_ms`) and published.
@@ -84,6 +84,12 @@ pub(super) enum Done {
     },
     /// It could not be made durable: nothing was published or may be committed.
     NotWritten,
+    /// Not written, or written but not to be taken (see `state::kafka`):
+    /// these partitions were taken over by another instance, and this one
+    /// must give them up. Nothing was published or may be committed.
+    Fenced {
+        partitions: Vec<i32>,
+    },
 }
 
 /// The consumer's end of the publisher.
@@ -239,10 +245,15 @@ impl Worker {
                 }
             })
             .collect();
-        if let Err(e) = store.write(&checkpoint) {
-            tracing::error!("{e}");
-            self.checkpoint_failures += 1;
-            return Done::NotWritten;
+        match store.write(&checkpoint) {
+            Ok(_) => {}
+            // Logged by the store.
+            Err(StateError::Fenced { partitions, .. }) => return Done::Fenced { partitions },
+            Err(e) => {
+                tracing::error!("{e}");
+                self.checkpoint_failures += 1;
+                return Done::NotWritten;
+            }
         }
         self.checkpoints += 1;
         self.last_checkpoint_seconds = Some(checkpoint.written_ms as f64 / 1000.0);

@@ -1,7 +1,10 @@
 //! Assignment changes, between `kafka` (whose rebalance callback queues
 //! them) and the shards: revoked partitions' shards are frozen (and, with
 //! `state.dir`, rolled back to their last checkpoint), assigned ones are
-//! created or taken over from the checkpoint that got furthest in them,
+//! created or taken over from the checkpoint that got furthest in them
+//! (with the Kafka backend, after claiming them: the latest owner's, never
+//! a zombie's; see `state::kafka`), partitions a checkpoint found fenced
+//! are given up as revoked ones,
 //! and shards of partitions that went elsewhere are retired into the
 //! [`RETIRED`] shard, their counters kept. Also the restore at start.
 
@@ -93,6 +96,11 @@ impl Daemon {
         {
             self.note_done(done);
         }
+        // Partitions a checkpoint found fenced go back as revoked ones do:
+        // the store's last checkpoint has them as they were before the
+        // claim that fenced them.
+        let mut partitions = partitions;
+        partitions.extend(std::mem::take(&mut self.fenced));
         let mut own: BTreeMap<i32, ShardCheckpoint> = match &self.store {
             Some(store) => match store.load_own()? {
                 Some(c) => c.shards.into_iter().map(|s| (s.partition, s)).collect(),
@@ -119,19 +127,18 @@ impl Daemon {
     }
 
     /// Assigned shards take their open lists from the checkpoint, among all
-    /// instances' (in `state.dir` or `state.topic`), that got furthest in the partition.
+    /// instances' (in `state.dir` or `state.topic`), that got furthest in
+    /// the partition; with `state.topic`, after claiming them there, which
+    /// fences their former owners (see `state::kafka`).
     pub(super) fn assign(&mut self, tps: &[(String, i32)]) {
         let partitions: BTreeSet<i32> = tps.iter().map(|(_, p)| *p).collect();
         let mut candidates: BTreeMap<i32, ShardCheckpoint> = BTreeMap::new();
         if let Some(store) = &self.store {
-            for c in store.load_all() {
-                for s in c.shards {
-                    if partitions.contains(&s.partition)
-                        && candidates.get(&s.partition).is_none_or(|best| s.progress() > best.progress())
-                    {
-                        candidates.insert(s.partition, s);
-                    }
-                }
+            match store.hand_over(&partitions) {
+                Ok(found) => candidates = found,
+                // The partitions start from the committed offsets; the
+                // next checkpoint claims them.
+                Err(e) => tracing::error!("cannot take partitions over from the checkpoints: {e}"),
             }
         }
         if self.store.is_none() {
@@ -389,6 +396,60 @@ mod tests {
         assert_eq!(d.lane_events, [revoked]);
         assert!(!d.signals.rebalance_pending.load(Ordering::Relaxed));
         assert!(d.signals.rebalances.lock().unwrap().is_empty());
+    }
+
+    /// Issue #27 at the daemon: A checkpoints partition 0 after 5 events
+    /// (X); B takes the partition over from X while A, cut off from the
+    /// group, goes on with 5 more (a zombie). A's checkpoint is fenced: A
+    /// gives the partition up at X, as its late revoke does again, and
+    /// nothing of the 5 is published or committed; B counts them from X.
+    /// A's and B's counters add up to the 10 events, each counted once.
+    #[test]
+    fn a_fenced_zombie_gives_the_partition_up_where_its_new_owner_took_it() {
+        use super::super::publisher::Done;
+        use crate::config::StateBackend;
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("rankpulse-state-fencing", 1, 1).unwrap();
+        let daemon = |instance: &str| {
+            let mut c = Config::default();
+            c.kafka.brokers = cluster.bootstrap_servers();
+            c.state.backend = StateBackend::Kafka;
+            c.state.topic = "rankpulse-state-fencing".into();
+            c.state.instance = instance.into();
+            Daemon::for_tests_with_kafka_store(c)
+        };
+        let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
+        let p0 = [(IMPRESSIONS.to_string(), 0)];
+        let feed = |d: &mut Daemon, offsets: std::ops::Range<i64>| {
+            for i in offsets {
+                d.handle(&message(IMPRESSIONS, 0, i, &impression(&format!("s{i}"))), None, NOW_MS);
+            }
+        };
+        let checkpoint = |d: &mut Daemon| {
+            d.request_checkpoint();
+            let done = d.publisher.wait().expect("a job was sent");
+            d.settle(done.clone()).unwrap();
+            done
+        };
+        let (mut a, mut b) = (daemon("a"), daemon("b"));
+        a.assign(&p0);
+        feed(&mut a, 0..5);
+        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+        b.assign(&p0);
+        assert_eq!(b.shards[&0].next_offsets[IMPRESSIONS], 5, "B takes over at X");
+        feed(&mut a, 5..10);
+        assert_eq!(total(&a), 10);
+        assert_eq!(checkpoint(&mut a), Done::Fenced { partitions: vec![0] });
+        assert_eq!(a.health.state_fenced, 1);
+        assert!(!a.shards[&0].owned, "given up");
+        assert_eq!(total(&a), 5, "back at X");
+        a.revoke(BTreeSet::from([0])).unwrap();
+        assert_eq!(total(&a), 5, "the late revoke restores X too");
+        feed(&mut b, 0..10);
+        assert_eq!(b.health.skipped_covered, 5);
+        assert_eq!(total(&a) + total(&b), 10, "each event counted once");
+        assert!(matches!(checkpoint(&mut b), Done::Written { .. }));
+        assert_eq!(b.shards[&0].pipeline.open_lists(), 10);
     }
 
     /// Logs name the partitions per topic, in topic order.

@@ -52,10 +52,11 @@ pub(super) async fn shut_down(
     let durable = if daemon.store.is_some() {
         daemon.request_checkpoint();
         let done = daemon.publisher.wait();
+        let durable = matches!(done, Some(Done::Written { .. }));
         if let Some(done) = done {
             daemon.note_done(done);
         }
-        matches!(done, Some(Done::Written { .. }))
+        durable
     } else {
         daemon.finalize_all();
         daemon.publish();

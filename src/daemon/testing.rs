@@ -7,6 +7,7 @@ use super::Daemon;
 use super::publisher::Publisher;
 use crate::config::Config;
 use crate::http::Published;
+use crate::state::{KafkaStore, StateStore};
 use rdkafka::message::{OwnedMessage, Timestamp};
 use std::sync::Arc;
 
@@ -24,6 +25,17 @@ pub const KAFKA_MS: i64 = NOW_MS - 2_000;
 pub const EVENT_MS: i64 = KAFKA_MS - 1_000;
 
 impl Daemon {
+    /// As [`Self::for_tests`], checkpointing into `config`'s state topic
+    /// (which must exist: librdkafka's mock cluster has no admin API).
+    pub(super) fn for_tests_with_kafka_store(config: Config) -> Daemon {
+        let store = KafkaStore::connect(&config, 2048).expect("the state topic");
+        let store = Arc::new(StateStore::Kafka(Box::new(store)));
+        let published = Arc::new(Published::new(&config));
+        let publisher =
+            Publisher::start(config.clone(), published, Some(store.clone())).expect("the publisher thread starts");
+        Daemon::new(config, Some(store), publisher, Arc::default(), None)
+    }
+
     /// As `run_with` builds it, without a consumer, a state directory or
     /// dead letters: the publisher thread needs no broker.
     pub(super) fn for_tests(config: Config) -> Daemon {

@@ -11,6 +11,7 @@ use crate::kafka::Consumer;
 use crate::pipeline::OpsCounters;
 use crate::state::Checkpoint;
 use rdkafka::consumer::Consumer as _;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -45,7 +46,7 @@ impl Daemon {
         self.walk_open_lists();
         self.ticks += 1;
         if let Some(done) = self.publisher.poll() {
-            self.note_done(done);
+            self.settle(done)?;
         }
         self.commit(consumer);
         self.retire_handed_over(consumer);
@@ -109,6 +110,16 @@ impl Daemon {
     /// What a publisher job reported. With `state.dir`, a durable
     /// checkpoint releases its offsets for commit; a failed one drops them
     /// (the next checkpoint covers them again).
+    /// Acts on what a publisher job reported: [`Self::note_done`], then
+    /// partitions found fenced are given up.
+    pub(super) fn settle(&mut self, done: Done) -> Result<(), DaemonError> {
+        self.note_done(done);
+        if !self.fenced.is_empty() {
+            self.revoke(BTreeSet::new())?;
+        }
+        Ok(())
+    }
+
     pub(super) fn note_done(&mut self, done: Done) {
         match done {
             Done::Published => {}
@@ -119,6 +130,13 @@ impl Daemon {
             Done::NotWritten => {
                 self.health.checkpoint_failures += 1;
                 self.pending_commit = None;
+            }
+            // Given up like a revoked partition, by the caller
+            // ([`Self::revoke`]).
+            Done::Fenced { ref partitions } => {
+                self.health.state_fenced += partitions.len() as u64;
+                self.pending_commit = None;
+                self.fenced.extend(partitions.iter().copied());
             }
         }
         self.unhandled_done = Some(done);

@@ -6,8 +6,9 @@
 //! returns, every record acknowledged by all in-sync replicas, are the
 //! offsets the checkpoint covers committed to the consumer group. At start
 //! and at every rebalance the consumer task reads the topic back
-//! ([`KafkaStore::load_own`], [`KafkaStore::load_all`]) to take over
-//! partitions exactly where the checkpoint that got furthest left them.
+//! ([`KafkaStore::load_own`], [`KafkaStore::hand_over`]) to take over
+//! partitions exactly where the checkpoint that got furthest left them (of
+//! the partition's latest owner, never a zombie's: see below).
 //!
 //! The topic (`state.topic`) has one partition and `cleanup.policy=compact`:
 //! one ordered log per group, which every instance reads whole at a
@@ -22,9 +23,12 @@
 //!   smaller), value `RPSTCK01`, writer id, sequence number, chunk index
 //!   (u64, u64, u32 LE), then the bytes;
 //! - `<instance>/<slot>`: the slot's manifest, written only after every
-//!   chunk is acknowledged, value `RPSTMF01` then postcard [`Manifest`]:
+//!   chunk is acknowledged, value `RPSTMF02` then postcard [`Manifest`]:
 //!   group, instance, writer id, sequence number, slot, chunk count, length
-//!   and xxh3 checksum of the whole checkpoint.
+//!   and xxh3 checksum of the whole checkpoint, and each partition shard's
+//!   epoch (see below; an `RPSTMF01` manifest, of before, has none: 0);
+//! - `/claim/<partition>`: a claim, value `RPSTCL01` then postcard
+//!   [`Claim`]: group, instance, writer id, partition.
 //!
 //! Writes alternate between two slots, A and B: a write overwrites the
 //! chunks of the slot that does not hold the newest complete checkpoint,
@@ -50,10 +54,47 @@
 //! other, so a hand-over in that window may restore the other process's
 //! state. It is a tripwire for a misconfiguration, not a lock: a process
 //! restarted after `kill -9` takes its name over at once, which a lease
-//! would delay. Nor does it fence a former owner of a partition (a zombie)
-//! by group generation.
+//! would delay.
+//!
+//! A former owner of a partition that still writes it after the group gave
+//! it away (a zombie: cut off from the coordinator, not from the partition
+//! leaders) must never win, or its counters would overlap the new owner's.
+//! The broker's own fencing (group generations, transactions) cannot be
+//! relied on — Tansu accepts a stale generation's offset commit and shows
+//! aborted records to `read_committed` readers (docs/operations.md) — so
+//! ownership is ordered in this topic, the one log every instance reads:
+//!
+//! - [`KafkaStore::hand_over`] appends a claim per assigned partition
+//!   (acks=all), then reads the topic up to its claims. A claim's offset is
+//!   the claimer's *epoch* for the partition, unique and ordered with every
+//!   manifest without any counter to agree on; each manifest records the
+//!   epoch under which its writer holds (or last held) each shard.
+//! - A shard is a zombie's (`is_zombie`) when its writer owned it and
+//!   its manifest comes after a claim of the partition by another writer
+//!   newer than the shard's epoch: it went on past the point the claimer
+//!   restored from. Readers never take it: a hand-over takes, among the
+//!   other shards, one of the highest epoch (the latest owner's), the
+//!   furthest of those; the instance's own restore (its revoke, a restart)
+//!   takes the partition from its other slot, the checkpoint before the
+//!   claim — the one the claimer restored from. Its counters thus stop
+//!   exactly where the new owner's start.
+//! - The writer checks what the topic got before writing and again once
+//!   its manifest is acknowledged, up to that manifest: a partition it
+//!   owns that another writer claimed since its own claim is fenced
+//!   ([`StateError::Fenced`]); the daemon publishes and commits nothing of
+//!   that checkpoint and gives the partitions up as at a revoke. After a
+//!   write fenced that way the next write overwrites it, so the other slot
+//!   (the checkpoint before the claim) stays until a checkpoint with the
+//!   partitions given up replaces the fenced one.
+//!
+//! Compaction keeps only the newest claim of a partition: a zombie's
+//! manifest between an older claim and the newest is then excluded by the
+//! epoch preference alone (the latest owner's shard wins once written). A
+//! simpler rule — take the furthest shard written before one's claim —
+//! would not do: the zombie's own revert, and any later reader, must agree
+//! on where the new owner started, after the writes that followed.
 
-use super::{Checkpoint, Origin, StateError, encode, fingerprint, instance_name, parse};
+use super::{Checkpoint, Origin, ShardCheckpoint, StateError, encode, fingerprint, instance_name, parse};
 use crate::config::Config;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
@@ -64,7 +105,7 @@ use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -79,8 +120,13 @@ pub const MAX_CHUNK_BYTES: usize = 512 * 1024;
 /// What a record needs besides its value, kept free below the topic's
 /// `max.message.bytes` (batch header, record header, key).
 const RECORD_OVERHEAD: usize = 1024;
-const MANIFEST_MAGIC: &[u8; 8] = b"RPSTMF01";
+const MANIFEST_MAGIC: &[u8; 8] = b"RPSTMF02";
+/// Manifests of before fencing: no epochs (read as epoch 0).
+const MANIFEST_MAGIC_V1: &[u8; 8] = b"RPSTMF01";
 const CHUNK_MAGIC: &[u8; 8] = b"RPSTCK01";
+const CLAIM_MAGIC: &[u8; 8] = b"RPSTCL01";
+/// Claim keys start with `/`, which no instance name holds.
+const CLAIM_PREFIX: &str = "/claim/";
 /// Chunk value header: magic, writer, sequence number, index.
 const CHUNK_HEADER: usize = 8 + 8 + 8 + 4;
 /// How long a write waits for its acknowledgements, and a read for the
@@ -143,6 +189,76 @@ pub struct Manifest {
     /// Length and xxh3-64 of the whole checkpoint (header included).
     pub len: u64,
     pub checksum: u64,
+    /// Per partition shard of the checkpoint, the epoch under which the
+    /// writer holds (or last held) it: the offset of the claim it restored
+    /// the partition after; 0 without one.
+    pub epochs: BTreeMap<i32, i64>,
+}
+
+impl Manifest {
+    fn epoch(&self, partition: i32) -> i64 {
+        self.epochs.get(&partition).copied().unwrap_or(0)
+    }
+}
+
+/// A manifest as written before fencing (`RPSTMF01`).
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct ManifestV1 {
+    group: String,
+    instance: String,
+    writer: u64,
+    seq: u64,
+    slot: Slot,
+    chunks: u32,
+    len: u64,
+    checksum: u64,
+}
+
+/// A claim record's value: who took a partition over. Its offset in the
+/// topic is the epoch of the partition's new owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    pub group: String,
+    pub instance: String,
+    pub writer: u64,
+    pub partition: i32,
+}
+
+/// A claim as a read found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ClaimSeen {
+    offset: i64,
+    writer: u64,
+}
+
+/// Every claim a read found, per partition, oldest first.
+type Claims = BTreeMap<i32, Vec<ClaimSeen>>;
+/// Per partition shard of a checkpoint, its epoch.
+type Epochs = BTreeMap<i32, i64>;
+/// A slot's checkpoint bytes, with its manifest and the manifest's offset.
+type Complete<'a> = (Vec<u8>, &'a Manifest, i64);
+
+fn claim_key(partition: i32) -> String {
+    format!("{CLAIM_PREFIX}{partition}")
+}
+
+fn claim_value(c: &Claim) -> Result<Vec<u8>, StateError> {
+    let mut v = CLAIM_MAGIC.to_vec();
+    postcard::to_io(c, &mut v).map_err(|e| StateError::Encode(e.to_string()))?;
+    Ok(v)
+}
+
+fn parse_claim(value: &[u8]) -> Option<Claim> {
+    postcard::from_bytes(value.strip_prefix(CLAIM_MAGIC)?).ok()
+}
+
+/// Whether a shard is a zombie's: owned by its writer under `epoch`, in a
+/// checkpoint whose manifest (at `manifest`) comes after a claim of its
+/// partition by another writer that is newer than that epoch. Such a
+/// shard went on past the point the claimer restored from.
+fn is_zombie(owned: bool, epoch: i64, writer: u64, manifest: i64, claims: &[ClaimSeen]) -> bool {
+    owned && claims.iter().any(|c| c.writer != writer && c.offset > epoch && c.offset < manifest)
 }
 
 fn manifest_key(instance: &str, slot: Slot) -> String {
@@ -153,15 +269,20 @@ fn chunk_key(instance: &str, slot: Slot, index: u32) -> String {
     format!("{instance}/{}/{index}", slot.name())
 }
 
-/// What a key names: a slot's manifest or one of its chunks.
+/// What a key names: a slot's manifest or one of its chunks, or a
+/// partition's claim.
 #[derive(Debug, PartialEq, Eq)]
 enum Key<'a> {
     Manifest { instance: &'a str, slot: Slot },
     Chunk { instance: &'a str, slot: Slot, index: u32 },
+    Claim { partition: i32 },
 }
 
 fn parse_key(key: &[u8]) -> Option<Key<'_>> {
     let key = std::str::from_utf8(key).ok()?;
+    if let Some(p) = key.strip_prefix(CLAIM_PREFIX) {
+        return p.parse().ok().filter(|p| *p >= 0).map(|partition| Key::Claim { partition });
+    }
     let mut parts = key.split('/');
     let instance = parts.next().filter(|i| !i.is_empty())?;
     let slot = Slot::parse(parts.next()?)?;
@@ -179,8 +300,21 @@ fn manifest_value(m: &Manifest) -> Result<Vec<u8>, StateError> {
 }
 
 fn parse_manifest(value: &[u8]) -> Option<Manifest> {
-    let body = value.strip_prefix(MANIFEST_MAGIC)?;
-    postcard::from_bytes(body).ok()
+    if let Some(body) = value.strip_prefix(MANIFEST_MAGIC) {
+        return postcard::from_bytes(body).ok();
+    }
+    let v1: ManifestV1 = postcard::from_bytes(value.strip_prefix(MANIFEST_MAGIC_V1)?).ok()?;
+    Some(Manifest {
+        group: v1.group,
+        instance: v1.instance,
+        writer: v1.writer,
+        seq: v1.seq,
+        slot: v1.slot,
+        chunks: v1.chunks,
+        len: v1.len,
+        checksum: v1.checksum,
+        epochs: BTreeMap::new(),
+    })
 }
 
 fn chunk_value(writer: u64, seq: u64, index: u32, data: &[u8]) -> Vec<u8> {
@@ -222,13 +356,13 @@ impl Slots {
     /// The newest checkpoint whose chunks are all there and add up, with
     /// its manifest; `Ok(None)` without any manifest; `Err` with why each
     /// slot failed when none is whole.
-    fn newest_complete(&self) -> Result<Option<(Vec<u8>, &Manifest)>, String> {
+    fn newest_complete(&self) -> Result<Option<Complete<'_>>, String> {
         let mut candidates: Vec<&(i64, Manifest)> = self.manifests.iter().flatten().collect();
         candidates.sort_by_key(|(offset, _)| std::cmp::Reverse(*offset));
         let mut why = Vec::new();
-        for (_, m) in candidates.iter().copied() {
+        for (offset, m) in candidates.iter().copied() {
             match self.assemble(m) {
-                Ok(bytes) => return Ok(Some((bytes, m))),
+                Ok(bytes) => return Ok(Some((bytes, m, *offset))),
                 Err(e) => why.push(format!("slot {} (write {}): {e}", m.slot.name(), m.seq)),
             }
         }
@@ -271,7 +405,12 @@ impl Slots {
 /// The topic read up to its end.
 #[derive(Debug, Default)]
 struct Scan {
+    /// The group whose claims count (others' are skipped).
+    group: String,
     instances: BTreeMap<String, Slots>,
+    /// Every claim found per partition, oldest first (compaction keeps the
+    /// newest only).
+    claims: Claims,
     /// Records that are no checkpoint record (another format, or another
     /// program's): skipped.
     foreign: u64,
@@ -287,6 +426,16 @@ impl Scan {
         };
         let instance = match key {
             Key::Manifest { instance, .. } | Key::Chunk { instance, .. } => instance,
+            Key::Claim { partition } => {
+                match value.and_then(parse_claim) {
+                    Some(c) if c.partition == partition && c.group == self.group => {
+                        self.claims.entry(partition).or_default().push(ClaimSeen { offset, writer: c.writer });
+                    }
+                    Some(_) => {}
+                    None => self.foreign += u64::from(value.is_some()),
+                }
+                return;
+            }
         };
         if only.is_some_and(|o| o != instance) {
             return;
@@ -300,6 +449,7 @@ impl Scan {
                 self.foreign += u64::from(value.is_some() && m.is_none());
                 slots.manifests[slot.index()] = m.map(|m| (offset, m));
             }
+            Key::Claim { .. } => {}
             Key::Chunk { slot, index, .. } => {
                 let chunk = value.and_then(parse_chunk).filter(|(_, _, i, _)| *i == index);
                 self.foreign += u64::from(value.is_some() && chunk.is_none());
@@ -411,6 +561,11 @@ struct Writer {
     tail: BaseConsumer<StateContext>,
     /// Record numbers for the producer's acknowledgements.
     next_record: usize,
+    /// This process's claims: partition → the claim's offset (its epoch).
+    claims: BTreeMap<i32, i64>,
+    /// The epoch each partition's shard is written with: this process's
+    /// claim, else the one its restored checkpoint had.
+    epochs: BTreeMap<i32, i64>,
 }
 
 /// This instance's checkpoints in the state topic (see the module's
@@ -435,7 +590,14 @@ pub struct KafkaStore {
     displaced_by: AtomicU64,
     /// This instance's records as read at open, for the first
     /// [`Self::load_own`] (the restore at start), unless a write came first.
-    opened: Mutex<Option<Slots>>,
+    opened: Mutex<Option<(Slots, Claims)>>,
+    /// The newest claim seen per partition (any read): a newer one than
+    /// this process's by another writer fences its shard.
+    known: Mutex<BTreeMap<i32, ClaimSeen>>,
+    /// Run by the next write between its check and its chunks (tests: a
+    /// claim arriving while a zombie writes).
+    #[cfg(test)]
+    before_chunks: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl std::fmt::Debug for KafkaStore {
@@ -502,11 +664,23 @@ impl KafkaStore {
             reader,
             context,
             producer,
-            writer: Mutex::new(Writer { seq: 0, current: None, extent: [0, 0], tail_from: 0, tail, next_record: 0 }),
+            writer: Mutex::new(Writer {
+                seq: 0,
+                current: None,
+                extent: [0, 0],
+                tail_from: 0,
+                tail,
+                next_record: 0,
+                claims: BTreeMap::new(),
+                epochs: BTreeMap::new(),
+            }),
             displaced_by: AtomicU64::new(0),
             opened: Mutex::new(None),
+            known: Mutex::new(BTreeMap::new()),
+            #[cfg(test)]
+            before_chunks: Mutex::new(None),
         };
-        let (mut scan, end) = store.scan(Some(&store.instance.clone()))?;
+        let (mut scan, end) = store.scan(Some(&store.instance.clone()), None)?;
         let own = scan.instances.remove(&store.instance).unwrap_or_default();
         {
             let w = store.writer.get_mut().map_err(|_| poisoned(&topic))?;
@@ -515,9 +689,16 @@ impl KafkaStore {
             w.extent = [own.extent(Slot::A), own.extent(Slot::B)];
             // The next write must spare the slot a reader would take now.
             w.current = match own.newest_complete() {
-                Ok(Some((_, m))) => Some(m.slot),
+                Ok(Some((_, m, _))) => Some(m.slot),
                 _ => own.manifests.iter().flatten().max_by_key(|(o, _)| *o).map(|(_, m)| m.slot),
             };
+            // The epochs of the shards a restore at start brings back: the
+            // newest manifest's, the other's where it has none.
+            let mut manifests: Vec<&(i64, Manifest)> = own.manifests.iter().flatten().collect();
+            manifests.sort_by_key(|(o, _)| *o);
+            for (_, m) in manifests {
+                w.epochs.extend(m.epochs.iter().map(|(p, e)| (*p, *e)));
+            }
         }
         tracing::info!(
             "state.topic {topic}: instance {:?} writes as {:016x} in chunks of up to {} bytes",
@@ -525,7 +706,7 @@ impl KafkaStore {
             store.writer_id,
             store.chunk_bytes
         );
-        *store.opened.get_mut().map_err(|_| poisoned(&topic))? = Some(own);
+        *store.opened.get_mut().map_err(|_| poisoned(&topic))? = Some((own, std::mem::take(&mut scan.claims)));
         Ok(store)
     }
 
@@ -556,50 +737,114 @@ impl KafkaStore {
         self.kafka_error(crate::kafka::error_text(e))
     }
 
-    /// This instance's newest complete checkpoint, if it has one. Corrupt
-    /// (no slot whole), another group's, or of other metric settings: an
-    /// error, as a file's would be.
+    /// This instance's newest complete checkpoint, if it has one, each
+    /// shard a zombie's (see [`is_zombie`]) taken from the other slot's
+    /// checkpoint instead: the one preceding the claim that fenced it.
+    /// Corrupt (no slot whole), another group's, or of other metric
+    /// settings: an error, as a file's would be.
     pub fn load_own(&self) -> Result<Option<Checkpoint>, StateError> {
         let opened = self.opened.lock().map_err(|_| poisoned(&self.topic))?.take();
-        let slots = match opened {
-            Some(slots) => slots,
-            None => self.scan(Some(&self.instance))?.0.instances.remove(&self.instance).unwrap_or_default(),
+        let (slots, claims) = match opened {
+            Some(opened) => opened,
+            None => {
+                let mut scan = self.scan(Some(&self.instance), None)?.0;
+                (scan.instances.remove(&self.instance).unwrap_or_default(), scan.claims)
+            }
         };
-        self.checkpoint_of(&self.instance, &slots)
+        Ok(self.checkpoint_of(&self.instance, &slots, &claims)?.map(|(c, _)| c))
     }
 
-    fn checkpoint_of(&self, instance: &str, slots: &Slots) -> Result<Option<Checkpoint>, StateError> {
+    /// Decodes the checkpoint a slot's manifest describes, checking group
+    /// and metric settings.
+    fn decode(&self, instance: &str, bytes: &[u8], manifest: &Manifest) -> Result<Checkpoint, StateError> {
         let at = self.origin(instance);
-        let (bytes, manifest) = match slots.newest_complete() {
-            Ok(Some(found)) => found,
-            Ok(None) => return Ok(None),
-            Err(reason) => return Err(StateError::Corrupt { at, reason }),
-        };
         if manifest.group != self.group {
             return Err(StateError::ForeignGroup { at, group: manifest.group.clone() });
         }
-        let c = parse(&bytes, &at)?;
+        let c = parse(bytes, &at)?;
         if c.fingerprint != self.fingerprint {
             return Err(StateError::Incompatible { at, theirs: c.fingerprint, ours: self.fingerprint.clone() });
         }
-        Ok(Some(c))
+        Ok(c)
     }
 
-    /// Every instance's newest complete checkpoint of this group and these
-    /// metric settings; the others are reported and skipped. A topic that
-    /// cannot be read is reported too: the partitions then start from the
-    /// group's committed offsets, as without checkpoints.
+    /// `instance`'s newest complete checkpoint with its shards' epochs; a
+    /// zombie's shard is replaced by the other slot's shard of the
+    /// partition when that one is no zombie's, else left out.
+    fn checkpoint_of(
+        &self,
+        instance: &str,
+        slots: &Slots,
+        claims: &Claims,
+    ) -> Result<Option<(Checkpoint, Epochs)>, StateError> {
+        let (bytes, manifest, offset) = match slots.newest_complete() {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(None),
+            Err(reason) => return Err(StateError::Corrupt { at: self.origin(instance), reason }),
+        };
+        let mut c = self.decode(instance, &bytes, manifest)?;
+        let zombie = |s: &ShardCheckpoint, m: &Manifest, at: i64| {
+            is_zombie(s.owned, m.epoch(s.partition), m.writer, at, claims.get(&s.partition).map_or(&[], |c| c))
+        };
+        let mut epochs = BTreeMap::new();
+        if !c.shards.iter().any(|s| zombie(s, manifest, offset)) {
+            epochs.extend(c.shards.iter().map(|s| (s.partition, manifest.epoch(s.partition))));
+            return Ok(Some((c, epochs)));
+        }
+        // The other slot holds the write before: the last one that
+        // preceded the claim (the writer finds the claim when its next
+        // write is acknowledged, and then overwrites the fenced one).
+        let mut before: BTreeMap<i32, (ShardCheckpoint, i64)> = BTreeMap::new();
+        if let Some((o, m)) = &slots.manifests[manifest.slot.other().index()]
+            && *o < offset
+            && let Ok(bytes) = slots.assemble(m)
+            && let Ok(older) = self.decode(instance, &bytes, m)
+        {
+            for s in older.shards {
+                if !zombie(&s, m, *o) {
+                    let e = m.epoch(s.partition);
+                    before.insert(s.partition, (s, e));
+                }
+            }
+        }
+        let shards = std::mem::take(&mut c.shards);
+        for s in shards {
+            let p = s.partition;
+            if !zombie(&s, manifest, offset) {
+                epochs.insert(p, manifest.epoch(p));
+                c.shards.push(s);
+            } else if let Some((s, e)) = before.remove(&p) {
+                tracing::info!(
+                    "partition {p} of instance {instance:?}: fenced; its checkpoint before the claim counts"
+                );
+                epochs.insert(p, e);
+                c.shards.push(s);
+            } else {
+                tracing::warn!("partition {p} of instance {instance:?}: fenced, and no checkpoint before the claim");
+            }
+        }
+        Ok(Some((c, epochs)))
+    }
+
+    /// Every instance's checkpoint of this group and these metric settings
+    /// as [`Self::checkpoint_of`] makes it; the others are reported and
+    /// skipped. A topic that cannot be read is reported too: the
+    /// partitions then start from the group's committed offsets, as without
+    /// checkpoints.
     pub fn load_all(&self) -> Vec<Checkpoint> {
-        let scan = match self.scan(None) {
-            Ok((scan, _)) => scan,
+        match self.scan(None, None) {
+            Ok((scan, _)) => self.checkpoints(&scan).into_iter().map(|(c, _)| c).collect(),
             Err(e) => {
                 tracing::error!("cannot read the checkpoints to hand partitions over: {e}");
-                return Vec::new();
+                Vec::new()
             }
-        };
+        }
+    }
+
+    fn checkpoints(&self, scan: &Scan) -> Vec<(Checkpoint, Epochs)> {
         let mut out = Vec::new();
         for (instance, slots) in &scan.instances {
-            match self.checkpoint_of(instance, slots) {
+            match self.checkpoint_of(instance, slots, &scan.claims) {
                 Ok(Some(c)) => out.push(c),
                 Ok(None) => {}
                 Err(e) => tracing::warn!("ignoring checkpoint: {e}"),
@@ -608,16 +853,61 @@ impl KafkaStore {
         out
     }
 
-    /// Reads the topic from its start to its end (the high watermark when
-    /// the read starts): the scan, and that end.
-    fn scan(&self, only: Option<&str>) -> Result<(Scan, i64), StateError> {
+    /// Takes `partitions` over: appends a claim of each (acks=all), reads
+    /// the topic up to the claims, and returns per partition the shard to
+    /// restore: among the shards no zombie wrote, one of the highest
+    /// epoch (the latest owner's), the furthest of those. No claim could
+    /// be written: an error (the claims are retried at the next write).
+    pub fn hand_over(&self, partitions: &BTreeSet<i32>) -> Result<BTreeMap<i32, ShardCheckpoint>, StateError> {
+        let end = {
+            let mut w = self.writer.lock().map_err(|_| poisoned(&self.topic))?;
+            self.claim(&mut w, partitions)?
+        };
+        let scan = match self.scan(None, end.map(|e| e + 1)) {
+            Ok((scan, _)) => scan,
+            Err(e) => {
+                tracing::error!("cannot read the checkpoints to hand partitions over: {e}");
+                return Ok(BTreeMap::new());
+            }
+        };
+        Ok(restore_points(self.checkpoints(&scan), partitions))
+    }
+
+    /// Appends a claim of each of `partitions` and waits for them: this
+    /// process holds them from then on, under those offsets as epochs. The
+    /// last claim's offset.
+    fn claim(&self, w: &mut Writer, partitions: &BTreeSet<i32>) -> Result<Option<i64>, StateError> {
+        let mut records = Vec::new();
+        for p in partitions {
+            let claim = Claim {
+                group: self.group.clone(),
+                instance: self.instance.clone(),
+                writer: self.writer_id,
+                partition: *p,
+            };
+            records.push((claim_key(*p), Some(claim_value(&claim)?)));
+        }
+        let offsets = self.produce(w, records)?;
+        let mut known = self.known.lock().map_err(|_| poisoned(&self.topic))?;
+        for (p, o) in partitions.iter().zip(&offsets) {
+            w.claims.insert(*p, *o);
+            w.epochs.insert(*p, *o);
+            note_claim(&mut known, *p, ClaimSeen { offset: *o, writer: self.writer_id });
+        }
+        Ok(offsets.iter().max().copied())
+    }
+
+    /// Reads the topic from its start to `to` (exclusive), else to its end
+    /// (the high watermark when the read starts): the scan, and that end.
+    fn scan(&self, only: Option<&str>, to: Option<i64>) -> Result<(Scan, i64), StateError> {
         let consumer: BaseConsumer<StateContext> = self
             .reader
             .create_with_context(self.context.clone())
             .map_err(|e| self.kafka_error(crate::kafka::error_text(&e)))?;
-        let mut scan = Scan::default();
+        let mut scan = Scan { group: self.group.clone(), ..Scan::default() };
         let (low, high) =
             consumer.fetch_watermarks(&self.topic, 0, TIMEOUT).map_err(|e| self.reader_error(&consumer, &e))?;
+        let high = to.map_or(high, |to| to.min(high));
         read_range(&consumer, &self.topic, low, high, |m| {
             scan.add(m.key(), m.payload(), m.offset(), only);
             true
@@ -629,6 +919,13 @@ impl KafkaStore {
                 self.topic,
                 scan.foreign
             );
+        }
+        if let Ok(mut known) = self.known.lock() {
+            for (p, claims) in &scan.claims {
+                for c in claims {
+                    note_claim(&mut known, *p, *c);
+                }
+            }
         }
         Ok((scan, high))
     }
@@ -659,7 +956,28 @@ impl KafkaStore {
         let bytes = encode(checkpoint)?;
         let mut w = self.writer.lock().map_err(|_| poisoned(&self.topic))?;
         self.still_ours()?;
-        self.check_tail(&mut w)?;
+        self.check_tail(&mut w, None)?;
+        // Owned partitions without a claim of this process (the one at
+        // their hand-over could not be written) are claimed now.
+        let unclaimed: BTreeSet<i32> = checkpoint
+            .shards
+            .iter()
+            .filter(|s| s.owned && !w.claims.contains_key(&s.partition))
+            .map(|s| s.partition)
+            .collect();
+        if !unclaimed.is_empty() {
+            self.claim(&mut w, &unclaimed)?;
+        }
+        // Fenced before writing: claimed by another writer since.
+        let known = self.known.lock().map_err(|_| poisoned(&self.topic))?.clone();
+        let lost = fenced(&w, checkpoint, self.writer_id, |p| known.get(&p).copied().into_iter().collect());
+        if !lost.is_empty() {
+            return Err(self.fenced(lost));
+        }
+        #[cfg(test)]
+        if let Some(hook) = self.before_chunks.lock().ok().and_then(|mut h| h.take()) {
+            hook();
+        }
         if let Ok(mut opened) = self.opened.lock() {
             *opened = None;
         }
@@ -695,11 +1013,16 @@ impl KafkaStore {
             chunks,
             len: bytes.len() as u64,
             checksum: xxh3_64(&bytes),
+            epochs: checkpoint
+                .shards
+                .iter()
+                .map(|s| (s.partition, w.epochs.get(&s.partition).copied().unwrap_or(0)))
+                .collect(),
         };
         let offsets =
             self.produce(&mut w, vec![(manifest_key(&self.instance, slot), Some(manifest_value(&manifest)?))])?;
         w.current = Some(slot);
-        w.tail_from = offsets.last().map_or(w.tail_from, |o| o + 1);
+        let manifest_at = offsets.last().copied().unwrap_or(w.tail_from);
         // Chunks of a larger checkpoint before: tombstones, so that
         // compaction frees them (best effort: they are never read).
         let extent = w.extent[slot.index()];
@@ -710,30 +1033,60 @@ impl KafkaStore {
                 Err(e) => tracing::warn!("leftover chunks of slot {} stay: {e}", slot.name()),
             }
         }
+        // Fenced while writing: a claim between the check above and the
+        // manifest. The claimer restored from this instance's checkpoint
+        // before (the other slot, which readers now take for those
+        // partitions); the next write overwrites this one.
+        let seen = self.check_tail(&mut w, Some(manifest_at + 1))?;
+        let fenced =
+            fenced(&w, checkpoint, self.writer_id, |p| seen.iter().filter(|(q, _)| *q == p).map(|(_, c)| *c).collect());
+        if !fenced.is_empty() {
+            w.current = Some(slot.other());
+            return Err(self.fenced(fenced));
+        }
         Ok(bytes.len())
     }
 
-    /// Reads what the topic got since this process's last manifest: a
-    /// manifest of this instance by another writer displaces this one; one
-    /// of its own (a write whose acknowledgement was lost) is taken as the
-    /// newest.
-    fn check_tail(&self, w: &mut Writer) -> Result<(), StateError> {
+    fn fenced(&self, partitions: Vec<i32>) -> StateError {
+        let e = StateError::Fenced { instance: self.instance.clone(), topic: self.topic.clone(), partitions };
+        tracing::error!("{e}");
+        e
+    }
+
+    /// Reads what the topic got since the last read, up to `to` (else its
+    /// end): a manifest of this instance by another writer, not followed by
+    /// one of its own, displaces this one; one of its own (a write whose
+    /// acknowledgement was lost) is taken as the newest. The claims found,
+    /// which are also noted.
+    fn check_tail(&self, w: &mut Writer, to: Option<i64>) -> Result<Vec<(i32, ClaimSeen)>, StateError> {
         let (_, high) = w.tail.fetch_watermarks(&self.topic, 0, TIMEOUT).map_err(|e| self.reader_error(&w.tail, &e))?;
+        let high = to.map_or(high, |to| to.min(high));
         if w.tail_from >= high {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let mut seen: Option<Manifest> = None;
         let mut other: Option<u64> = None;
+        let mut claims = Vec::new();
         read_range(&w.tail, &self.topic, w.tail_from, high, |m| {
+            if let Some(Key::Claim { partition }) = m.key().and_then(parse_key)
+                && let Some(c) = m.payload().and_then(parse_claim)
+                && c.group == self.group
+                && c.partition == partition
+            {
+                claims.push((partition, ClaimSeen { offset: m.offset(), writer: c.writer }));
+            }
             if let Some(Key::Manifest { instance, .. }) = m.key().and_then(parse_key)
                 && instance == self.instance
                 && let Some(manifest) = m.payload().and_then(parse_manifest)
             {
+                // The later manifest wins: another writer's before this
+                // one's own (read back after a write) displaces nothing.
                 if manifest.writer != self.writer_id {
                     other = Some(manifest.writer);
-                    return false;
+                } else {
+                    other = None;
+                    seen = Some(manifest);
                 }
-                seen = Some(manifest);
             }
             true
         })
@@ -748,7 +1101,11 @@ impl KafkaStore {
             w.current = Some(m.slot);
         }
         w.tail_from = high;
-        Ok(())
+        let mut known = self.known.lock().map_err(|_| poisoned(&self.topic))?;
+        for (p, c) in &claims {
+            note_claim(&mut known, *p, *c);
+        }
+        Ok(claims)
     }
 
     /// Produces `records` (key, value or tombstone) to the topic's
@@ -802,6 +1159,49 @@ impl KafkaStore {
             })
             .collect()
     }
+}
+
+/// Keeps the newer of two claims of a partition.
+fn note_claim(known: &mut BTreeMap<i32, ClaimSeen>, partition: i32, claim: ClaimSeen) {
+    let newest = known.entry(partition).or_insert(claim);
+    if claim.offset > newest.offset {
+        *newest = claim;
+    }
+}
+
+/// The partitions of `checkpoint` its writer owns but must not write: a
+/// claim among `claims_of` them, by another writer, is newer than this
+/// writer's.
+fn fenced(w: &Writer, checkpoint: &Checkpoint, writer: u64, claims_of: impl Fn(i32) -> Vec<ClaimSeen>) -> Vec<i32> {
+    let epoch = |p: i32| w.claims.get(&p).copied().unwrap_or(0);
+    checkpoint
+        .shards
+        .iter()
+        .filter(|s| is_zombie(s.owned, epoch(s.partition), writer, i64::MAX, &claims_of(s.partition)))
+        .map(|s| s.partition)
+        .collect()
+}
+
+/// Per partition of `partitions`, the shard to restore among the
+/// checkpoints' (their zombie shards already left out): the highest epoch
+/// (the latest owner's), then the furthest. A former owner's shard never
+/// passes the point the latest owner restored from, unless a zombie's.
+fn restore_points(
+    checkpoints: Vec<(Checkpoint, Epochs)>,
+    partitions: &BTreeSet<i32>,
+) -> BTreeMap<i32, ShardCheckpoint> {
+    let mut best: BTreeMap<i32, (i64, ShardCheckpoint)> = BTreeMap::new();
+    for (c, epochs) in checkpoints {
+        for s in c.shards {
+            let e = epochs.get(&s.partition).copied().unwrap_or(0);
+            if partitions.contains(&s.partition)
+                && best.get(&s.partition).is_none_or(|(be, b)| (e, s.progress()) > (*be, b.progress()))
+            {
+                best.insert(s.partition, (e, s));
+            }
+        }
+    }
+    best.into_iter().map(|(p, (_, s))| (p, s)).collect()
 }
 
 fn poisoned(topic: &str) -> StateError {
@@ -1077,7 +1477,7 @@ mod tests {
 
     /// The instance's records as a fresh reader finds them.
     fn slots(store: &KafkaStore, instance: &str) -> Slots {
-        store.scan(Some(instance)).unwrap().0.instances.remove(instance).unwrap_or_default()
+        store.scan(Some(instance), None).unwrap().0.instances.remove(instance).unwrap_or_default()
     }
 
     /// The bytes a reader would restore for `instance`.
@@ -1186,6 +1586,7 @@ mod tests {
             chunks: 3,
             len: 10,
             checksum: 0,
+            epochs: BTreeMap::new(),
         };
         junk.push((b"e/A".to_vec(), manifest_value(&missing).unwrap()));
         for _ in 0..200 {
@@ -1239,6 +1640,167 @@ mod tests {
         assert!(second.still_ours().is_ok());
         let reader = KafkaStore::connect(&cfg, 2048).unwrap();
         assert_eq!(reader.load_own().unwrap().unwrap().written_ms, 6);
+    }
+
+    /// Partition 0's restore point (its offset on topic "t") as a reader
+    /// that claims nothing picks it; `compacted`: as it would from the
+    /// topic compacted (the newest claim of each partition only: manifests
+    /// and chunks already count by their newest value).
+    fn restore_point(store: &KafkaStore, compacted: bool) -> Option<i64> {
+        let (mut scan, _) = store.scan(None, None).unwrap();
+        if compacted {
+            for claims in scan.claims.values_mut() {
+                claims.drain(..claims.len() - 1);
+            }
+        }
+        restore_points(store.checkpoints(&scan), &BTreeSet::from([0])).get(&0).map(|s| s.offsets["t"])
+    }
+
+    /// Partition 0 of `instance`'s own checkpoint, as a revoke or a restart
+    /// restores it (counters included), from the topic as is or compacted.
+    fn own_point(store: &KafkaStore, instance: &str, compacted: bool) -> Option<i64> {
+        let (mut scan, _) = store.scan(None, None).unwrap();
+        if compacted {
+            for claims in scan.claims.values_mut() {
+                claims.drain(..claims.len() - 1);
+            }
+        }
+        let slots = scan.instances.remove(instance).unwrap();
+        let (c, _) = store.checkpoint_of(instance, &slots, &scan.claims).unwrap().unwrap();
+        c.shards.iter().find(|s| s.partition == 0).map(|s| s.offsets["t"])
+    }
+
+    fn unowned(mut c: Checkpoint) -> Checkpoint {
+        c.shards[0].owned = false;
+        c
+    }
+
+    fn fenced_partitions(e: &StateError) -> Vec<i32> {
+        match e {
+            StateError::Fenced { partitions, .. } => partitions.clone(),
+            e => panic!("not fenced: {e}"),
+        }
+    }
+
+    /// Issue #27: a former owner that still writes after losing the
+    /// partition (a zombie) never wins. A owns partition 0 and checkpoints
+    /// it at X = 20; B takes it over (claims it) while A, cut off from the
+    /// group, writes it further to Y = 30. A's write reports the partition
+    /// fenced; a reader choosing the restore point takes X (then B's own),
+    /// never Y; A's own checkpoint, which its counters come back from at
+    /// the revoke or a restart, has the partition at X: A counts up to X,
+    /// B from X. The same holds on the topic as compaction leaves it
+    /// (only the newest claim), and when A tries again before writing.
+    #[test]
+    fn a_zombie_never_wins_a_partition_claimed_by_its_new_owner() {
+        let (_cluster, bootstrap) = cluster();
+        let (ca, cb) = (config(&bootstrap, "a"), config(&bootstrap, "b"));
+        let a = Arc::new(KafkaStore::connect(&ca, 2048).unwrap());
+        let b = Arc::new(KafkaStore::connect(&cb, 2048).unwrap());
+        let p0 = BTreeSet::from([0]);
+        assert!(a.hand_over(&p0).unwrap().is_empty(), "nothing to restore in an empty topic");
+        a.write(&checkpoint(&ca, 20, 1)).unwrap();
+        assert_eq!(restore_point(&a, false), Some(20));
+
+        // B claims partition 0 while A's next write is under way: after
+        // A's check, before its chunks and manifest.
+        let b_restored = Arc::new(Mutex::new(None));
+        let (claimer, seen) = (b.clone(), b_restored.clone());
+        *a.before_chunks.lock().unwrap() = Some(Box::new(move || {
+            let found = claimer.hand_over(&BTreeSet::from([0])).unwrap();
+            *seen.lock().unwrap() = found.get(&0).map(|s| s.offsets["t"]);
+        }));
+        let e = a.write(&checkpoint(&ca, 30, 2)).unwrap_err();
+        assert_eq!(fenced_partitions(&e), [0], "the zombie's write reports the partition fenced");
+        assert_eq!(*b_restored.lock().unwrap(), Some(20), "B took it over at X");
+        // Y is in the topic (A's newest manifest), and never taken.
+        assert_eq!(slots(&a, "a").newest_complete().unwrap().unwrap().1.seq, 2);
+        for compacted in [false, true] {
+            assert_eq!(restore_point(&a, compacted), Some(20), "compacted: {compacted}");
+            assert_eq!(own_point(&a, "a", compacted), Some(20), "compacted: {compacted}");
+        }
+        assert_eq!(a.load_own().unwrap().unwrap().shards[0].offsets["t"], 20);
+        let restarted = KafkaStore::connect(&ca, 2048).unwrap();
+        assert_eq!(restarted.load_own().unwrap().unwrap().shards[0].offsets["t"], 20, "a restart of A too");
+
+        // A gives the partition up at X (not owned); its writes go on,
+        // overwriting Y first, then X's slot: X stays what counts.
+        for written_ms in [3, 4] {
+            a.write(&unowned(checkpoint(&ca, 20, written_ms))).unwrap();
+            for compacted in [false, true] {
+                assert_eq!(restore_point(&a, compacted), Some(20));
+                assert_eq!(own_point(&a, "a", compacted), Some(20));
+            }
+        }
+        // B's own checkpoint, of the newest epoch, is the restore point
+        // from then on.
+        b.write(&checkpoint(&cb, 25, 5)).unwrap();
+        // A zombie again, its claim older than B's: fenced before writing.
+        let e = a.write(&checkpoint(&ca, 40, 6)).unwrap_err();
+        assert_eq!(fenced_partitions(&e), [0]);
+        for compacted in [false, true] {
+            assert_eq!(restore_point(&a, compacted), Some(25), "compacted: {compacted}");
+            assert_eq!(own_point(&a, "a", compacted), Some(20));
+        }
+        assert_eq!(a.load_own().unwrap().unwrap().written_ms, 4, "nothing written");
+        // Taking it back: A's new claim is the newest, B is fenced.
+        assert_eq!(a.hand_over(&p0).unwrap()[&0].offsets["t"], 25);
+        a.write(&checkpoint(&ca, 35, 7)).unwrap();
+        assert_eq!(fenced_partitions(&b.write(&checkpoint(&cb, 45, 8)).unwrap_err()), [0]);
+        assert_eq!(restore_point(&a, false), Some(35));
+    }
+
+    /// Manifests written before fencing (`RPSTMF01`) still read, their
+    /// shards of epoch 0; an unknown claim value is no claim.
+    #[test]
+    fn manifests_of_before_fencing_read_with_epoch_zero() {
+        let v1 = ManifestV1 {
+            group: "g".into(),
+            instance: "i".into(),
+            writer: 3,
+            seq: 4,
+            slot: Slot::B,
+            chunks: 2,
+            len: 5,
+            checksum: 6,
+        };
+        let mut value = MANIFEST_MAGIC_V1.to_vec();
+        value.extend(postcard::to_stdvec(&v1).unwrap());
+        let m = parse_manifest(&value).unwrap();
+        assert_eq!((m.writer, m.seq, m.slot, m.chunks, m.len, m.checksum), (3, 4, Slot::B, 2, 5, 6));
+        assert!(m.epochs.is_empty());
+        assert_eq!(m.epoch(7), 0);
+        assert_eq!(parse_manifest(&manifest_value(&m).unwrap()), Some(m));
+        let claim = Claim { group: "g".into(), instance: "i".into(), writer: 1, partition: 2 };
+        assert_eq!(parse_claim(&claim_value(&claim).unwrap()), Some(claim));
+        assert_eq!(parse_claim(b"RPSTCL01"), None);
+        assert_eq!(parse_key(b"/claim/12"), Some(Key::Claim { partition: 12 }));
+        for bad in [&b"/claim/"[..], b"/claim/-1", b"/claim/x", b"/claims/1"] {
+            assert_eq!(parse_key(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    /// Two processes of one name writing at once: the one whose manifest is
+    /// later in the log keeps the name, even though it reads the other's
+    /// manifest back when checking after its own write; the other stops.
+    #[test]
+    fn of_two_interleaved_writes_under_one_name_the_later_manifest_wins() {
+        let (_cluster, bootstrap) = cluster();
+        let cfg = config(&bootstrap, "same");
+        // Of no partition it owns: no claim, no fencing, only the name.
+        let first = KafkaStore::connect(&cfg, 2048).unwrap();
+        let second = Arc::new(KafkaStore::connect(&cfg, 2048).unwrap());
+        let (writer, c) = (second.clone(), cfg.clone());
+        // The second's write lands between the first's check and its chunks.
+        *first.before_chunks.lock().unwrap() = Some(Box::new(move || {
+            writer.write(&unowned(checkpoint(&c, 20, 1))).unwrap();
+        }));
+        first.write(&unowned(checkpoint(&cfg, 20, 2))).unwrap();
+        assert!(first.still_ours().is_ok());
+        let e = second.write(&unowned(checkpoint(&cfg, 20, 3))).unwrap_err();
+        assert!(matches!(e, StateError::Displaced { .. }), "{e}");
+        first.write(&unowned(checkpoint(&cfg, 20, 4))).unwrap();
+        assert_eq!(first.load_own().unwrap().unwrap().written_ms, 4);
     }
 
     #[test]

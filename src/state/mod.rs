@@ -25,7 +25,7 @@ use crate::assemble::{AssemblerState, DimensionBudget};
 use crate::config::{Config, StateBackend};
 use crate::pipeline::OpsCounters;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -103,6 +103,14 @@ pub enum StateError {
          process its own state.instance"
     )]
     Displaced { instance: String, topic: String, writer: u64 },
+    /// Partitions this instance still owned in its checkpoint were claimed
+    /// in the state topic by a newer owner (see [`kafka`]).
+    #[error(
+        "state.instance {instance:?}: partitions {partitions:?} were taken over by another instance \
+         (a claim in state.topic {topic}); this one has lost them (a zombie): they go back to their \
+         checkpoint before the claim, and nothing of them is published or committed"
+    )]
+    Fenced { instance: String, topic: String, partitions: Vec<i32> },
 }
 
 /// One partition shard as checkpointed.
@@ -248,6 +256,29 @@ impl StateStore {
         match self {
             StateStore::Dir(s) => s.load_all(),
             StateStore::Kafka(s) => s.load_all(),
+        }
+    }
+
+    /// Takes `partitions` over (the Kafka store claims them first, which
+    /// fences their former owners): per partition, the shard to restore,
+    /// the one that got furthest (with the Kafka store: of the latest
+    /// owner's, no zombie's). A claim that could not be written: an error.
+    pub fn hand_over(&self, partitions: &BTreeSet<i32>) -> Result<BTreeMap<i32, ShardCheckpoint>, StateError> {
+        match self {
+            StateStore::Dir(s) => {
+                let mut best: BTreeMap<i32, ShardCheckpoint> = BTreeMap::new();
+                for c in s.load_all() {
+                    for s in c.shards {
+                        if partitions.contains(&s.partition)
+                            && best.get(&s.partition).is_none_or(|b| s.progress() > b.progress())
+                        {
+                            best.insert(s.partition, s);
+                        }
+                    }
+                }
+                Ok(best)
+            }
+            StateStore::Kafka(s) => s.hand_over(partitions),
         }
     }
 
