@@ -1206,7 +1206,11 @@ mod tests {
     }
 
     fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let dir = std::env::temp_dir().join(format!("rankpulse-config-{}-{}", std::process::id(), text.len()));
+        // A file per call: tests run in parallel, and two texts of one
+        // length used to share a name (one test read the other's file).
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("rankpulse-config-{}-{n}", std::process::id()));
         std::fs::write(&dir, text).unwrap();
         let r = Config::load_with_env(Some(&dir), env(&[]));
         let _ = std::fs::remove_file(&dir);
