@@ -679,10 +679,12 @@ fn kafka_state_backend_over_mutual_tls_scram_and_oauthbearer_restarts_exactly() 
     );
     sigterm(&mut daemon);
 
-    // The records are the instance's: both slots' manifests are there.
+    // The records are the instance's (both slots' manifests are there) and
+    // its claims of the two partitions, at each of its three starts.
     let keys = state_keys(&stack, &properties);
     assert!(keys.iter().any(|k| k == "solo/A") && keys.iter().any(|k| k == "solo/B"), "{keys:?}");
-    assert!(keys.iter().all(|k| k.starts_with("solo/")), "{keys:?}");
+    assert!(keys.iter().all(|k| k.starts_with("solo/") || k == "/claim/0" || k == "/claim/1"), "{keys:?}");
+    assert!(keys.iter().filter(|k| k.starts_with("/claim/")).count() >= 3 * PARTITIONS as usize, "{keys:?}");
 }
 
 /// A wrong SCRAM password with the Kafka backend: the state topic is
