@@ -886,6 +886,11 @@ impl KafkaStore {
                 partition: *p,
             };
             records.push((claim_key(*p), Some(claim_value(&claim)?)));
+            // A claim of an earlier tenure must not stand in for this one:
+            // if this one fails, the partition counts as unclaimed (claimed
+            // at the next write) rather than held under the old epoch,
+            // which a claim by another writer since would fence.
+            w.claims.remove(p);
         }
         let offsets = self.produce(w, records)?;
         let mut known = self.known.lock().map_err(|_| poisoned(&self.topic))?;
