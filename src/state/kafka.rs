@@ -89,7 +89,9 @@
 //!
 //! Compaction keeps only the newest claim of a partition: a zombie's
 //! manifest between an older claim and the newest is then excluded by the
-//! epoch preference alone (the latest owner's shard wins once written). A
+//! epoch preference alone (the latest owner's shard wins once written),
+//! and not at all by its own instance's restore; docs/operations.md lists
+//! this and the other windows a review found, not yet closed. A
 //! simpler rule — take the furthest shard written before one's claim —
 //! would not do: the zombie's own revert, and any later reader, must agree
 //! on where the new owner started, after the writes that followed.
