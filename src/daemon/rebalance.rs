@@ -132,6 +132,23 @@ impl Daemon {
     /// fences their former owners (see `state::kafka`).
     pub(super) fn assign(&mut self, tps: &[(String, i32)]) {
         let partitions: BTreeSet<i32> = tps.iter().map(|(_, p)| *p).collect();
+        // A checkpoint snapshotted before this assignment must be written
+        // before the claims below: written after them, it would carry their
+        // epoch on shards from before (a stale copy of a partition this
+        // instance held earlier would then outrank its later owner's).
+        if self.store.is_some()
+            && let Some(done) = self.publisher.wait()
+        {
+            self.note_done(done);
+            // Fenced partitions assigned again are claimed anew below; the
+            // others are given up now, as `settle` would.
+            self.fenced.retain(|p| !partitions.contains(p));
+            if !self.fenced.is_empty()
+                && let Err(e) = self.revoke(BTreeSet::new())
+            {
+                tracing::error!("cannot give fenced partitions up: {e}");
+            }
+        }
         let mut candidates: BTreeMap<i32, ShardCheckpoint> = BTreeMap::new();
         if let Some(store) = &self.store {
             match store.hand_over(&partitions) {
@@ -450,6 +467,53 @@ mod tests {
         assert_eq!(total(&a) + total(&b), 10, "each event counted once");
         assert!(matches!(checkpoint(&mut b), Done::Written { .. }));
         assert_eq!(b.shards[&0].pipeline.open_lists(), 10);
+    }
+
+    /// A checkpoint snapshotted before an assignment is written before
+    /// its claims: A holds partition 0 until 5, B takes it over and gets to
+    /// 10, A's tick snapshots its stale copy (5) just before the partition
+    /// comes back to A. Stamped with A's new claim, that copy would outrank
+    /// B's 10 at the next hand-over; a third owner must take 10.
+    #[test]
+    fn a_checkpoint_snapshotted_before_an_assignment_keeps_its_epoch() {
+        use super::super::publisher::Done;
+        use crate::config::StateBackend;
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("rankpulse-state-epochs", 1, 1).unwrap();
+        let daemon = |instance: &str| {
+            let mut c = Config::default();
+            c.kafka.brokers = cluster.bootstrap_servers();
+            c.state.backend = StateBackend::Kafka;
+            c.state.topic = "rankpulse-state-epochs".into();
+            c.state.instance = instance.into();
+            Daemon::for_tests_with_kafka_store(c)
+        };
+        let p0 = [(IMPRESSIONS.to_string(), 0)];
+        let feed = |d: &mut Daemon, offsets: std::ops::Range<i64>| {
+            for i in offsets {
+                d.handle(&message(IMPRESSIONS, 0, i, &impression(&format!("s{i}"))), None, NOW_MS);
+            }
+        };
+        let checkpoint = |d: &mut Daemon| {
+            d.request_checkpoint();
+            let done = d.publisher.wait().expect("a job was sent");
+            d.settle(done.clone()).unwrap();
+            done
+        };
+        let (mut a, mut b, mut c) = (daemon("a"), daemon("b"), daemon("c"));
+        a.assign(&p0);
+        feed(&mut a, 0..5);
+        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+        a.revoke(BTreeSet::from([0])).unwrap();
+        b.assign(&p0);
+        feed(&mut b, 0..10);
+        assert!(matches!(checkpoint(&mut b), Done::Written { .. }));
+        // A's stale copy is snapshotted, and the partition comes back.
+        a.request_checkpoint();
+        a.assign(&p0);
+        assert_eq!(a.shards[&0].next_offsets[IMPRESSIONS], 10, "A takes B's 10");
+        c.assign(&p0);
+        assert_eq!(c.shards[&0].next_offsets[IMPRESSIONS], 10, "not A's stale 5");
     }
 
     /// Logs name the partitions per topic, in topic order.

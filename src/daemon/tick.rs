@@ -107,11 +107,9 @@ impl Daemon {
         self.publisher.send(Job::Checkpoint { checkpoint: Box::new(checkpoint), shards, barrier, view });
     }
 
-    /// What a publisher job reported. With `state.dir`, a durable
-    /// checkpoint releases its offsets for commit; a failed one drops them
-    /// (the next checkpoint covers them again).
-    /// Acts on what a publisher job reported: [`Self::note_done`], then
-    /// partitions found fenced are given up.
+    /// Acts on what a publisher job reported ([`Self::note_done`]: a
+    /// durable checkpoint releases its offsets for commit, a failed one
+    /// drops them), then gives up the partitions found fenced.
     pub(super) fn settle(&mut self, done: Done) -> Result<(), DaemonError> {
         self.note_done(done);
         if !self.fenced.is_empty() {
