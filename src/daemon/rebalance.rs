@@ -415,6 +415,35 @@ mod tests {
         assert!(d.signals.rebalances.lock().unwrap().is_empty());
     }
 
+    /// A daemon checkpointing into `topic` on the mock cluster.
+    fn kafka_daemon(
+        cluster: &rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+        topic: &str,
+        instance: &str,
+    ) -> Daemon {
+        let mut c = Config::default();
+        c.kafka.brokers = cluster.bootstrap_servers();
+        c.state.backend = crate::config::StateBackend::Kafka;
+        c.state.topic = topic.into();
+        c.state.instance = instance.into();
+        Daemon::for_tests_with_kafka_store(c)
+    }
+
+    /// One impression per offset of partition 0, each its own list.
+    fn feed(d: &mut Daemon, offsets: std::ops::Range<i64>) {
+        for i in offsets {
+            d.handle(&message(IMPRESSIONS, 0, i, &impression(&format!("s{i}"))), None, NOW_MS);
+        }
+    }
+
+    /// A checkpoint now, waited for and settled.
+    fn checkpoint(d: &mut Daemon) -> super::super::publisher::Done {
+        d.request_checkpoint();
+        let done = d.publisher.wait().expect("a job was sent");
+        d.settle(done.clone()).unwrap();
+        done
+    }
+
     /// Issue #27 at the daemon: A checkpoints partition 0 after 5 events
     /// (X); B takes the partition over from X while A, cut off from the
     /// group, goes on with 5 more (a zombie). A's checkpoint is fenced: A
@@ -424,30 +453,11 @@ mod tests {
     #[test]
     fn a_fenced_zombie_gives_the_partition_up_where_its_new_owner_took_it() {
         use super::super::publisher::Done;
-        use crate::config::StateBackend;
         let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
         cluster.create_topic("rankpulse-state-fencing", 1, 1).unwrap();
-        let daemon = |instance: &str| {
-            let mut c = Config::default();
-            c.kafka.brokers = cluster.bootstrap_servers();
-            c.state.backend = StateBackend::Kafka;
-            c.state.topic = "rankpulse-state-fencing".into();
-            c.state.instance = instance.into();
-            Daemon::for_tests_with_kafka_store(c)
-        };
+        let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-fencing", instance);
         let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
         let p0 = [(IMPRESSIONS.to_string(), 0)];
-        let feed = |d: &mut Daemon, offsets: std::ops::Range<i64>| {
-            for i in offsets {
-                d.handle(&message(IMPRESSIONS, 0, i, &impression(&format!("s{i}"))), None, NOW_MS);
-            }
-        };
-        let checkpoint = |d: &mut Daemon| {
-            d.request_checkpoint();
-            let done = d.publisher.wait().expect("a job was sent");
-            d.settle(done.clone()).unwrap();
-            done
-        };
         let (mut a, mut b) = (daemon("a"), daemon("b"));
         a.assign(&p0);
         feed(&mut a, 0..5);
@@ -477,29 +487,10 @@ mod tests {
     #[test]
     fn a_checkpoint_snapshotted_before_an_assignment_keeps_its_epoch() {
         use super::super::publisher::Done;
-        use crate::config::StateBackend;
         let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
         cluster.create_topic("rankpulse-state-epochs", 1, 1).unwrap();
-        let daemon = |instance: &str| {
-            let mut c = Config::default();
-            c.kafka.brokers = cluster.bootstrap_servers();
-            c.state.backend = StateBackend::Kafka;
-            c.state.topic = "rankpulse-state-epochs".into();
-            c.state.instance = instance.into();
-            Daemon::for_tests_with_kafka_store(c)
-        };
+        let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-epochs", instance);
         let p0 = [(IMPRESSIONS.to_string(), 0)];
-        let feed = |d: &mut Daemon, offsets: std::ops::Range<i64>| {
-            for i in offsets {
-                d.handle(&message(IMPRESSIONS, 0, i, &impression(&format!("s{i}"))), None, NOW_MS);
-            }
-        };
-        let checkpoint = |d: &mut Daemon| {
-            d.request_checkpoint();
-            let done = d.publisher.wait().expect("a job was sent");
-            d.settle(done.clone()).unwrap();
-            done
-        };
         let (mut a, mut b, mut c) = (daemon("a"), daemon("b"), daemon("c"));
         a.assign(&p0);
         feed(&mut a, 0..5);
