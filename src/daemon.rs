@@ -29,6 +29,7 @@
 //! drives it; the rest is split by what happens to the state, in flow
 //! order: `consume` (messages into `shard`s), `rebalance` (assignment
 //! changes), `tick` (processing time), `commit` (offsets back to Kafka),
+//! `takeover` (partitions held until their hand-over succeeds),
 //! `publisher` (rendering and checkpoints, on its own thread), `shutdown`;
 //! `lanes`, `loop_gaps` and `health` serve the loop.
 
@@ -66,6 +67,7 @@ mod publisher;
 mod rebalance;
 mod shard;
 mod shutdown;
+mod takeover;
 #[cfg(test)]
 mod testing;
 mod tick;
@@ -174,6 +176,10 @@ struct Daemon {
     /// Partitions a checkpoint found taken over by another instance (the
     /// Kafka store's fencing), to give up as if revoked.
     fenced: BTreeSet<i32>,
+    /// Partitions assigned here that cannot be taken over yet (a failed
+    /// hand-over, or fenced while still assigned): held, paused at the
+    /// consumer, until a retried hand-over succeeds.
+    taking_over: takeover::TakingOver,
     /// How long the loop kept fetched messages waiting.
     loop_gaps: LoopGaps,
     /// For the run's summary (throughput measurements).
@@ -218,6 +224,7 @@ impl Daemon {
             hand_over: None,
             unhandled_done: None,
             fenced: BTreeSet::new(),
+            taking_over: takeover::TakingOver::default(),
             loop_gaps: LoopGaps::default(),
             first_message_at: None,
             max_topic_drift_ms,
@@ -315,6 +322,7 @@ pub async fn run_with(
                 );
             }
         }
+        daemon.sync_consumer(&consumer);
         let mut streams = lanes.streams();
         let mut batch = Vec::with_capacity(PREFETCH_BATCH);
         // As `carried`, from a partition queue.

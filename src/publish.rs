@@ -365,6 +365,12 @@ pub fn render(s: &Snapshot) -> String {
                 &[],
                 h.state_fenced as f64,
             );
+            f.gauge(
+                &format!("{PREFIX}partitions_held"),
+                "Partitions assigned to this instance but held (paused, not counted) until their hand-over from state.topic succeeds: it failed, or they were fenced while still assigned here (Kafka backend only)",
+                &[],
+                h.partitions_held as f64,
+            );
             if let Some(t) = h.last_checkpoint_seconds {
                 f.gauge(
                     &format!("{PREFIX}last_checkpoint_timestamp_seconds"),

@@ -47,6 +47,11 @@ impl Daemon {
         // counts it (from the state this instance handed over, or from the
         // committed offset), or, back here, it comes again.
         if !shard.owned {
+            // Held (`takeover`): delivered before its pause took effect,
+            // it must come again when the partition is taken over.
+            if self.taking_over.contains(partition) {
+                self.taking_over.note_skipped(topic, partition, offset);
+            }
             return;
         }
         shard.idle = false;

@@ -77,6 +77,9 @@ pub struct DaemonHealth {
     /// Partitions given up because another instance claimed them in the
     /// state topic while this one still wrote them (a zombie, fenced).
     pub state_fenced: u64,
+    /// Partitions assigned here and held until their hand-over succeeds
+    /// (`daemon::takeover`): nothing of them is counted meanwhile.
+    pub partitions_held: usize,
     /// Messages skipped because a restored checkpoint already covers them.
     pub skipped_covered: u64,
     /// Topic-partitions held back for running ahead of their partition's

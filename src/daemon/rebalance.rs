@@ -3,14 +3,15 @@
 //! `state.dir`, rolled back to their last checkpoint), assigned ones are
 //! created or taken over from the checkpoint that got furthest in them
 //! (with the Kafka backend, after claiming them: the latest owner's, never
-//! a zombie's; see `state::kafka`), partitions a checkpoint found fenced
-//! are given up as revoked ones,
+//! a zombie's; see `state::kafka`; a failed hand-over holds them, see
+//! `takeover`), partitions a checkpoint found fenced are given up as
+//! revoked ones,
 //! and shards of partitions that went elsewhere are retired into the
 //! [`RETIRED`] shard, their counters kept. Also the restore at start.
 
 use super::consume::ready_now;
 use super::shard::{RETIRED, Shard};
-use super::{Daemon, DaemonError};
+use super::{Daemon, DaemonError, takeover};
 use crate::kafka::{Consumer, RebalanceEvent};
 use crate::state::ShardCheckpoint;
 use rdkafka::consumer::Consumer as _;
@@ -109,6 +110,9 @@ impl Daemon {
             None => BTreeMap::new(),
         };
         for p in partitions {
+            // A held partition revoked: its pause is lifted, its shard
+            // frozen as any revoked one.
+            self.taking_over.release(p, None);
             if self.store.is_some() {
                 let mut shard = Shard::new(&self.config, &self.budget);
                 if let Some(c) = own.remove(&p) {
@@ -153,9 +157,16 @@ impl Daemon {
         if let Some(store) = &self.store {
             match store.hand_over(&partitions) {
                 Ok(found) => candidates = found,
-                // The partitions start from the committed offsets; the
-                // next checkpoint claims them.
-                Err(e) => tracing::error!("cannot take partitions over from the checkpoints: {e}"),
+                // Started from the committed offsets, they would count
+                // again what their former owner counted after them: they
+                // wait until a hand-over succeeds (`takeover`).
+                Err(e) => {
+                    tracing::error!(
+                        "cannot take partitions over from the checkpoints (they are held until a retry succeeds): {e}"
+                    );
+                    self.hold(&partitions, tps, takeover::FIRST_RETRY);
+                    return;
+                }
             }
         }
         if self.store.is_none() {
@@ -185,27 +196,34 @@ impl Daemon {
             }
         }
         for p in partitions {
-            let (config, budget) = (&self.config, &self.budget);
-            let shard = self.shards.entry(p).or_insert_with(|| Shard::new(config, budget));
-            if let Some(c) = candidates.remove(&p)
-                && c.progress() >= shard.next_offsets.values().sum::<i64>()
-            {
-                shard.restore(c, false);
-            }
-            // Every topic of the partition is a lane: event time closes
-            // lists only once each has delivered.
-            let topics = tps.iter().filter(|(_, tp)| *tp == p).map(|(t, _)| t.as_str());
-            shard.pipeline.expect_lanes(topics);
-            shard.owned = true;
-            // Its end was reached before, perhaps; since this assignment
-            // the messages from the committed offset on are a backlog
-            // until the partition's end is reported again. Idle now, the
-            // next tick would close its lists on processing time before
-            // what the broker kept during an outage arrives.
-            shard.idle = false;
-            shard.alignment.reset();
+            self.take(p, candidates.remove(&p), tps);
         }
         self.share_open_list_cap();
+    }
+
+    /// Starts owning partition `p` (of the topic-partitions `tps`), from
+    /// `candidate`, its hand-over's checkpoint, when that got further than
+    /// the shard's own.
+    pub(super) fn take(&mut self, p: i32, candidate: Option<ShardCheckpoint>, tps: &[(String, i32)]) {
+        let (config, budget) = (&self.config, &self.budget);
+        let shard = self.shards.entry(p).or_insert_with(|| Shard::new(config, budget));
+        if let Some(c) = candidate
+            && c.progress() >= shard.next_offsets.values().sum::<i64>()
+        {
+            shard.restore(c, false);
+        }
+        // Every topic of the partition is a lane: event time closes
+        // lists only once each has delivered.
+        let topics = tps.iter().filter(|(_, tp)| *tp == p).map(|(t, _)| t.as_str());
+        shard.pipeline.expect_lanes(topics);
+        shard.owned = true;
+        // Its end was reached before, perhaps; since this assignment
+        // the messages from the committed offset on are a backlog
+        // until the partition's end is reported again. Idle now, the
+        // next tick would close its lists on processing time before
+        // what the broker kept during an outage arrives.
+        shard.idle = false;
+        shard.alignment.reset();
     }
 
     /// Drops the shard of `p`, keeping what it accumulated in the
@@ -239,7 +257,7 @@ impl Daemon {
             let handed_over: Vec<i32> = self
                 .shards
                 .iter()
-                .filter(|(p, s)| **p != RETIRED && !s.owned)
+                .filter(|(p, s)| **p != RETIRED && !s.owned && !self.taking_over.contains(**p))
                 .filter(|(p, s)| {
                     let c = |t: &String| committed.get(&(t.clone(), **p)).copied().unwrap_or(-1);
                     // Past this shard on one topic at least: committed by
@@ -505,6 +523,88 @@ mod tests {
         assert_eq!(a.shards[&0].next_offsets[IMPRESSIONS], 10, "A takes B's 10");
         c.assign(&p0);
         assert_eq!(c.shards[&0].next_offsets[IMPRESSIONS], 10, "not A's stale 5");
+    }
+
+    fn kafka_store(d: &Daemon) -> &crate::state::KafkaStore {
+        match d.store.as_deref() {
+            Some(crate::state::StateStore::Kafka(s)) => s,
+            _ => panic!("a Kafka store"),
+        }
+    }
+
+    /// A hand-over that fails (the state topic unreachable) holds the
+    /// partition: paused, its shard frozen, the messages that slipped
+    /// through skipped; the retry takes it over from A's checkpoint (5)
+    /// and seeks there. Started from the committed offsets instead, B
+    /// would count 0..5 again (15 events in all).
+    #[test]
+    fn a_failed_hand_over_holds_the_partition_until_a_retry_takes_it_over() {
+        use super::super::publisher::Done;
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("rankpulse-state-held", 1, 1).unwrap();
+        let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-held", instance);
+        let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
+        let p0 = [(IMPRESSIONS.to_string(), 0)];
+        let (mut a, mut b) = (daemon("a"), daemon("b"));
+        a.assign(&p0);
+        feed(&mut a, 0..5);
+        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+        a.revoke(BTreeSet::from([0])).unwrap();
+        kafka_store(&b).fail_hand_overs(2);
+        b.assign(&p0);
+        assert!(!b.shards[&0].owned, "held");
+        let ops = b.taking_over.consumer_ops();
+        assert_eq!(ops.pause, p0);
+        feed(&mut b, 0..3);
+        assert_eq!(total(&b), 0, "nothing of a held partition is counted");
+        b.taking_over.retry_now();
+        b.retry_hand_over().unwrap();
+        assert!(!b.shards[&0].owned, "the second attempt fails too");
+        b.taking_over.retry_now();
+        b.retry_hand_over().unwrap();
+        assert!(b.shards[&0].owned, "taken over");
+        assert_eq!(b.shards[&0].next_offsets[IMPRESSIONS], 5, "from A's checkpoint");
+        let ops = b.taking_over.consumer_ops();
+        assert_eq!((ops.resume, ops.seek), (p0.to_vec(), vec![(IMPRESSIONS.to_string(), 0, 5)]));
+        feed(&mut b, 5..10);
+        assert_eq!(total(&a) + total(&b), 10, "each event counted once");
+        assert!(matches!(checkpoint(&mut b), Done::Written { .. }));
+        assert_eq!(b.shards[&0].pipeline.open_lists(), 10);
+    }
+
+    /// A claim that arrives late (B's, evicted from the group and gone)
+    /// fences A, which the group still assigns partition 0. A gives it up
+    /// at its checkpoint (5), claims it again after `state.interval` and
+    /// goes on from there, sought back to 5; left frozen, it would count
+    /// nothing until the next rebalance.
+    #[test]
+    fn a_partition_fenced_while_still_assigned_is_claimed_again() {
+        use super::super::publisher::Done;
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("rankpulse-state-reclaim", 1, 1).unwrap();
+        let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-reclaim", instance);
+        let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
+        let p0 = [(IMPRESSIONS.to_string(), 0)];
+        let (mut a, mut b) = (daemon("a"), daemon("b"));
+        a.assign(&p0);
+        a.assigned = p0.iter().cloned().collect();
+        feed(&mut a, 0..5);
+        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+        b.assign(&p0);
+        b.revoke(BTreeSet::from([0])).unwrap();
+        feed(&mut a, 5..8);
+        assert_eq!(checkpoint(&mut a), Done::Fenced { partitions: vec![0] });
+        assert!(!a.shards[&0].owned && a.taking_over.contains(0), "held, not frozen for good");
+        assert_eq!(total(&a), 5, "back at its checkpoint");
+        assert_eq!(a.taking_over.consumer_ops().pause, p0);
+        assert!(a.taking_over.due(std::time::Instant::now()).is_empty(), "not before state.interval");
+        a.taking_over.retry_now();
+        a.retry_hand_over().unwrap();
+        assert!(a.shards[&0].owned);
+        assert_eq!(a.taking_over.consumer_ops().seek, [(IMPRESSIONS.to_string(), 0, 5)]);
+        feed(&mut a, 5..10);
+        assert_eq!(total(&a) + total(&b), 10);
+        assert!(matches!(checkpoint(&mut a), Done::Written { .. }), "its new claim is the newest");
     }
 
     /// Logs name the partitions per topic, in topic order.

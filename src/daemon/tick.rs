@@ -49,6 +49,8 @@ impl Daemon {
             self.settle(done)?;
         }
         self.commit(consumer);
+        self.retry_hand_over()?;
+        self.sync_consumer(consumer);
         self.retire_handed_over(consumer);
         if self.store.is_some() {
             // One checkpoint in flight at a time; each is published
@@ -113,7 +115,21 @@ impl Daemon {
     pub(super) fn settle(&mut self, done: Done) -> Result<(), DaemonError> {
         self.note_done(done);
         if !self.fenced.is_empty() {
+            let fenced = self.fenced.clone();
             self.revoke(BTreeSet::new())?;
+            // Still assigned here: the claim that fenced them came late (an
+            // evicted member's), or this instance's own rebalance is on its
+            // way. Claimed again after an interval, they go on from the
+            // newest owner's checkpoint instead of stopping (`takeover`).
+            let tps: Vec<(String, i32)> = self.assigned.iter().filter(|(_, p)| fenced.contains(p)).cloned().collect();
+            let still: BTreeSet<i32> = tps.iter().map(|(_, p)| *p).collect();
+            if !still.is_empty() {
+                tracing::warn!(
+                    "partitions {still:?} are still assigned here: claimed again in {}",
+                    self.config.state.interval.text
+                );
+                self.hold(&still, &tps, self.config.state.interval.duration);
+            }
         }
         Ok(())
     }
@@ -148,6 +164,7 @@ impl Daemon {
             tracing::warn!("no Kafka broker reachable; consumption resumes when one is");
         }
         self.health.kafka_connected = connected;
+        self.health.partitions_held = self.taking_over.len();
         self.health.kafka_outages = self.outages.total;
         self.health.kafka_outage_seconds = self.outages.seconds(now);
         if let Some(dl) = &self.dead_letters {

@@ -600,6 +600,9 @@ pub struct KafkaStore {
     /// claim arriving while a zombie writes).
     #[cfg(test)]
     before_chunks: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// Hand-overs still to fail (tests: the state topic unreachable).
+    #[cfg(test)]
+    failing_hand_overs: AtomicU64,
 }
 
 impl std::fmt::Debug for KafkaStore {
@@ -681,6 +684,8 @@ impl KafkaStore {
             known: Mutex::new(BTreeMap::new()),
             #[cfg(test)]
             before_chunks: Mutex::new(None),
+            #[cfg(test)]
+            failing_hand_overs: AtomicU64::new(0),
         };
         let (mut scan, end) = store.scan(Some(&store.instance.clone()), None)?;
         let own = scan.instances.remove(&store.instance).unwrap_or_default();
@@ -858,21 +863,31 @@ impl KafkaStore {
     /// Takes `partitions` over: appends a claim of each (acks=all), reads
     /// the topic up to the claims, and returns per partition the shard to
     /// restore: among the shards no zombie wrote, one of the highest
-    /// epoch (the latest owner's), the furthest of those. No claim could
-    /// be written: an error (the claims are retried at the next write).
+    /// epoch (the latest owner's), the furthest of those. A claim not
+    /// written, or the topic not read: an error (the daemon holds the
+    /// partitions and tries again).
     pub fn hand_over(&self, partitions: &BTreeSet<i32>) -> Result<BTreeMap<i32, ShardCheckpoint>, StateError> {
+        #[cfg(test)]
+        if self.failing_hand_overs.load(Ordering::Relaxed) > 0 {
+            self.failing_hand_overs.fetch_sub(1, Ordering::Relaxed);
+            return Err(self.kafka_error("a hand-over failed (test)"));
+        }
         let end = {
             let mut w = self.writer.lock().map_err(|_| poisoned(&self.topic))?;
             self.claim(&mut w, partitions)?
         };
-        let scan = match self.scan(None, end.map(|e| e + 1)) {
-            Ok((scan, _)) => scan,
-            Err(e) => {
-                tracing::error!("cannot read the checkpoints to hand partitions over: {e}");
-                return Ok(BTreeMap::new());
-            }
-        };
+        // Unread, the checkpoints could not say where the partitions stand:
+        // an error, not an empty hand-over (which would start them from
+        // the committed offsets).
+        let (scan, _) = self.scan(None, end.map(|e| e + 1))?;
         Ok(restore_points(self.checkpoints(&scan), partitions))
+    }
+
+    /// Makes the next `n` hand-overs fail, as with the state topic
+    /// unreachable (tests).
+    #[cfg(test)]
+    pub(crate) fn fail_hand_overs(&self, n: u64) {
+        self.failing_hand_overs.store(n, Ordering::Relaxed);
     }
 
     /// Appends a claim of each of `partitions` and waits for them: this
