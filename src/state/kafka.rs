@@ -82,16 +82,21 @@
 //!   its manifest is acknowledged, up to that manifest: a partition it
 //!   owns that another writer claimed since its own claim is fenced
 //!   ([`StateError::Fenced`]); the daemon publishes and commits nothing of
-//!   that checkpoint and gives the partitions up as at a revoke. After a
-//!   write fenced that way the next write overwrites it, so the other slot
-//!   (the checkpoint before the claim) stays until a checkpoint with the
-//!   partitions given up replaces the fenced one.
+//!   that checkpoint and gives the partitions up as at a revoke. A
+//!   manifest written when fenced is withdrawn (tombstoned): nothing of
+//!   it was published or committed, and every reader then takes the other
+//!   slot, the checkpoint before the claim; the next write goes to the
+//!   withdrawn slot, sparing that one.
+//! - A process restarting finds its newest manifest a zombie's when it
+//!   died between that manifest and the check after it: it withdraws it
+//!   before anything else, while the claim that tells is still there.
 //!
-//! Compaction keeps only the newest claim of a partition: a zombie's
-//! manifest between an older claim and the newest is then excluded by the
-//! epoch preference alone (the latest owner's shard wins once written),
-//! and not at all by its own instance's restore; docs/operations.md lists
-//! this and the other windows a review found, not yet closed. A
+//! Compaction keeps only the newest claim of a partition. Withdrawn, a
+//! zombie's manifest no longer needs the claim that fenced it; one not
+//! withdrawn yet (its writer died right after it and is still down) is
+//! excluded at a hand-over by the epoch preference (the latest owner's
+//! shard wins once written), and by its own restore only while that
+//! claim is in the topic: docs/operations.md states this window. A
 //! simpler rule — take the furthest shard written before one's claim —
 //! would not do: the zombie's own revert, and any later reader, must agree
 //! on where the new owner started, after the writes that followed.
@@ -603,6 +608,10 @@ pub struct KafkaStore {
     /// Hand-overs still to fail (tests: the state topic unreachable).
     #[cfg(test)]
     failing_hand_overs: AtomicU64,
+    /// Writes return before their check after the manifest (tests: a
+    /// process that dies right after writing it).
+    #[cfg(test)]
+    skip_post_check: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for KafkaStore {
@@ -686,13 +695,16 @@ impl KafkaStore {
             before_chunks: Mutex::new(None),
             #[cfg(test)]
             failing_hand_overs: AtomicU64::new(0),
+            #[cfg(test)]
+            skip_post_check: std::sync::atomic::AtomicBool::new(false),
         };
         let (mut scan, end) = store.scan(Some(&store.instance.clone()), None)?;
-        let own = scan.instances.remove(&store.instance).unwrap_or_default();
+        let mut own = scan.instances.remove(&store.instance).unwrap_or_default();
         {
-            let w = store.writer.get_mut().map_err(|_| poisoned(&topic))?;
+            let mut w = store.writer.lock().map_err(|_| poisoned(&topic))?;
             w.tail_from = end;
             w.seq = own.manifests.iter().flatten().map(|(_, m)| m.seq).max().unwrap_or(0);
+            store.withdraw_zombie(&mut w, &mut own, &scan.claims);
             w.extent = [own.extent(Slot::A), own.extent(Slot::B)];
             // The next write must spare the slot a reader would take now.
             w.current = match own.newest_complete() {
@@ -1059,14 +1071,66 @@ impl KafkaStore {
         // manifest. The claimer restored from this instance's checkpoint
         // before (the other slot, which readers now take for those
         // partitions); the next write overwrites this one.
+        #[cfg(test)]
+        if self.skip_post_check.load(Ordering::Relaxed) {
+            return Ok(bytes.len());
+        }
         let seen = self.check_tail(&mut w, Some(manifest_at + 1))?;
         let fenced =
             fenced(&w, checkpoint, self.writer_id, |p| seen.iter().filter(|(q, _)| *q == p).map(|(_, c)| *c).collect());
         if !fenced.is_empty() {
+            // Nothing of this checkpoint is published or committed: its
+            // manifest is withdrawn, so that every reader (a restart, a
+            // hand-over, even once compaction has removed the claim that
+            // fenced it) takes the checkpoint before, the claimer's
+            // starting point. If the tombstone fails, readers still tell
+            // the zombie's shards while that claim is in the topic.
+            self.withdraw(&mut w, slot);
             w.current = Some(slot.other());
             return Err(self.fenced(fenced));
         }
         Ok(bytes.len())
+    }
+
+    /// Tombstones `slot`'s manifest (acks=all): readers then take the
+    /// other slot's checkpoint. Best effort, logged.
+    fn withdraw(&self, w: &mut Writer, slot: Slot) -> bool {
+        match self.produce(w, vec![(manifest_key(&self.instance, slot), None)]) {
+            Ok(_) => {
+                tracing::info!(
+                    "state.topic {}: checkpoint in slot {} withdrawn (it holds partitions claimed by another instance)",
+                    self.topic,
+                    slot.name()
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "state.topic {}: cannot withdraw the fenced checkpoint in slot {}: {e}",
+                    self.topic,
+                    slot.name()
+                );
+                false
+            }
+        }
+    }
+
+    /// At start: if this instance's newest checkpoint holds a zombie's
+    /// shard (its process wrote it after another claimed the partition,
+    /// and died before it could tell), it was never published nor
+    /// committed; it is withdrawn now, while the claims that tell are
+    /// still in the topic (compaction may remove them later), and the
+    /// next write spares the checkpoint before it.
+    fn withdraw_zombie(&self, w: &mut Writer, own: &mut Slots, claims: &Claims) {
+        let Ok(Some((bytes, m, offset))) = own.newest_complete() else { return };
+        let Ok(c) = self.decode(&self.instance, &bytes, m) else { return };
+        let zombie = c.shards.iter().any(|s| {
+            is_zombie(s.owned, m.epoch(s.partition), m.writer, offset, claims.get(&s.partition).map_or(&[], |c| c))
+        });
+        let slot = m.slot;
+        if zombie && self.withdraw(w, slot) {
+            own.manifests[slot.index()] = None;
+        }
     }
 
     fn fenced(&self, partitions: Vec<i32>) -> StateError {
@@ -1735,8 +1799,10 @@ mod tests {
         let e = a.write(&checkpoint(&ca, 30, 2)).unwrap_err();
         assert_eq!(fenced_partitions(&e), [0], "the zombie's write reports the partition fenced");
         assert_eq!(*b_restored.lock().unwrap(), Some(20), "B took it over at X");
-        // Y is in the topic (A's newest manifest), and never taken.
-        assert_eq!(slots(&a, "a").newest_complete().unwrap().unwrap().1.seq, 2);
+        // Y's manifest is withdrawn: X is A's newest checkpoint again.
+        let a_slots = slots(&a, "a");
+        assert_eq!(a_slots.newest_complete().unwrap().unwrap().1.seq, 1);
+        assert!(a_slots.manifests[Slot::B.index()].is_none(), "Y withdrawn");
         for compacted in [false, true] {
             assert_eq!(restore_point(&a, compacted), Some(20), "compacted: {compacted}");
             assert_eq!(own_point(&a, "a", compacted), Some(20), "compacted: {compacted}");
@@ -1770,6 +1836,45 @@ mod tests {
         a.write(&checkpoint(&ca, 35, 7)).unwrap();
         assert_eq!(fenced_partitions(&b.write(&checkpoint(&cb, 45, 8)).unwrap_err()), [0]);
         assert_eq!(restore_point(&a, false), Some(35));
+    }
+
+    /// A zombie that dies right after its manifest (before the check that
+    /// would have told it) leaves Y, written after B's claim, as its
+    /// newest checkpoint. Its restart withdraws Y while B's claim still
+    /// tells, so that compaction removing that claim later (C claims the
+    /// partition after Y) cannot make Y valid; and its next write spares
+    /// X. Without the withdrawal, A's own restore on the compacted topic
+    /// would take Y (30), counting 20..30 twice.
+    #[test]
+    fn a_zombie_checkpoint_found_at_restart_is_withdrawn_before_compaction_can_hide_it() {
+        let (_cluster, bootstrap) = cluster();
+        let (ca, cb, cc) = (config(&bootstrap, "a"), config(&bootstrap, "b"), config(&bootstrap, "c"));
+        let a = Arc::new(KafkaStore::connect(&ca, 2048).unwrap());
+        let b = Arc::new(KafkaStore::connect(&cb, 2048).unwrap());
+        a.hand_over(&BTreeSet::from([0])).unwrap();
+        a.write(&checkpoint(&ca, 20, 1)).unwrap();
+        let claimer = b.clone();
+        *a.before_chunks.lock().unwrap() = Some(Box::new(move || {
+            claimer.hand_over(&BTreeSet::from([0])).unwrap();
+        }));
+        a.skip_post_check.store(true, Ordering::Relaxed);
+        a.write(&checkpoint(&ca, 30, 2)).unwrap();
+        drop(a);
+        let before = slots(&b, "a");
+        assert_eq!(before.newest_complete().unwrap().unwrap().1.seq, 2, "Y is A's newest");
+
+        let restarted = KafkaStore::connect(&ca, 2048).unwrap();
+        let after = slots(&restarted, "a");
+        assert!(after.manifests[Slot::B.index()].is_none(), "Y withdrawn at the restart");
+        assert_eq!(after.newest_complete().unwrap().unwrap().1.seq, 1);
+        // C claims the partition after Y: compacted, B's claim is gone.
+        KafkaStore::connect(&cc, 2048).unwrap().hand_over(&BTreeSet::from([0])).unwrap();
+        assert_eq!(own_point(&restarted, "a", true), Some(20));
+        assert_eq!(restarted.load_own().unwrap().unwrap().shards[0].offsets["t"], 20);
+        // Its next write goes to Y's slot: X stays until a later one.
+        restarted.write(&unowned(checkpoint(&ca, 20, 3))).unwrap();
+        let m = slots(&restarted, "a");
+        assert_eq!(m.manifests[Slot::A.index()].as_ref().map(|(_, m)| m.seq), Some(1), "X spared");
     }
 
     /// Manifests written before fencing (`RPSTMF01`) still read, their
