@@ -24,6 +24,10 @@
 //!   issue's acceptance with processes sharing nothing but the broker: one
 //!   joins mid-stream, one leaves and returns, one is killed with kill -9
 //!   and restarted; their counters add up to the single pass.
+//! - `a_stopped_process_continued_as_a_zombie_never_counts_twice`: a
+//!   process stopped past the session timeout (its partitions go to the
+//!   other) and continued goes on as a zombie until its rebalance arrives;
+//!   the counters still add up to the single pass.
 //! - `two_processes_with_one_instance_name_in_kafka_stop_one_of_them`: with
 //!   the Kafka backend there is no lock file; a second process under the
 //!   same name makes one of the two exit with an error, the other goes on.
@@ -41,7 +45,7 @@ mod common;
 
 use common::{
     Guard, IMPRESSIONS, JUDGMENTS, add_counters, consumed, counter_lines, counters_add_up, events, free_port, metrics,
-    now_ms, produce, ready, sigterm, start_tansu, sum_of, tansu_binary, wait_until,
+    now_ms, produce, ready, sigterm, split_at_lists, start_tansu, sum_of, tansu_binary, wait_until,
 };
 use rankpulse::config::Config;
 use rdkafka::ClientConfig;
@@ -151,7 +155,7 @@ fn kill_9_twice_mid_stream(backend: Backend) {
     let evs = events(4_000, now_ms() - 120_000, 29);
     let total = evs.len() as f64;
     let producer = broker.producer();
-    let batches: Vec<Vec<(String, String)>> = evs.chunks(evs.len() / 24 + 1).map(|c| c.to_vec()).collect();
+    let batches = split_at_lists(&evs, 24);
     let feeder = std::thread::spawn(move || {
         for batch in batches {
             produce(&producer, &batch, None);
@@ -224,7 +228,7 @@ fn join_leave_and_kill_9_with_checkpoints_in_kafka_add_up_exactly() {
         spawn_daemon(&broker.bootstrap, http, &group, &env)
     };
     let evs = events(4_000, now_ms() - 120_000, 43);
-    let quarters: Vec<Vec<(String, String)>> = evs.chunks(evs.len() / 4 + 1).map(|c| c.to_vec()).collect();
+    let quarters = split_at_lists(&evs, 4);
     let producer = broker.producer();
     let both = || consumed(&metrics(&http_a)) + consumed(&metrics(&http_b));
 
@@ -265,6 +269,105 @@ fn join_leave_and_kill_9_with_checkpoints_in_kafka_add_up_exactly() {
         done
     });
     let (ma, mb) = (metrics(&http_a), metrics(&http_b));
+    let events_total = sum_of(&ma, "rankpulse_events_total") + sum_of(&mb, "rankpulse_events_total");
+    assert_eq!(events_total, evs.len() as f64, "an event was counted by both instances or by none");
+    sigterm(&mut a);
+    sigterm(&mut b);
+}
+
+/// A zombie process, with the Kafka backend: a is stopped (SIGSTOP) past
+/// the session timeout while events flow, so the group gives all of its
+/// partitions to b; then a is continued (SIGCONT). Until its own rebalance
+/// arrives, a still holds its old assignment: whatever it consumed or
+/// checkpoints of those partitions then must not count, and neither may
+/// b's being fenced by a's claims (the claims and the partitions held
+/// until a hand-over succeeds, `state::kafka` and `daemon::takeover`). In
+/// the end a's and b's counters add up to the single pass exactly. Whether
+/// a checkpoints before its rebalance arrives (and is fenced) is up to
+/// timing: it was in 5 of 7 runs here; the log and the figures printed at
+/// the end say which.
+#[test]
+#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
+fn a_stopped_process_continued_as_a_zombie_never_counts_twice() {
+    let tansu = tansu_binary();
+    let _serial = SERIAL.blocking_lock();
+    let port = free_port();
+    let broker = Broker::start(&tansu, port, port, &[]);
+    let group = format!("zombie-{}", std::process::id());
+    let (http_a, http_b) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let start = |instance: &str, http: &str| {
+        let env = [
+            ("RANKPULSE__STATE__BACKEND", "kafka"),
+            ("RANKPULSE__STATE__INSTANCE", instance),
+            ("RANKPULSE__STATE__INTERVAL", "300ms"),
+        ];
+        spawn_daemon(&broker.bootstrap, http, &group, &env)
+    };
+    let signal = |daemon: &Guard, sig: &str| {
+        let ok = std::process::Command::new("kill").args([sig, &daemon.0.id().to_string()]).status().unwrap();
+        assert!(ok.success(), "kill {sig}");
+    };
+    // Partitions of the impressions topic that `exposition`'s instance
+    // reports a lag for: those assigned to it.
+    let assigned = |exposition: &str| {
+        exposition.lines().filter(|l| l.starts_with("rankpulse_consumer_lag{") && l.contains(IMPRESSIONS)).count()
+    };
+    let evs = events(4_000, now_ms() - 120_000, 47);
+    let quarters = split_at_lists(&evs, 4);
+    let producer = broker.producer();
+    let both = || consumed(&metrics(&http_a)) + consumed(&metrics(&http_b));
+
+    let mut a = start("a", &http_a);
+    produce(&producer, &quarters[0], None);
+    wait_until("a to consume the first quarter", Duration::from_secs(90), || {
+        consumed(&metrics(&http_a)) >= quarters[0].len() as f64
+    });
+    let mut b = start("b", &http_b);
+    wait_until("b to get partitions", Duration::from_secs(90), || ready(&http_b));
+    produce(&producer, &quarters[1], None);
+    let seen = quarters[0].len() as f64;
+    wait_until("a and b to read into the second quarter", Duration::from_secs(60), || both() > seen);
+    signal(&a, "-STOP");
+    wait_until("b to take every partition over from the stopped a", Duration::from_secs(90), || {
+        assigned(&metrics(&http_b)) == PARTITIONS as usize
+    });
+    let b_before = consumed(&metrics(&http_b));
+    produce(&producer, &quarters[2], None);
+    wait_until("b to consume while a is stopped", Duration::from_secs(60), || {
+        consumed(&metrics(&http_b)) > b_before + 200.0
+    });
+    signal(&a, "-CONT");
+    produce(&producer, &quarters[3], None);
+
+    let single = add_counters(&[&reference(&evs, &config_with_gap())]);
+    let mut polls = 0u32;
+    wait_until("a and b together to count every list once", Duration::from_secs(180), || {
+        let (ma, mb) = (metrics(&http_a), metrics(&http_b));
+        let union = add_counters(&[&ma, &mb]);
+        let done = sum_of(&ma, "rankpulse_open_lists") + sum_of(&mb, "rankpulse_open_lists") == 0.0
+            && !ma.is_empty()
+            && !mb.is_empty()
+            && counters_add_up(&union, &single, 0).is_ok();
+        polls += 1;
+        if !done && polls.is_multiple_of(100) {
+            let differing = counters_add_up(&union, &single, 3).err();
+            eprintln!("waiting: consumed a {} + b {}; differing {differing:?}", consumed(&ma), consumed(&mb));
+            if let Ok(dir) = std::env::var("RANKPULSE_DUMP_DIR") {
+                std::fs::write(format!("{dir}/a.prom"), &ma).unwrap();
+                std::fs::write(format!("{dir}/b.prom"), &mb).unwrap();
+                std::fs::write(format!("{dir}/single.prom"), reference(&evs, &config_with_gap())).unwrap();
+            }
+        }
+        done
+    });
+    let (ma, mb) = (metrics(&http_a), metrics(&http_b));
+    eprintln!(
+        "fenced: a {} b {}; consumed: a {} b {}",
+        sum_of(&ma, "rankpulse_state_fenced_total"),
+        sum_of(&mb, "rankpulse_state_fenced_total"),
+        consumed(&ma),
+        consumed(&mb)
+    );
     let events_total = sum_of(&ma, "rankpulse_events_total") + sum_of(&mb, "rankpulse_events_total");
     assert_eq!(events_total, evs.len() as f64, "an event was counted by both instances or by none");
     sigterm(&mut a);
@@ -411,7 +514,8 @@ fn broker_outage_turns_readyz_false_and_consumption_resumes_without_loss() {
     let mut daemon = spawn_daemon(&broker.bootstrap, &http, &group, &[]);
 
     let evs = events(2_000, now_ms() - 120_000, 31);
-    let (first, second) = evs.split_at(evs.len() / 2);
+    let halves = split_at_lists(&evs, 2);
+    let (first, second) = (&halves[0], &halves[1]);
     produce(&broker.producer(), first, None);
     wait_until("the first half consumed", Duration::from_secs(90), || consumed(&metrics(&http)) >= first.len() as f64);
     assert!(ready(&http));
@@ -583,7 +687,7 @@ async fn two_instances_one_leaving_mid_stream(backend: Backend) {
     };
 
     let evs = events(3_000, now_ms() - 120_000, 41);
-    let thirds: Vec<Vec<(String, String)>> = evs.chunks(evs.len() / 3 + 1).map(|c| c.to_vec()).collect();
+    let thirds = split_at_lists(&evs, 3);
     let producer = broker.producer();
     let (http_a, stop_a, task_a) = start("a").await;
     tokio::task::block_in_place(|| {

@@ -222,6 +222,28 @@ pub fn counter_lines(exposition: &str) -> Vec<String> {
 
 /// `n` lists of events (impression, then 0..3 judgments), as
 /// (session_id, json) pairs, with event times starting at `base_ms`.
+/// `evs` in `parts` batches of about equal size, each cut where a list
+/// ends (the next event is another session's): a test that pauses between
+/// batches (a restart, a rebalance, an outage) must not split a list. Live,
+/// a list that hears nothing for `session.gap` on an idle partition is
+/// final in processing time, and its counters keep that first
+/// finalization (a late judgment amends only the windows); `replay`, the
+/// reference, sees the whole list in event time.
+#[allow(dead_code)] // not every test file pauses between batches
+pub fn split_at_lists(evs: &[(String, String)], parts: usize) -> Vec<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=parts {
+        let mut end = (evs.len() * i / parts).max(start);
+        while end < evs.len() && end > 0 && evs[end].0 == evs[end - 1].0 {
+            end += 1;
+        }
+        out.push(evs[start..end].to_vec());
+        start = end;
+    }
+    out
+}
+
 pub fn events(n: usize, base_ms: i64, seed: u64) -> Vec<(String, String)> {
     let mut rng = rankpulse_testkit::Rng::new(seed);
     let mut out = Vec::new();
