@@ -39,7 +39,13 @@ impl Daemon {
         let id = self.sources.id(topic, partition);
         let checkpointing = self.store.is_some();
         if !self.shards.contains_key(&partition) {
-            self.shards.insert(partition, Shard::new(&self.config, &self.budget));
+            let mut shard = Shard::new(&self.config, &self.budget);
+            // Every assigned partition has a shard: one arriving without is
+            // a leftover of an assignment gone (its shard retired). With
+            // checkpoints it must not be counted, nor claimed at the next
+            // write, which would fence its owner.
+            shard.owned = !checkpointing || self.assigned.iter().any(|(t, p)| *p == partition && t == topic);
+            self.shards.insert(partition, shard);
             self.share_open_list_cap();
         }
         let Some(shard) = self.shards.get_mut(&partition) else { return };

@@ -607,6 +607,27 @@ mod tests {
         assert!(matches!(checkpoint(&mut a), Done::Written { .. }), "its new claim is the newest");
     }
 
+    /// With checkpoints, a message of a partition not assigned here (a
+    /// leftover of an assignment gone, its shard retired) is not counted,
+    /// and the next checkpoint claims nothing: the partition's owner is not
+    /// fenced. Counted and claimed, it would be counted twice.
+    #[test]
+    fn a_message_of_a_partition_not_assigned_here_is_neither_counted_nor_claimed() {
+        use super::super::publisher::Done;
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("rankpulse-state-stray", 1, 1).unwrap();
+        let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-stray", instance);
+        let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
+        let (mut a, mut b) = (daemon("a"), daemon("b"));
+        b.assign(&[(IMPRESSIONS.to_string(), 0)]);
+        feed(&mut b, 0..3);
+        feed(&mut a, 0..3);
+        assert_eq!(total(&a), 0, "not counted");
+        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+        assert!(matches!(checkpoint(&mut b), Done::Written { .. }), "the owner is not fenced");
+        assert_eq!(total(&b), 3);
+    }
+
     /// Logs name the partitions per topic, in topic order.
     #[test]
     fn describe_groups_partitions_by_topic() {
