@@ -184,6 +184,21 @@ pub fn run(config: &Config, opts: &Options) -> anyhow::Result<String> {
         mib(size as u64) / (mean / 1000.0)
     )?;
     drop(store);
+    // Last: its claims fence the writer above.
+    let mut peer = kafka.clone();
+    peer.state.instance = "bench-peer".into();
+    let store = StateStore::open(&peer)?;
+    let started = Instant::now();
+    let found = store.hand_over(&(0..PARTITIONS as i32).collect())?;
+    let hand_over = ms(started.elapsed());
+    anyhow::ensure!(found.len() == PARTITIONS, "handed over {} partitions", found.len());
+    writeln!(
+        out,
+        "kafka hand-over of {PARTITIONS} partitions by another instance (claims acknowledged, topic read, \
+         restore points picked) after {} writes: {hand_over:.0} ms",
+        opts.writes.max(2)
+    )?;
+    drop(store);
 
     let dir = std::env::temp_dir().join(format!("rankpulse-bench-state-{}", std::process::id()));
     let mut files = config.clone();
