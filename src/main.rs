@@ -39,6 +39,35 @@ enum Command {
     /// and why the first one was; so does an empty file (or one of blank lines only): an exposition
     /// of zeros would hide a wrong file.
     Replay(ReplayArgs),
+    /// Inspect or clean the checkpoints in state.topic (state.backend = "kafka").
+    #[command(subcommand)]
+    State(StateCommand),
+}
+
+#[derive(Subcommand)]
+enum StateCommand {
+    /// Every instance's checkpoint in state.topic: when written, its records, the partitions it
+    /// holds, and of which it is still the latest owner on record.
+    List(StateArgs),
+    /// Tombstone every record of an instance that left the group for good, so that compaction
+    /// removes its checkpoint and hand-overs stop reading it. Refused while it is the latest owner
+    /// on record of a partition, unless --force.
+    Forget {
+        /// The instance (its state.instance).
+        instance: String,
+        /// Forget it even if a partition would then resume from the committed offsets.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        args: StateArgs,
+    },
+}
+
+#[derive(Args)]
+struct StateArgs {
+    /// Configuration file (TOML) of the daemons: kafka.* and state.*.
+    #[arg(long, short = 'C', value_name = "PATH")]
+    config: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -261,6 +290,13 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Command::State(command) => match state_command(command) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rankpulse state: {e:#}");
+                ExitCode::from(2)
+            }
+        },
         Command::Replay(args) => match replay_command(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -334,6 +370,55 @@ fn loadgen_command(args: LoadgenArgs) -> anyhow::Result<()> {
         tracing::info!("loadgen: produced {lists} lists");
         anyhow::Ok(())
     })
+}
+
+fn state_command(command: StateCommand) -> anyhow::Result<()> {
+    let args = match &command {
+        StateCommand::List(args) | StateCommand::Forget { args, .. } => args,
+    };
+    let config = Config::load(args.config.as_deref())?;
+    anyhow::ensure!(
+        config.state.backend == rankpulse::config::StateBackend::Kafka,
+        "state.backend is not \"kafka\": only the Kafka backend keeps checkpoints in state.topic"
+    );
+    let store = rankpulse::state::KafkaStore::inspect(&config)?;
+    match command {
+        StateCommand::List(_) => {
+            let instances = store.instances()?;
+            println!(
+                "state.topic {} (group {:?}): {} instance(s)",
+                config.state.topic,
+                config.kafka.group_id,
+                instances.len()
+            );
+            for i in instances {
+                let partitions = |f: &dyn Fn(&rankpulse::state::ShardSummary) -> bool| {
+                    i.shards.iter().filter(|s| f(s)).map(|s| s.partition).collect::<Vec<_>>()
+                };
+                let written = i.written_ms.map_or_else(
+                    || "no complete checkpoint".to_string(),
+                    |ms| {
+                        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+                        format!("written {}", humantime::format_rfc3339_millis(at))
+                    },
+                );
+                println!(
+                    "{}: {written}, {} records; owns {:?}, latest owner of {:?}, holds {:?}{}",
+                    i.instance,
+                    i.records,
+                    partitions(&|s| s.owned),
+                    partitions(&|s| s.latest_owner),
+                    partitions(&|s| !s.owned),
+                    i.error.map(|e| format!("; cannot be restored: {e}")).unwrap_or_default()
+                );
+            }
+        }
+        StateCommand::Forget { instance, force, .. } => {
+            let n = store.forget(&instance, force)?;
+            println!("instance {instance:?}: {n} records tombstoned in state.topic {}", config.state.topic);
+        }
+    }
+    Ok(())
 }
 
 fn run_command(args: RunArgs) -> anyhow::Result<()> {

@@ -137,6 +137,70 @@ fn the_state_topic_is_created_compacted_and_other_topics_are_refused() {
     assert!(matches!(e, StateError::Partitions { partitions: 2, .. }), "{e}");
 }
 
+/// `rankpulse state list` and `forget` on the state topic two daemons
+/// wrote: a checkpoints and stops, b takes every partition over. The list
+/// shows both, b the latest owner of every partition; forgetting b is
+/// refused (exit 2, naming them), forgetting a tombstones its records, and
+/// the list then shows b alone.
+#[test]
+#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
+fn state_list_and_forget_show_and_clean_a_departed_instance() {
+    let tansu = tansu_binary();
+    let port = free_port();
+    let broker = format!("127.0.0.1:{port}");
+    let _tansu = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
+    let group = format!("state-cli-{}", std::process::id());
+    let daemon = |instance: &str, http: &str| {
+        let env = [
+            ("RANKPULSE__STATE__BACKEND", "kafka"),
+            ("RANKPULSE__STATE__INSTANCE", instance),
+            ("RANKPULSE__STATE__INTERVAL", "300ms"),
+        ];
+        spawn_daemon(&broker, http, &group, "3s", &env)
+    };
+    let checkpointed = |http: &str| {
+        wait_until("checkpoints after the assignment", Duration::from_secs(90), || {
+            let m = metrics(http);
+            !m.is_empty()
+                && sum_of(&m, "rankpulse_checkpoints_total") >= 3.0
+                && http_get(http, "/readyz").is_ok_and(|(s, _)| s == 200)
+        });
+    };
+    let (http_a, http_b) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let mut a = daemon("a", &http_a);
+    checkpointed(&http_a);
+    assert!(terminate(&mut a).success());
+    let mut b = daemon("b", &http_b);
+    checkpointed(&http_b);
+    let state = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+            .arg("state")
+            .args(args)
+            .env("RANKPULSE__KAFKA__BROKERS", &broker)
+            .env("RANKPULSE__KAFKA__GROUP_ID", &group)
+            .env("RANKPULSE__STATE__BACKEND", "kafka")
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let (code, list, err) = state(&["list"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(list.contains("2 instance(s)"), "{list}");
+    let line = |name: &str| list.lines().find(|l| l.starts_with(&format!("{name}: "))).unwrap_or_default().to_string();
+    assert!(line("a").contains("latest owner of []"), "{list}");
+    assert!(line("b").contains("latest owner of [0, 1, 2, 3]"), "{list}");
+    let (code, _, err) = state(&["forget", "b"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("latest owner on record of partitions [0, 1, 2, 3]"), "{err}");
+    let (code, out, err) = state(&["forget", "a"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("records tombstoned"), "{out}");
+    let (_, list, _) = state(&["list"]);
+    assert!(list.contains("1 instance(s)") && list.contains("\nb: "), "{list}");
+    assert!(terminate(&mut b).success());
+}
+
 /// Creates one more topic on a running Tansu.
 fn start_tansu_topic(tansu: &str, port: u16, topic: &str, partitions: i32) {
     let status = Command::new(tansu)

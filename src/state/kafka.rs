@@ -729,6 +729,15 @@ impl KafkaStore {
         Ok(store)
     }
 
+    /// The state topic of `config`, as `rankpulse state` reads it: under
+    /// an instance name of its own (it must not take any instance's
+    /// records for its own), never creating the topic.
+    pub fn inspect(config: &Config) -> Result<KafkaStore, StateError> {
+        let mut config = config.clone();
+        config.state.instance = format!("rankpulse-state-cli-{}", std::process::id());
+        KafkaStore::connect(&config, MAX_CHUNK_BYTES)
+    }
+
     pub fn instance(&self) -> &str {
         &self.instance
     }
@@ -870,6 +879,77 @@ impl KafkaStore {
             }
         }
         out
+    }
+
+    /// Every instance's checkpoint in the topic, as `rankpulse state list`
+    /// shows them: what a hand-over reads, and which of them are still
+    /// the latest owner's of a partition.
+    pub fn instances(&self) -> Result<Vec<InstanceSummary>, StateError> {
+        let (scan, _) = self.scan(None, None)?;
+        let latest = latest_claims(&scan.claims);
+        let mut out = Vec::new();
+        for (instance, slots) in &scan.instances {
+            let mut summary = InstanceSummary {
+                instance: instance.clone(),
+                records: slots.manifests.iter().flatten().count() as u64
+                    + slots.chunks.iter().map(|c| c.len() as u64).sum::<u64>(),
+                ..InstanceSummary::default()
+            };
+            // Only tombstones left: forgotten.
+            if summary.records == 0 {
+                continue;
+            }
+            match self.checkpoint_of(instance, slots, &scan.claims) {
+                Ok(Some((c, epochs))) => {
+                    summary.written_ms = Some(c.written_ms);
+                    for s in &c.shards {
+                        let epoch = epochs.get(&s.partition).copied().unwrap_or(0);
+                        summary.shards.push(ShardSummary {
+                            partition: s.partition,
+                            owned: s.owned,
+                            latest_owner: s.owned && latest.get(&s.partition).is_none_or(|c| *c <= epoch),
+                        });
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => summary.error = Some(e.to_string()),
+            }
+            out.push(summary);
+        }
+        Ok(out)
+    }
+
+    /// Tombstones every record of `instance` (an instance that left the
+    /// group for good), so that compaction removes its checkpoint and
+    /// hand-overs stop reading it. Refused for this store's own instance,
+    /// for an instance with nothing in the topic, and, unless `force`, for
+    /// one still the latest owner on record of a partition (its checkpoint
+    /// is where that partition would resume). The records tombstoned.
+    pub fn forget(&self, instance: &str, force: bool) -> Result<usize, StateError> {
+        let refuse =
+            |why: String| StateError::Forget { instance: instance.to_string(), topic: self.topic.clone(), why };
+        if instance == self.instance {
+            return Err(refuse("it is this process's own instance".into()));
+        }
+        let summary = self.instances()?.into_iter().find(|s| s.instance == instance);
+        let Some(summary) = summary else {
+            return Err(refuse("it has no records there".into()));
+        };
+        let latest: Vec<i32> = summary.shards.iter().filter(|s| s.latest_owner).map(|s| s.partition).collect();
+        if !latest.is_empty() && !force {
+            return Err(refuse(format!(
+                "it is the latest owner on record of partitions {latest:?} (they would resume from the committed offsets instead of its checkpoint); --force forgets it anyway"
+            )));
+        }
+        let (scan, _) = self.scan(Some(instance), None)?;
+        let slots = scan.instances.get(instance).map(|s| [s.extent(Slot::A), s.extent(Slot::B)]).unwrap_or([0, 0]);
+        let mut records = Vec::new();
+        for slot in [Slot::A, Slot::B] {
+            records.push((manifest_key(instance, slot), None));
+            records.extend((0..slots[slot.index()]).map(|i| (chunk_key(instance, slot, i), None)));
+        }
+        let mut w = self.writer.lock().map_err(|_| poisoned(&self.topic))?;
+        self.produce(&mut w, records).map(|r| r.len())
     }
 
     /// Takes `partitions` over: appends a claim of each (acks=all), reads
@@ -1245,6 +1325,34 @@ impl KafkaStore {
             })
             .collect()
     }
+}
+
+/// The newest claim's offset per partition.
+fn latest_claims(claims: &Claims) -> BTreeMap<i32, i64> {
+    claims.iter().filter_map(|(p, cs)| cs.iter().map(|c| c.offset).max().map(|o| (*p, o))).collect()
+}
+
+/// One instance's checkpoint as `rankpulse state list` shows it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct InstanceSummary {
+    pub instance: String,
+    /// Its manifest and chunk records, as compaction will leave them.
+    pub records: u64,
+    /// When the checkpoint a restore would take was written (none: no
+    /// complete checkpoint).
+    pub written_ms: Option<i64>,
+    pub shards: Vec<ShardSummary>,
+    /// Why no checkpoint of it can be restored (corrupt, other settings).
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardSummary {
+    pub partition: i32,
+    pub owned: bool,
+    /// No claim of the partition is newer than this shard's: a hand-over
+    /// would resume the partition from it.
+    pub latest_owner: bool,
 }
 
 /// Keeps the newer of two claims of a partition.
@@ -1875,6 +1983,46 @@ mod tests {
         restarted.write(&unowned(checkpoint(&ca, 20, 3))).unwrap();
         let m = slots(&restarted, "a");
         assert_eq!(m.manifests[Slot::A.index()].as_ref().map(|(_, m)| m.seq), Some(1), "X spared");
+    }
+
+    /// An instance gone for good is forgotten: its records are tombstoned
+    /// and hand-overs no longer read it. Refused for the store's own
+    /// instance, an unknown one, and (without force) one that is still the
+    /// latest owner on record of a partition.
+    #[test]
+    fn a_departed_instance_is_forgotten_unless_it_is_the_latest_owner() {
+        let (_cluster, bootstrap) = cluster();
+        let (ca, cb, cc) = (config(&bootstrap, "a"), config(&bootstrap, "b"), config(&bootstrap, "ops"));
+        let a = KafkaStore::connect(&ca, 2048).unwrap();
+        let b = KafkaStore::connect(&cb, 2048).unwrap();
+        a.hand_over(&BTreeSet::from([0])).unwrap();
+        a.write(&checkpoint(&ca, 300, 1)).unwrap();
+        a.write(&unowned(checkpoint(&ca, 300, 2))).unwrap();
+        b.hand_over(&BTreeSet::from([0])).unwrap();
+        b.write(&checkpoint(&cb, 310, 3)).unwrap();
+        let ops = KafkaStore::connect(&cc, 2048).unwrap();
+        let listed = ops.instances().unwrap();
+        let names: Vec<&str> = listed.iter().map(|s| s.instance.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(listed[0].records > 2, "a's chunks of both slots, and its manifests");
+        assert_eq!(listed[0].written_ms, Some(2));
+        assert_eq!(listed[1].shards, [ShardSummary { partition: 0, owned: true, latest_owner: true }]);
+        assert!(!listed[0].shards[0].latest_owner);
+
+        let refused = |e: StateError| match e {
+            StateError::Forget { why, .. } => why,
+            e => panic!("not refused: {e}"),
+        };
+        assert!(refused(ops.forget("ops", false).unwrap_err()).contains("own instance"));
+        assert!(refused(ops.forget("nobody", false).unwrap_err()).contains("no records"));
+        assert!(refused(ops.forget("b", false).unwrap_err()).contains("latest owner on record of partitions [0]"));
+        assert!(ops.forget("a", false).unwrap() > 2);
+        assert_eq!(ops.instances().unwrap().len(), 1, "a is gone");
+        assert!(slots(&ops, "a").manifests.iter().all(Option::is_none));
+        assert_eq!(ops.load_all().len(), 1);
+        assert_eq!(b.hand_over(&BTreeSet::from([0])).unwrap()[&0].offsets["t"], 310);
+        assert!(ops.forget("b", true).unwrap() > 0, "forced");
+        assert!(ops.instances().unwrap().is_empty());
     }
 
     /// Manifests written before fencing (`RPSTMF01`) still read, their

@@ -35,7 +35,7 @@ pub mod dir;
 pub mod kafka;
 
 pub use dir::DirStore;
-pub use kafka::KafkaStore;
+pub use kafka::{InstanceSummary, KafkaStore, ShardSummary};
 
 /// First bytes of a checkpoint; the trailing digits are the format version.
 const MAGIC: &[u8; 8] = b"RPCKPT04";
@@ -111,6 +111,8 @@ pub enum StateError {
          checkpoint before the claim, and nothing of them is published or committed"
     )]
     Fenced { instance: String, topic: String, partitions: Vec<i32> },
+    #[error("state.topic {topic}: instance {instance:?} is not forgotten: {why}")]
+    Forget { instance: String, topic: String, why: String },
 }
 
 /// One partition shard as checkpointed.
