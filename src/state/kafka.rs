@@ -82,21 +82,21 @@
 //!   its manifest is acknowledged, up to that manifest: a partition it
 //!   owns that another writer claimed since its own claim is fenced
 //!   ([`StateError::Fenced`]); the daemon publishes and commits nothing of
-//!   that checkpoint and gives the partitions up as at a revoke. A
-//!   manifest written when fenced is withdrawn (tombstoned): nothing of
-//!   it was published or committed, and every reader then takes the other
-//!   slot, the checkpoint before the claim; the next write goes to the
-//!   withdrawn slot, sparing that one.
-//! - A process restarting finds its newest manifest a zombie's when it
-//!   died between that manifest and the check after it: it withdraws it
-//!   before anything else, while the claim that tells is still there.
+//!   that checkpoint and gives the partitions up as at a revoke. After a
+//!   write fenced that way the next write overwrites it, so the other slot
+//!   (the checkpoint before the claim) stays until a checkpoint with the
+//!   partitions given up replaces the fenced one. A fence found only by
+//!   the check before a write (the check after the last one could not
+//!   read) does the same when the newest checkpoint came after the claim.
+//!   A fenced checkpoint is not withdrawn (tombstoned): its other shards
+//!   may be what another instance restored from, and the instance's own
+//!   revert of them must agree.
 //!
-//! Compaction keeps only the newest claim of a partition. Withdrawn, a
-//! zombie's manifest no longer needs the claim that fenced it; one not
-//! withdrawn yet (its writer died right after it and is still down) is
-//! excluded at a hand-over by the epoch preference (the latest owner's
-//! shard wins once written), and by its own restore only while that
-//! claim is in the topic: docs/operations.md states this window. A
+//! Compaction keeps only the newest claim of a partition: a zombie's
+//! manifest between an older claim and the newest is then excluded by the
+//! epoch preference alone (the latest owner's shard wins once written),
+//! and not at all by its own instance's restore; docs/operations.md states
+//! this window. A
 //! simpler rule — take the furthest shard written before one's claim —
 //! would not do: the zombie's own revert, and any later reader, must agree
 //! on where the new owner started, after the writes that followed.
@@ -559,6 +559,8 @@ struct Writer {
     /// The slot of the newest complete checkpoint: the next write goes to
     /// the other.
     current: Option<Slot>,
+    /// The offset of that checkpoint's manifest, when known.
+    current_at: Option<i64>,
     /// One past the highest chunk index each slot may hold a value at.
     extent: [u32; 2],
     /// Where the check for another writer reads from: one past this
@@ -608,10 +610,13 @@ pub struct KafkaStore {
     /// Hand-overs still to fail (tests: the state topic unreachable).
     #[cfg(test)]
     failing_hand_overs: AtomicU64,
-    /// Writes return before their check after the manifest (tests: a
-    /// process that dies right after writing it).
+    /// Writes return before their check after the manifest (tests: that
+    /// check's read failing).
     #[cfg(test)]
     skip_post_check: std::sync::atomic::AtomicBool,
+    /// Reads of the whole topic still to fail (tests).
+    #[cfg(test)]
+    failing_scans: AtomicU64,
 }
 
 impl std::fmt::Debug for KafkaStore {
@@ -681,6 +686,7 @@ impl KafkaStore {
             writer: Mutex::new(Writer {
                 seq: 0,
                 current: None,
+                current_at: None,
                 extent: [0, 0],
                 tail_from: 0,
                 tail,
@@ -697,19 +703,20 @@ impl KafkaStore {
             failing_hand_overs: AtomicU64::new(0),
             #[cfg(test)]
             skip_post_check: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            failing_scans: AtomicU64::new(0),
         };
         let (mut scan, end) = store.scan(Some(&store.instance.clone()), None)?;
-        let mut own = scan.instances.remove(&store.instance).unwrap_or_default();
+        let own = scan.instances.remove(&store.instance).unwrap_or_default();
         {
-            let mut w = store.writer.lock().map_err(|_| poisoned(&topic))?;
+            let w = store.writer.get_mut().map_err(|_| poisoned(&topic))?;
             w.tail_from = end;
             w.seq = own.manifests.iter().flatten().map(|(_, m)| m.seq).max().unwrap_or(0);
-            store.withdraw_zombie(&mut w, &mut own, &scan.claims);
             w.extent = [own.extent(Slot::A), own.extent(Slot::B)];
             // The next write must spare the slot a reader would take now.
-            w.current = match own.newest_complete() {
-                Ok(Some((_, m, _))) => Some(m.slot),
-                _ => own.manifests.iter().flatten().max_by_key(|(o, _)| *o).map(|(_, m)| m.slot),
+            (w.current, w.current_at) = match own.newest_complete() {
+                Ok(Some((_, m, at))) => (Some(m.slot), Some(at)),
+                _ => (own.manifests.iter().flatten().max_by_key(|(o, _)| *o).map(|(_, m)| m.slot), None),
             };
             // The epochs of the shards a restore at start brings back: the
             // newest manifest's, the other's where it has none.
@@ -964,15 +971,30 @@ impl KafkaStore {
             self.failing_hand_overs.fetch_sub(1, Ordering::Relaxed);
             return Err(self.kafka_error("a hand-over failed (test)"));
         }
-        let end = {
+        let (end, before) = {
             let mut w = self.writer.lock().map_err(|_| poisoned(&self.topic))?;
-            self.claim(&mut w, partitions)?
+            let before: Vec<(i32, Option<i64>)> = partitions.iter().map(|p| (*p, w.epochs.get(p).copied())).collect();
+            (self.claim(&mut w, partitions)?, before)
         };
         // Unread, the checkpoints could not say where the partitions stand:
         // an error, not an empty hand-over (which would start them from
-        // the committed offsets).
-        let (scan, _) = self.scan(None, end.map(|e| e + 1))?;
-        Ok(restore_points(self.checkpoints(&scan), partitions))
+        // the committed offsets). Their shards stay as they were, under
+        // their earlier epochs: written under the new claim's, a stale or
+        // empty shard would outrank the latest owner's at the next
+        // hand-over.
+        match self.scan(None, end.map(|e| e + 1)) {
+            Ok((scan, _)) => Ok(restore_points(self.checkpoints(&scan), partitions)),
+            Err(e) => {
+                let mut w = self.writer.lock().map_err(|_| poisoned(&self.topic))?;
+                for (p, epoch) in before {
+                    match epoch {
+                        Some(epoch) => w.epochs.insert(p, epoch),
+                        None => w.epochs.remove(&p),
+                    };
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Makes the next `n` hand-overs fail, as with the state topic
@@ -980,6 +1002,13 @@ impl KafkaStore {
     #[cfg(test)]
     pub(crate) fn fail_hand_overs(&self, n: u64) {
         self.failing_hand_overs.store(n, Ordering::Relaxed);
+    }
+
+    /// Makes the next `n` reads of the whole topic fail (tests: a
+    /// hand-over whose claim is written and whose read fails).
+    #[cfg(test)]
+    pub(crate) fn fail_scans(&self, n: u64) {
+        self.failing_scans.store(n, Ordering::Relaxed);
     }
 
     /// Appends a claim of each of `partitions` and waits for them: this
@@ -1014,6 +1043,11 @@ impl KafkaStore {
     /// Reads the topic from its start to `to` (exclusive), else to its end
     /// (the high watermark when the read starts): the scan, and that end.
     fn scan(&self, only: Option<&str>, to: Option<i64>) -> Result<(Scan, i64), StateError> {
+        #[cfg(test)]
+        if self.failing_scans.load(Ordering::Relaxed) > 0 {
+            self.failing_scans.fetch_sub(1, Ordering::Relaxed);
+            return Err(self.kafka_error("a read failed (test)"));
+        }
         let consumer: BaseConsumer<StateContext> = self
             .reader
             .create_with_context(self.context.clone())
@@ -1086,6 +1120,17 @@ impl KafkaStore {
         let known = self.known.lock().map_err(|_| poisoned(&self.topic))?.clone();
         let lost = fenced(&w, checkpoint, self.writer_id, |p| known.get(&p).copied().into_iter().collect());
         if !lost.is_empty() {
+            // The newest checkpoint came after the claim (its own check
+            // could not read the topic, or its acknowledgement was lost):
+            // a zombie's, so the next write overwrites it and spares the
+            // one before the claim, which a crash mid-write would need.
+            let claimed = lost.iter().filter_map(|p| known.get(p).map(|c| c.offset)).min();
+            if let (Some(claimed), Some(at)) = (claimed, w.current_at)
+                && claimed < at
+            {
+                w.current = w.current.map(Slot::other);
+                w.current_at = None;
+            }
             return Err(self.fenced(lost));
         }
         #[cfg(test)]
@@ -1136,6 +1181,7 @@ impl KafkaStore {
         let offsets =
             self.produce(&mut w, vec![(manifest_key(&self.instance, slot), Some(manifest_value(&manifest)?))])?;
         w.current = Some(slot);
+        w.current_at = offsets.last().copied();
         let manifest_at = offsets.last().copied().unwrap_or(w.tail_from);
         // Chunks of a larger checkpoint before: tombstones, so that
         // compaction frees them (best effort: they are never read).
@@ -1153,64 +1199,17 @@ impl KafkaStore {
         // partitions); the next write overwrites this one.
         #[cfg(test)]
         if self.skip_post_check.load(Ordering::Relaxed) {
-            return Ok(bytes.len());
+            return Err(self.kafka_error("the check after the manifest failed (test)"));
         }
         let seen = self.check_tail(&mut w, Some(manifest_at + 1))?;
         let fenced =
             fenced(&w, checkpoint, self.writer_id, |p| seen.iter().filter(|(q, _)| *q == p).map(|(_, c)| *c).collect());
         if !fenced.is_empty() {
-            // Nothing of this checkpoint is published or committed: its
-            // manifest is withdrawn, so that every reader (a restart, a
-            // hand-over, even once compaction has removed the claim that
-            // fenced it) takes the checkpoint before, the claimer's
-            // starting point. If the tombstone fails, readers still tell
-            // the zombie's shards while that claim is in the topic.
-            self.withdraw(&mut w, slot);
             w.current = Some(slot.other());
+            w.current_at = None;
             return Err(self.fenced(fenced));
         }
         Ok(bytes.len())
-    }
-
-    /// Tombstones `slot`'s manifest (acks=all): readers then take the
-    /// other slot's checkpoint. Best effort, logged.
-    fn withdraw(&self, w: &mut Writer, slot: Slot) -> bool {
-        match self.produce(w, vec![(manifest_key(&self.instance, slot), None)]) {
-            Ok(_) => {
-                tracing::info!(
-                    "state.topic {}: checkpoint in slot {} withdrawn (it holds partitions claimed by another instance)",
-                    self.topic,
-                    slot.name()
-                );
-                true
-            }
-            Err(e) => {
-                tracing::warn!(
-                    "state.topic {}: cannot withdraw the fenced checkpoint in slot {}: {e}",
-                    self.topic,
-                    slot.name()
-                );
-                false
-            }
-        }
-    }
-
-    /// At start: if this instance's newest checkpoint holds a zombie's
-    /// shard (its process wrote it after another claimed the partition,
-    /// and died before it could tell), it was never published nor
-    /// committed; it is withdrawn now, while the claims that tell are
-    /// still in the topic (compaction may remove them later), and the
-    /// next write spares the checkpoint before it.
-    fn withdraw_zombie(&self, w: &mut Writer, own: &mut Slots, claims: &Claims) {
-        let Ok(Some((bytes, m, offset))) = own.newest_complete() else { return };
-        let Ok(c) = self.decode(&self.instance, &bytes, m) else { return };
-        let zombie = c.shards.iter().any(|s| {
-            is_zombie(s.owned, m.epoch(s.partition), m.writer, offset, claims.get(&s.partition).map_or(&[], |c| c))
-        });
-        let slot = m.slot;
-        if zombie && self.withdraw(w, slot) {
-            own.manifests[slot.index()] = None;
-        }
     }
 
     fn fenced(&self, partitions: Vec<i32>) -> StateError {
@@ -1230,7 +1229,7 @@ impl KafkaStore {
         if w.tail_from >= high {
             return Ok(Vec::new());
         }
-        let mut seen: Option<Manifest> = None;
+        let mut seen: Option<(Manifest, i64)> = None;
         let mut other: Option<u64> = None;
         let mut claims = Vec::new();
         read_range(&w.tail, &self.topic, w.tail_from, high, |m| {
@@ -1251,7 +1250,7 @@ impl KafkaStore {
                     other = Some(manifest.writer);
                 } else {
                     other = None;
-                    seen = Some(manifest);
+                    seen = Some((manifest, m.offset()));
                 }
             }
             true
@@ -1262,9 +1261,10 @@ impl KafkaStore {
             tracing::error!("{}", self.displaced(writer));
             return Err(self.displaced(writer));
         }
-        if let Some(m) = seen {
+        if let Some((m, at)) = seen {
             w.seq = w.seq.max(m.seq);
             w.current = Some(m.slot);
+            w.current_at = Some(at);
         }
         w.tail_from = high;
         let mut known = self.known.lock().map_err(|_| poisoned(&self.topic))?;
@@ -1445,6 +1445,20 @@ fn read_range(
             Some(Err(KafkaError::PartitionEOF(_))) => {
                 if position().is_some_and(|p| p >= to) {
                     return Ok(());
+                }
+            }
+            // A connection dropped or a leader moving: librdkafka
+            // reconnects and fetches again by itself; only a read that
+            // stays without progress for TIMEOUT fails.
+            Some(Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::RequestTimedOut
+                | RDKafkaErrorCode::NotLeaderForPartition
+                | RDKafkaErrorCode::LeaderNotAvailable,
+            ))) => {
+                if last_progress.elapsed() > TIMEOUT {
+                    return Err(format!("nothing read for {} s (at offset {from} of {to})", TIMEOUT.as_secs()));
                 }
             }
             Some(Err(e)) => return Err(crate::kafka::error_text(&e)),
@@ -1907,10 +1921,8 @@ mod tests {
         let e = a.write(&checkpoint(&ca, 30, 2)).unwrap_err();
         assert_eq!(fenced_partitions(&e), [0], "the zombie's write reports the partition fenced");
         assert_eq!(*b_restored.lock().unwrap(), Some(20), "B took it over at X");
-        // Y's manifest is withdrawn: X is A's newest checkpoint again.
-        let a_slots = slots(&a, "a");
-        assert_eq!(a_slots.newest_complete().unwrap().unwrap().1.seq, 1);
-        assert!(a_slots.manifests[Slot::B.index()].is_none(), "Y withdrawn");
+        // Y is in the topic (A's newest manifest), and never taken.
+        assert_eq!(slots(&a, "a").newest_complete().unwrap().unwrap().1.seq, 2);
         for compacted in [false, true] {
             assert_eq!(restore_point(&a, compacted), Some(20), "compacted: {compacted}");
             assert_eq!(own_point(&a, "a", compacted), Some(20), "compacted: {compacted}");
@@ -1946,17 +1958,16 @@ mod tests {
         assert_eq!(restore_point(&a, false), Some(35));
     }
 
-    /// A zombie that dies right after its manifest (before the check that
-    /// would have told it) leaves Y, written after B's claim, as its
-    /// newest checkpoint. Its restart withdraws Y while B's claim still
-    /// tells, so that compaction removing that claim later (C claims the
-    /// partition after Y) cannot make Y valid; and its next write spares
-    /// X. Without the withdrawal, A's own restore on the compacted topic
-    /// would take Y (30), counting 20..30 twice.
+    /// A zombie whose check after its manifest failed (Y, written after
+    /// B's claim, stays its newest) learns of the fence at its next
+    /// write's check: that write is refused and the one after goes to Y's
+    /// slot, so a crash in the middle of it leaves X, the checkpoint before
+    /// the claim, whole. Overwriting X instead would leave only Y, whose
+    /// partition 0 no restore takes: A's counters of it would be lost.
     #[test]
-    fn a_zombie_checkpoint_found_at_restart_is_withdrawn_before_compaction_can_hide_it() {
+    fn after_a_fence_found_late_the_next_write_spares_the_checkpoint_before_the_claim() {
         let (_cluster, bootstrap) = cluster();
-        let (ca, cb, cc) = (config(&bootstrap, "a"), config(&bootstrap, "b"), config(&bootstrap, "c"));
+        let (ca, cb) = (config(&bootstrap, "a"), config(&bootstrap, "b"));
         let a = Arc::new(KafkaStore::connect(&ca, 2048).unwrap());
         let b = Arc::new(KafkaStore::connect(&cb, 2048).unwrap());
         a.hand_over(&BTreeSet::from([0])).unwrap();
@@ -1966,23 +1977,14 @@ mod tests {
             claimer.hand_over(&BTreeSet::from([0])).unwrap();
         }));
         a.skip_post_check.store(true, Ordering::Relaxed);
-        a.write(&checkpoint(&ca, 30, 2)).unwrap();
-        drop(a);
-        let before = slots(&b, "a");
-        assert_eq!(before.newest_complete().unwrap().unwrap().1.seq, 2, "Y is A's newest");
-
+        assert!(a.write(&checkpoint(&ca, 30, 2)).is_err(), "its check failed");
+        a.skip_post_check.store(false, Ordering::Relaxed);
+        assert_eq!(fenced_partitions(&a.write(&checkpoint(&ca, 35, 3)).unwrap_err()), [0]);
+        // A gives partition 0 up at X and writes, killed mid-chunks.
+        a.write_upto(&unowned(checkpoint(&ca, 20, 4)), Some(1)).unwrap();
+        assert_eq!(own_point(&a, "a", false), Some(20), "X is whole");
         let restarted = KafkaStore::connect(&ca, 2048).unwrap();
-        let after = slots(&restarted, "a");
-        assert!(after.manifests[Slot::B.index()].is_none(), "Y withdrawn at the restart");
-        assert_eq!(after.newest_complete().unwrap().unwrap().1.seq, 1);
-        // C claims the partition after Y: compacted, B's claim is gone.
-        KafkaStore::connect(&cc, 2048).unwrap().hand_over(&BTreeSet::from([0])).unwrap();
-        assert_eq!(own_point(&restarted, "a", true), Some(20));
         assert_eq!(restarted.load_own().unwrap().unwrap().shards[0].offsets["t"], 20);
-        // Its next write goes to Y's slot: X stays until a later one.
-        restarted.write(&unowned(checkpoint(&ca, 20, 3))).unwrap();
-        let m = slots(&restarted, "a");
-        assert_eq!(m.manifests[Slot::A.index()].as_ref().map(|(_, m)| m.seq), Some(1), "X spared");
     }
 
     /// An instance gone for good is forgotten: its records are tombstoned
