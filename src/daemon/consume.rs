@@ -69,6 +69,7 @@ impl Daemon {
             Some(next) => *next = offset + 1,
             None => {
                 shard.next_offsets.insert(topic.to_string(), offset + 1);
+                self.taking_over.note_first(topic, partition, offset);
             }
         }
         // Only messages applied: a re-delivery skipped above (after a

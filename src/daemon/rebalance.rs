@@ -56,12 +56,17 @@ impl Daemon {
         }
         for event in events {
             match &event {
+                // The assignment as the events leave it, before the next
+                // tick reads it from the consumer: a partition fenced now is
+                // held again only while still assigned.
                 RebalanceEvent::Revoked(tps) => {
                     tracing::info!("partitions revoked: {}", describe(tps));
+                    self.assigned.retain(|tp| !tps.contains(tp));
                     self.revoke(tps.iter().map(|(_, p)| *p).collect())?
                 }
                 RebalanceEvent::Assigned(tps) => {
                     tracing::info!("partitions assigned: {}", describe(tps));
+                    self.assigned.extend(tps.iter().cloned());
                     self.assign(tps)
                 }
             }
@@ -100,8 +105,10 @@ impl Daemon {
         // Partitions a checkpoint found fenced go back as revoked ones do:
         // the store's last checkpoint has them as they were before the
         // claim that fenced them.
+        let revoked = partitions.clone();
+        let fenced = std::mem::take(&mut self.fenced);
         let mut partitions = partitions;
-        partitions.extend(std::mem::take(&mut self.fenced));
+        partitions.extend(fenced.iter().copied());
         let mut own: BTreeMap<i32, ShardCheckpoint> = match &self.store {
             Some(store) => match store.load_own()? {
                 Some(c) => c.shards.into_iter().map(|s| (s.partition, s)).collect(),
@@ -125,6 +132,20 @@ impl Daemon {
                 shard.idle = false;
                 shard.alignment.reset();
             }
+        }
+        // Fenced partitions still assigned here: the claim that fenced them
+        // came late (an evicted member's), or this instance's own rebalance
+        // is on its way. Claimed again after an interval, they go on from
+        // the newest owner's checkpoint instead of stopping (`takeover`).
+        let tps: Vec<(String, i32)> =
+            self.assigned.iter().filter(|(_, p)| fenced.contains(p) && !revoked.contains(p)).cloned().collect();
+        let still: BTreeSet<i32> = tps.iter().map(|(_, p)| *p).collect();
+        if !still.is_empty() {
+            tracing::warn!(
+                "partitions {still:?} are still assigned here: claimed again in {}",
+                self.config.state.interval.text
+            );
+            self.hold(&still, &tps, self.config.state.interval.duration);
         }
         self.share_open_list_cap();
         Ok(())
@@ -572,11 +593,40 @@ mod tests {
         assert_eq!(b.shards[&0].pipeline.open_lists(), 10);
     }
 
+    /// A hand-over whose claim is written but whose read fails leaves the
+    /// partition held with A's stale copy (5), under A's earlier epoch:
+    /// written under the new claim's, that copy would outrank B's 10 at
+    /// the next owner's hand-over.
+    #[test]
+    fn a_read_that_fails_after_the_claim_leaves_the_stale_shard_its_old_epoch() {
+        use super::super::publisher::Done;
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("rankpulse-state-failed-read", 1, 1).unwrap();
+        let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-failed-read", instance);
+        let p0 = [(IMPRESSIONS.to_string(), 0)];
+        let (mut a, mut b, mut c) = (daemon("a"), daemon("b"), daemon("c"));
+        a.assign(&p0);
+        feed(&mut a, 0..5);
+        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+        a.revoke(BTreeSet::from([0])).unwrap();
+        b.assign(&p0);
+        feed(&mut b, 0..10);
+        assert!(matches!(checkpoint(&mut b), Done::Written { .. }));
+        b.revoke(BTreeSet::from([0])).unwrap();
+        kafka_store(&a).fail_scans(1);
+        a.assign(&p0);
+        assert!(a.taking_over.contains(0), "held");
+        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+        c.assign(&p0);
+        assert_eq!(c.shards[&0].next_offsets[IMPRESSIONS], 10, "B's, not A's stale 5");
+    }
+
     /// A claim that arrives late (B's, evicted from the group and gone)
     /// fences A, which the group still assigns partition 0. A gives it up
     /// at its checkpoint (5), claims it again after `state.interval` and
-    /// goes on from there, sought back to 5; left frozen, it would count
-    /// nothing until the next rebalance.
+    /// goes on from there, sought back to 5 on impressions and to the first
+    /// judgment it read (its checkpoint has no position on judgments); left
+    /// frozen, it would count nothing until the next rebalance.
     #[test]
     fn a_partition_fenced_while_still_assigned_is_claimed_again() {
         use super::super::publisher::Done;
@@ -587,23 +637,35 @@ mod tests {
         let p0 = [(IMPRESSIONS.to_string(), 0)];
         let (mut a, mut b) = (daemon("a"), daemon("b"));
         a.assign(&p0);
-        a.assigned = p0.iter().cloned().collect();
+        a.assigned = [(IMPRESSIONS.to_string(), 0), (JUDGMENTS.to_string(), 0)].into_iter().collect();
         feed(&mut a, 0..5);
         assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
         b.assign(&p0);
         b.revoke(BTreeSet::from([0])).unwrap();
         feed(&mut a, 5..8);
+        // Judgments, a topic A's checkpoint has no position on yet.
+        let judge = |d: &mut Daemon| {
+            for i in 0..2 {
+                d.handle(&message(JUDGMENTS, 0, i, &judgment(&format!("s{i}"), "d1", 2)), None, NOW_MS);
+            }
+        };
+        judge(&mut a);
         assert_eq!(checkpoint(&mut a), Done::Fenced { partitions: vec![0] });
         assert!(!a.shards[&0].owned && a.taking_over.contains(0), "held, not frozen for good");
         assert_eq!(total(&a), 5, "back at its checkpoint");
-        assert_eq!(a.taking_over.consumer_ops().pause, p0);
+        assert_eq!(a.taking_over.consumer_ops().pause.len(), 2, "both topics paused");
         assert!(a.taking_over.due(std::time::Instant::now()).is_empty(), "not before state.interval");
         a.taking_over.retry_now();
         a.retry_hand_over().unwrap();
         assert!(a.shards[&0].owned);
-        assert_eq!(a.taking_over.consumer_ops().seek, [(IMPRESSIONS.to_string(), 0, 5)]);
+        assert_eq!(
+            a.taking_over.consumer_ops().seek,
+            [(IMPRESSIONS.to_string(), 0, 5), (JUDGMENTS.to_string(), 0, 0)],
+            "back to its checkpoint's impressions, and to the first judgment it read"
+        );
         feed(&mut a, 5..10);
-        assert_eq!(total(&a) + total(&b), 10);
+        judge(&mut a);
+        assert_eq!(total(&a) + total(&b), 12);
         assert!(matches!(checkpoint(&mut a), Done::Written { .. }), "its new claim is the newest");
     }
 

@@ -20,10 +20,13 @@
 //! A held partition's shard is frozen (not owned) and its topic-partitions
 //! are paused at the consumer, which drops what it had prefetched of them
 //! (a split queue left unread would not stop a message already handed to
-//! the loop). The hand-over is retried with a doubling delay (from 1 s, at
-//! most `state.interval`); once it succeeds the partition is resumed and
-//! sought to the offsets its restored shard covers, so nothing delivered
-//! while it was held, or before it was fenced, is lost or counted twice.
+//! the loop). The hand-over is retried, each partition on its own time,
+//! with a doubling delay (from 1 s, at most `state.interval`); once it
+//! succeeds the partition is resumed and each of its topics sought: to the
+//! offset its restored shard covers; for a topic the shard has no position
+//! on, to the first offset this instance handled of it (what it read since
+//! went back with a fence), else to the lowest one skipped while held
+//! (a message delivered before the pause took effect).
 
 use super::{Daemon, DaemonError};
 use crate::kafka::Consumer;
@@ -41,16 +44,21 @@ const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
 /// The held partitions and what the consumer must be told of them.
 #[derive(Debug, Default)]
 pub(super) struct TakingOver {
-    /// Held partition → its topics (every topic-partition is paused).
-    held: BTreeMap<i32, Vec<String>>,
-    /// When the next hand-over of the held partitions is tried.
-    retry_at: Option<Instant>,
+    /// Held partition → its topics (every topic-partition is paused), and
+    /// when its hand-over is tried next.
+    held: BTreeMap<i32, (Vec<String>, Instant)>,
     /// The delay after the next failure.
     backoff: Duration,
     /// Lowest offset per topic-partition of a message that reached the
     /// loop while its partition was held (delivered before the pause took
     /// effect): where it resumes when its shard covers no offset there.
     rewind: BTreeMap<(String, i32), i64>,
+    /// The first offset handled per topic-partition whose shard had no
+    /// position on that topic yet: where a partition fenced while still
+    /// assigned resumes a topic its restored shard has no position on
+    /// (what this instance read of it since then went back with the
+    /// fence, and was never skipped while held).
+    first: BTreeMap<(String, i32), i64>,
     /// Topic-partitions paused at the consumer and not resumed yet.
     paused: BTreeSet<(String, i32)>,
     /// Topic-partitions to seek once resumed, and where.
@@ -69,12 +77,19 @@ impl TakingOver {
     /// Holds `partition` (of `topics`), trying its hand-over again after
     /// `delay` at the latest.
     pub(super) fn hold(&mut self, partition: i32, topics: Vec<String>, delay: Duration, now: Instant) {
-        self.held.insert(partition, topics);
         let at = now + delay;
-        self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+        let at = self.held.get(&partition).map_or(at, |(_, r)| (*r).min(at));
+        self.held.insert(partition, (topics, at));
         if self.backoff.is_zero() {
             self.backoff = FIRST_RETRY;
         }
+    }
+
+    /// A topic's first message handled by a shard without a position on
+    /// it (see `first`).
+    pub(super) fn note_first(&mut self, topic: &str, partition: i32, offset: i64) {
+        let e = self.first.entry((topic.to_string(), partition)).or_insert(offset);
+        *e = (*e).min(offset);
     }
 
     /// A message of a held partition reached the loop: it must come again.
@@ -85,21 +100,26 @@ impl TakingOver {
 
     /// The partitions whose hand-over is due at `now`.
     pub(super) fn due(&self, now: Instant) -> BTreeSet<i32> {
-        match self.retry_at {
-            Some(at) if now >= at => self.held.keys().copied().collect(),
-            _ => BTreeSet::new(),
-        }
+        self.held.iter().filter(|(_, (_, at))| now >= *at).map(|(p, _)| *p).collect()
     }
 
     /// Makes the held partitions due now (tests).
     #[cfg(test)]
     pub(super) fn retry_now(&mut self) {
-        self.retry_at = Some(Instant::now());
+        let now = Instant::now();
+        for (_, at) in self.held.values_mut() {
+            *at = now;
+        }
     }
 
-    /// The retry failed: the next one after twice the delay, at most `max`.
-    pub(super) fn failed(&mut self, now: Instant, max: Duration) {
-        self.retry_at = Some(now + self.backoff);
+    /// The retry of `partitions` failed: the next one after twice the
+    /// delay, at most `max`.
+    pub(super) fn failed(&mut self, partitions: &BTreeSet<i32>, now: Instant, max: Duration) {
+        for p in partitions {
+            if let Some((_, at)) = self.held.get_mut(p) {
+                *at = now + self.backoff;
+            }
+        }
         self.backoff = (self.backoff * 2).min(max.max(FIRST_RETRY));
     }
 
@@ -107,17 +127,18 @@ impl TakingOver {
     /// offset per topic its shard covers (the consumer seeks there), or
     /// revoked (`None`: its pause is lifted, nothing sought).
     pub(super) fn release(&mut self, partition: i32, offsets: Option<&BTreeMap<String, i64>>) {
-        let Some(topics) = self.held.remove(&partition) else { return };
+        let Some((topics, _)) = self.held.remove(&partition) else { return };
         for topic in topics {
-            let rewind = self.rewind.remove(&(topic.clone(), partition));
+            let tp = (topic.clone(), partition);
+            let rewind = self.rewind.remove(&tp);
+            let first = self.first.get(&tp).copied();
             if let Some(offsets) = offsets
-                && let Some(at) = offsets.get(&topic).copied().or(rewind)
+                && let Some(at) = offsets.get(&topic).copied().or(first).or(rewind)
             {
                 self.seeks.push((topic, partition, at));
             }
         }
         if self.held.is_empty() {
-            self.retry_at = None;
             self.backoff = Duration::ZERO;
         }
     }
@@ -126,7 +147,7 @@ impl TakingOver {
     /// resume, and to seek (after resuming). Marks them done.
     pub(super) fn consumer_ops(&mut self) -> ConsumerOps {
         let wanted: BTreeSet<(String, i32)> =
-            self.held.iter().flat_map(|(p, ts)| ts.iter().map(move |t| (t.clone(), *p))).collect();
+            self.held.iter().flat_map(|(p, (ts, _))| ts.iter().map(move |t| (t.clone(), *p))).collect();
         let pause: Vec<_> = wanted.difference(&self.paused).cloned().collect();
         let resume: Vec<_> = self.paused.difference(&wanted).cloned().collect();
         self.paused = wanted;
@@ -188,7 +209,9 @@ impl Daemon {
             Ok(mut found) => {
                 let tps: Vec<(String, i32)> = due
                     .iter()
-                    .flat_map(|p| self.taking_over.held.get(p).into_iter().flatten().map(|t| (t.clone(), *p)))
+                    .flat_map(|p| {
+                        self.taking_over.held.get(p).into_iter().flat_map(|(ts, _)| ts).map(|t| (t.clone(), *p))
+                    })
                     .collect();
                 for p in &due {
                     self.take(*p, found.remove(p), &tps);
@@ -200,7 +223,7 @@ impl Daemon {
             }
             Err(e) => {
                 tracing::error!("cannot take partitions {due:?} over yet (they stay held): {e}");
-                self.taking_over.failed(now, self.config.state.interval.duration);
+                self.taking_over.failed(&due, now, self.config.state.interval.duration);
             }
         }
         Ok(())
@@ -294,8 +317,9 @@ mod tests {
     }
 
     /// Held partitions are paused once, resumed and sought once released;
-    /// the seek goes to the shard's offsets, else to the lowest skipped
-    /// message; a revoked one is resumed without a seek.
+    /// the seek goes to the shard's offsets, else to the first message of a
+    /// topic new to the shard, else to the lowest skipped one; a revoked
+    /// one is resumed without a seek.
     #[test]
     fn held_partitions_are_paused_then_resumed_where_their_shard_starts() {
         let now = Instant::now();
@@ -308,17 +332,22 @@ mod tests {
         assert_eq!(t.consumer_ops(), ConsumerOps::default(), "paused once");
         t.note_skipped("b", 0, 9);
         t.note_skipped("b", 0, 7);
+        t.note_first("b", 1, 3);
+        t.note_skipped("b", 1, 8);
         t.release(0, Some(&BTreeMap::from([("a".to_string(), 5)])));
-        t.release(1, None);
+        t.release(1, Some(&BTreeMap::new()));
         let ops = t.consumer_ops();
         assert!(ops.pause.is_empty());
         assert_eq!(ops.resume.len(), 4);
-        assert_eq!(ops.seek, [("a".to_string(), 0, 5), ("b".to_string(), 0, 7)]);
+        assert_eq!(ops.seek, [("a".to_string(), 0, 5), ("b".to_string(), 0, 7), ("b".to_string(), 1, 3)]);
+        t.hold(1, topics(), Duration::ZERO, now);
+        t.release(1, None);
+        assert!(t.consumer_ops().seek.is_empty(), "revoked: nothing sought");
         assert_eq!(t.len(), 0);
     }
 
-    /// Retries double their delay up to the cap; a new hold is tried no
-    /// later than its own delay.
+    /// Retries double their delay up to the cap; each held partition is
+    /// tried on its own time, a new hold after its own delay.
     #[test]
     fn retries_back_off_up_to_the_interval() {
         let now = Instant::now();
@@ -326,17 +355,20 @@ mod tests {
         t.hold(0, topics(), Duration::ZERO, now);
         assert_eq!(t.due(now), BTreeSet::from([0]));
         let max = Duration::from_secs(3);
-        t.failed(now, max);
+        let p0 = BTreeSet::from([0]);
+        t.failed(&p0, now, max);
         assert!(t.due(now).is_empty());
-        assert_eq!(t.due(now + Duration::from_secs(1)), BTreeSet::from([0]));
-        t.failed(now, max);
+        assert_eq!(t.due(now + Duration::from_secs(1)), p0);
+        t.failed(&p0, now, max);
         assert!(t.due(now + Duration::from_secs(1)).is_empty());
         assert_eq!(t.due(now + Duration::from_secs(2)).len(), 1);
-        t.failed(now, max);
-        t.failed(now, max);
+        t.failed(&p0, now, max);
+        t.failed(&p0, now, max);
         assert!(t.due(now + Duration::from_millis(2999)).is_empty(), "capped at 3 s");
         assert_eq!(t.due(now + max).len(), 1);
         t.hold(1, topics(), Duration::ZERO, now);
-        assert_eq!(t.due(now), BTreeSet::from([0, 1]));
+        assert_eq!(t.due(now), BTreeSet::from([1]), "each partition on its own time");
+        t.hold(2, topics(), max, now);
+        assert_eq!(t.due(now + max), BTreeSet::from([0, 1, 2]));
     }
 }

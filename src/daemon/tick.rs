@@ -48,9 +48,11 @@ impl Daemon {
         if let Some(done) = self.publisher.poll() {
             self.settle(done)?;
         }
-        self.commit(consumer);
+        // Before the commit: it may settle the checkpoint in flight, whose
+        // offsets the commit then releases.
         self.retry_hand_over()?;
         self.sync_consumer(consumer);
+        self.commit(consumer);
         self.retire_handed_over(consumer);
         if self.store.is_some() {
             // One checkpoint in flight at a time; each is published
@@ -104,6 +106,9 @@ impl Daemon {
         };
         let shards = self.shards.iter().map(|(p, s)| s.snapshot(*p)).collect();
         let barrier = self.dead_letters.as_ref().map(|dl| (dl.tracker.clone(), dl.barrier()));
+        // A job's result not yet acted on belongs to the offsets replaced
+        // here: it must not release this checkpoint's, before it is written.
+        self.unhandled_done = None;
         self.pending_commit = self.commit_points(false).map(|(tpl, moved)| (tpl, moved, None));
         let view = self.view();
         self.publisher.send(Job::Checkpoint { checkpoint: Box::new(checkpoint), shards, barrier, view });
@@ -115,21 +120,8 @@ impl Daemon {
     pub(super) fn settle(&mut self, done: Done) -> Result<(), DaemonError> {
         self.note_done(done);
         if !self.fenced.is_empty() {
-            let fenced = self.fenced.clone();
+            // Given up as revoked ones are (held again if still assigned).
             self.revoke(BTreeSet::new())?;
-            // Still assigned here: the claim that fenced them came late (an
-            // evicted member's), or this instance's own rebalance is on its
-            // way. Claimed again after an interval, they go on from the
-            // newest owner's checkpoint instead of stopping (`takeover`).
-            let tps: Vec<(String, i32)> = self.assigned.iter().filter(|(_, p)| fenced.contains(p)).cloned().collect();
-            let still: BTreeSet<i32> = tps.iter().map(|(_, p)| *p).collect();
-            if !still.is_empty() {
-                tracing::warn!(
-                    "partitions {still:?} are still assigned here: claimed again in {}",
-                    self.config.state.interval.text
-                );
-                self.hold(&still, &tps, self.config.state.interval.duration);
-            }
         }
         Ok(())
     }

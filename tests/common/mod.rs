@@ -220,8 +220,6 @@ pub fn counter_lines(exposition: &str) -> Vec<String> {
     v
 }
 
-/// `n` lists of events (impression, then 0..3 judgments), as
-/// (session_id, json) pairs, with event times starting at `base_ms`.
 /// `evs` in `parts` batches of about equal size, each cut where a list
 /// ends (the next event is another session's): a test that pauses between
 /// batches (a restart, a rebalance, an outage) must not split a list. Live,
@@ -244,6 +242,8 @@ pub fn split_at_lists(evs: &[(String, String)], parts: usize) -> Vec<Vec<(String
     out
 }
 
+/// `n` lists of events (impression, then 0..3 judgments), as
+/// (session_id, json) pairs, with event times starting at `base_ms`.
 pub fn events(n: usize, base_ms: i64, seed: u64) -> Vec<(String, String)> {
     let mut rng = rankpulse_testkit::Rng::new(seed);
     let mut out = Vec::new();
