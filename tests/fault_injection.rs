@@ -105,6 +105,47 @@ fn spawn_daemon(broker: &str, http: &str, group: &str, env: &[(&str, &str)]) -> 
     common::spawn_daemon(broker, http, group, GAP, &env)
 }
 
+/// A daemon of `group` with `state.backend = "kafka"` under `instance`.
+fn kafka_backend_daemon(broker: &Broker, group: &str, instance: &str, http: &str) -> Guard {
+    let env = [
+        ("RANKPULSE__STATE__BACKEND", "kafka"),
+        ("RANKPULSE__STATE__INSTANCE", instance),
+        ("RANKPULSE__STATE__INTERVAL", "300ms"),
+    ];
+    spawn_daemon(&broker.bootstrap, http, group, &env)
+}
+
+/// Waits until the two instances' counters add up exactly to the single
+/// pass of `evs` with nothing open, and each event was counted once; their
+/// expositions then.
+fn counters_add_up_to_the_single_pass(http_a: &str, http_b: &str, evs: &[(String, String)]) -> (String, String) {
+    let single = add_counters(&[&reference(evs, &config_with_gap())]);
+    let mut polls = 0u32;
+    wait_until("a and b together to count every list once", Duration::from_secs(180), || {
+        let (ma, mb) = (metrics(http_a), metrics(http_b));
+        let union = add_counters(&[&ma, &mb]);
+        let done = sum_of(&ma, "rankpulse_open_lists") + sum_of(&mb, "rankpulse_open_lists") == 0.0
+            && !ma.is_empty()
+            && !mb.is_empty()
+            && counters_add_up(&union, &single, 0).is_ok();
+        polls += 1;
+        if !done && polls.is_multiple_of(100) {
+            let differing = counters_add_up(&union, &single, 3).err();
+            eprintln!("waiting: consumed a {} + b {}; differing {differing:?}", consumed(&ma), consumed(&mb));
+            if let Ok(dir) = std::env::var("RANKPULSE_DUMP_DIR") {
+                std::fs::write(format!("{dir}/a.prom"), &ma).unwrap();
+                std::fs::write(format!("{dir}/b.prom"), &mb).unwrap();
+                std::fs::write(format!("{dir}/single.prom"), reference(evs, &config_with_gap())).unwrap();
+            }
+        }
+        done
+    });
+    let (ma, mb) = (metrics(http_a), metrics(http_b));
+    let events_total = sum_of(&ma, "rankpulse_events_total") + sum_of(&mb, "rankpulse_events_total");
+    assert_eq!(events_total, evs.len() as f64, "an event was counted by both instances or by none");
+    (ma, mb)
+}
+
 fn state_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("rankpulse-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -219,14 +260,7 @@ fn join_leave_and_kill_9_with_checkpoints_in_kafka_add_up_exactly() {
     let broker = Broker::start(&tansu, port, port, &[]);
     let group = format!("acceptance-{}", std::process::id());
     let (http_a, http_b) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
-    let start = |instance: &str, http: &str| {
-        let env = [
-            ("RANKPULSE__STATE__BACKEND", "kafka"),
-            ("RANKPULSE__STATE__INSTANCE", instance),
-            ("RANKPULSE__STATE__INTERVAL", "300ms"),
-        ];
-        spawn_daemon(&broker.bootstrap, http, &group, &env)
-    };
+    let start = |instance: &str, http: &str| kafka_backend_daemon(&broker, &group, instance, http);
     let evs = events(4_000, now_ms() - 120_000, 43);
     let quarters = split_at_lists(&evs, 4);
     let producer = broker.producer();
@@ -252,25 +286,7 @@ fn join_leave_and_kill_9_with_checkpoints_in_kafka_add_up_exactly() {
     let mut b = start("b", &http_b);
     produce(&producer, &quarters[3], None);
 
-    let single = add_counters(&[&reference(&evs, &config_with_gap())]);
-    let mut polls = 0u32;
-    wait_until("a and b together to count every list once", Duration::from_secs(180), || {
-        let (ma, mb) = (metrics(&http_a), metrics(&http_b));
-        let union = add_counters(&[&ma, &mb]);
-        let done = sum_of(&ma, "rankpulse_open_lists") + sum_of(&mb, "rankpulse_open_lists") == 0.0
-            && !ma.is_empty()
-            && !mb.is_empty()
-            && counters_add_up(&union, &single, 0).is_ok();
-        polls += 1;
-        if !done && polls.is_multiple_of(100) {
-            let differing = counters_add_up(&union, &single, 3).err();
-            eprintln!("waiting: consumed a {} + b {}; differing {differing:?}", consumed(&ma), consumed(&mb));
-        }
-        done
-    });
-    let (ma, mb) = (metrics(&http_a), metrics(&http_b));
-    let events_total = sum_of(&ma, "rankpulse_events_total") + sum_of(&mb, "rankpulse_events_total");
-    assert_eq!(events_total, evs.len() as f64, "an event was counted by both instances or by none");
+    counters_add_up_to_the_single_pass(&http_a, &http_b, &evs);
     sigterm(&mut a);
     sigterm(&mut b);
 }
@@ -295,14 +311,7 @@ fn a_stopped_process_continued_as_a_zombie_never_counts_twice() {
     let broker = Broker::start(&tansu, port, port, &[]);
     let group = format!("zombie-{}", std::process::id());
     let (http_a, http_b) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
-    let start = |instance: &str, http: &str| {
-        let env = [
-            ("RANKPULSE__STATE__BACKEND", "kafka"),
-            ("RANKPULSE__STATE__INSTANCE", instance),
-            ("RANKPULSE__STATE__INTERVAL", "300ms"),
-        ];
-        spawn_daemon(&broker.bootstrap, http, &group, &env)
-    };
+    let start = |instance: &str, http: &str| kafka_backend_daemon(&broker, &group, instance, http);
     let signal = |daemon: &Guard, sig: &str| {
         let ok = std::process::Command::new("kill").args([sig, &daemon.0.id().to_string()]).status().unwrap();
         assert!(ok.success(), "kill {sig}");
@@ -339,28 +348,7 @@ fn a_stopped_process_continued_as_a_zombie_never_counts_twice() {
     signal(&a, "-CONT");
     produce(&producer, &quarters[3], None);
 
-    let single = add_counters(&[&reference(&evs, &config_with_gap())]);
-    let mut polls = 0u32;
-    wait_until("a and b together to count every list once", Duration::from_secs(180), || {
-        let (ma, mb) = (metrics(&http_a), metrics(&http_b));
-        let union = add_counters(&[&ma, &mb]);
-        let done = sum_of(&ma, "rankpulse_open_lists") + sum_of(&mb, "rankpulse_open_lists") == 0.0
-            && !ma.is_empty()
-            && !mb.is_empty()
-            && counters_add_up(&union, &single, 0).is_ok();
-        polls += 1;
-        if !done && polls.is_multiple_of(100) {
-            let differing = counters_add_up(&union, &single, 3).err();
-            eprintln!("waiting: consumed a {} + b {}; differing {differing:?}", consumed(&ma), consumed(&mb));
-            if let Ok(dir) = std::env::var("RANKPULSE_DUMP_DIR") {
-                std::fs::write(format!("{dir}/a.prom"), &ma).unwrap();
-                std::fs::write(format!("{dir}/b.prom"), &mb).unwrap();
-                std::fs::write(format!("{dir}/single.prom"), reference(&evs, &config_with_gap())).unwrap();
-            }
-        }
-        done
-    });
-    let (ma, mb) = (metrics(&http_a), metrics(&http_b));
+    let (ma, mb) = counters_add_up_to_the_single_pass(&http_a, &http_b, &evs);
     eprintln!(
         "fenced: a {} b {}; consumed: a {} b {}",
         sum_of(&ma, "rankpulse_state_fenced_total"),
@@ -368,8 +356,6 @@ fn a_stopped_process_continued_as_a_zombie_never_counts_twice() {
         consumed(&ma),
         consumed(&mb)
     );
-    let events_total = sum_of(&ma, "rankpulse_events_total") + sum_of(&mb, "rankpulse_events_total");
-    assert_eq!(events_total, evs.len() as f64, "an event was counted by both instances or by none");
     sigterm(&mut a);
     sigterm(&mut b);
 }

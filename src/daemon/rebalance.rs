@@ -468,6 +468,27 @@ mod tests {
         Daemon::for_tests_with_kafka_store(c)
     }
 
+    /// librdkafka's mock cluster with the state topic `topic`.
+    fn state_cluster(topic: &str) -> rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic(topic, 1, 1).unwrap();
+        cluster
+    }
+
+    /// A holds partition 0 up to 5, checkpoints and gives it up; B takes
+    /// it over, gets to 10 and checkpoints.
+    fn a_to_5_then_b_to_10(a: &mut Daemon, b: &mut Daemon) {
+        use super::super::publisher::Done;
+        let p0 = [(IMPRESSIONS.to_string(), 0)];
+        a.assign(&p0);
+        feed(a, 0..5);
+        assert!(matches!(checkpoint(a), Done::Written { .. }));
+        a.revoke(BTreeSet::from([0])).unwrap();
+        b.assign(&p0);
+        feed(b, 0..10);
+        assert!(matches!(checkpoint(b), Done::Written { .. }));
+    }
+
     /// One impression per offset of partition 0, each its own list.
     fn feed(d: &mut Daemon, offsets: std::ops::Range<i64>) {
         for i in offsets {
@@ -492,8 +513,7 @@ mod tests {
     #[test]
     fn a_fenced_zombie_gives_the_partition_up_where_its_new_owner_took_it() {
         use super::super::publisher::Done;
-        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("rankpulse-state-fencing", 1, 1).unwrap();
+        let cluster = state_cluster("rankpulse-state-fencing");
         let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-fencing", instance);
         let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
         let p0 = [(IMPRESSIONS.to_string(), 0)];
@@ -525,19 +545,11 @@ mod tests {
     /// B's 10 at the next hand-over; a third owner must take 10.
     #[test]
     fn a_checkpoint_snapshotted_before_an_assignment_keeps_its_epoch() {
-        use super::super::publisher::Done;
-        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("rankpulse-state-epochs", 1, 1).unwrap();
+        let cluster = state_cluster("rankpulse-state-epochs");
         let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-epochs", instance);
         let p0 = [(IMPRESSIONS.to_string(), 0)];
         let (mut a, mut b, mut c) = (daemon("a"), daemon("b"), daemon("c"));
-        a.assign(&p0);
-        feed(&mut a, 0..5);
-        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
-        a.revoke(BTreeSet::from([0])).unwrap();
-        b.assign(&p0);
-        feed(&mut b, 0..10);
-        assert!(matches!(checkpoint(&mut b), Done::Written { .. }));
+        a_to_5_then_b_to_10(&mut a, &mut b);
         // A's stale copy is snapshotted, and the partition comes back.
         a.request_checkpoint();
         a.assign(&p0);
@@ -561,8 +573,7 @@ mod tests {
     #[test]
     fn a_failed_hand_over_holds_the_partition_until_a_retry_takes_it_over() {
         use super::super::publisher::Done;
-        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("rankpulse-state-held", 1, 1).unwrap();
+        let cluster = state_cluster("rankpulse-state-held");
         let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-held", instance);
         let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
         let p0 = [(IMPRESSIONS.to_string(), 0)];
@@ -600,18 +611,11 @@ mod tests {
     #[test]
     fn a_read_that_fails_after_the_claim_leaves_the_stale_shard_its_old_epoch() {
         use super::super::publisher::Done;
-        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("rankpulse-state-failed-read", 1, 1).unwrap();
+        let cluster = state_cluster("rankpulse-state-failed-read");
         let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-failed-read", instance);
         let p0 = [(IMPRESSIONS.to_string(), 0)];
         let (mut a, mut b, mut c) = (daemon("a"), daemon("b"), daemon("c"));
-        a.assign(&p0);
-        feed(&mut a, 0..5);
-        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
-        a.revoke(BTreeSet::from([0])).unwrap();
-        b.assign(&p0);
-        feed(&mut b, 0..10);
-        assert!(matches!(checkpoint(&mut b), Done::Written { .. }));
+        a_to_5_then_b_to_10(&mut a, &mut b);
         b.revoke(BTreeSet::from([0])).unwrap();
         kafka_store(&a).fail_scans(1);
         a.assign(&p0);
@@ -630,8 +634,7 @@ mod tests {
     #[test]
     fn a_partition_fenced_while_still_assigned_is_claimed_again() {
         use super::super::publisher::Done;
-        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("rankpulse-state-reclaim", 1, 1).unwrap();
+        let cluster = state_cluster("rankpulse-state-reclaim");
         let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-reclaim", instance);
         let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
         let p0 = [(IMPRESSIONS.to_string(), 0)];
@@ -676,8 +679,7 @@ mod tests {
     #[test]
     fn a_message_of_a_partition_not_assigned_here_is_neither_counted_nor_claimed() {
         use super::super::publisher::Done;
-        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("rankpulse-state-stray", 1, 1).unwrap();
+        let cluster = state_cluster("rankpulse-state-stray");
         let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-stray", instance);
         let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
         let (mut a, mut b) = (daemon("a"), daemon("b"));
