@@ -146,6 +146,10 @@ impl TakingOver {
     /// What the consumer must be told now: topic-partitions to pause, to
     /// resume, and to seek (after resuming). Marks them done.
     pub(super) fn consumer_ops(&mut self) -> ConsumerOps {
+        // Every tick asks: nothing held nor paused is the usual answer.
+        if self.held.is_empty() && self.paused.is_empty() && self.seeks.is_empty() {
+            return ConsumerOps::default();
+        }
         let wanted: BTreeSet<(String, i32)> =
             self.held.iter().flat_map(|(p, (ts, _))| ts.iter().map(move |t| (t.clone(), *p))).collect();
         let pause: Vec<_> = wanted.difference(&self.paused).cloned().collect();
@@ -199,7 +203,10 @@ impl Daemon {
     pub(super) fn retry_hand_over(&mut self) -> Result<(), DaemonError> {
         let now = Instant::now();
         let due = self.taking_over.due(now);
-        let Some(store) = self.store.clone().filter(|_| !due.is_empty()) else { return Ok(()) };
+        if due.is_empty() {
+            return Ok(());
+        }
+        let Some(store) = self.store.clone() else { return Ok(()) };
         // A checkpoint in flight carries these shards as held: written after
         // the claims below, it would carry their new epoch.
         if let Some(done) = self.publisher.wait() {
