@@ -37,7 +37,8 @@ enum Command {
     LoopGap(MixArgs),
     /// `rankpulse run` against a bare consumer on three traffic shapes
     /// (S1 production mix, S2 judgment-heavy backlog, S3 live tail at 70%
-    /// of S2's rate), through the broker at --brokers, alternating which
+    /// of S2's rate, and on request s3c, S3's lists read as a backlog
+    /// afterwards), through the broker at --brokers, alternating which
     /// goes first, --rounds times; whole-process CPU of each.
     Shapes {
         /// Kafka bootstrap servers (a broker that lets the bench create topics).
@@ -64,7 +65,8 @@ enum Command {
         /// median S2 rate; given, S3 runs without S2).
         #[arg(long)]
         live_rate: Option<f64>,
-        /// Shapes to run, comma separated (S3 runs S2 first for its rate).
+        /// Shapes to run, comma separated: s1, s2, s3, s3c (S3 and s3c
+        /// run S2 first for their rate unless --live-rate is given).
         #[arg(long, default_value = "s1,s2,s3", value_delimiter = ',')]
         shapes: Vec<String>,
         #[arg(long, default_value_t = 42)]

@@ -7,6 +7,11 @@
 //!   all of it in a consumer group of their own.
 //! - S3, a live tail: S2 with event times of now, produced at 70% of the
 //!   daemon's median S2 rate while it (then the bare consumer) consumes.
+//! - S3's catch-up (`s3c`): the same lists at the same rate of event time,
+//!   ending now, produced as a backlog and read afterwards, as by a reader
+//!   that was down for the whole tail and restarts behind it. Its lists
+//!   are as dense in event time as S3's (thousands a second against S2's
+//!   14), so the gap holds two orders of magnitude more of them open.
 //!
 //! Both are processes of their own, measured alike from outside: CPU is
 //! utime + stime of all their threads (`/proc/PID/stat`, sampled every
@@ -42,7 +47,8 @@ pub struct Options {
     /// S3's rate, messages per second; `None`: 70% of the daemon's median
     /// S2 rate.
     pub live_rate: Option<f64>,
-    /// Which shapes to run ("s1", "s2", "s3"; S3 needs S2's rate).
+    /// Which shapes to run ("s1", "s2", "s3", "s3c"; S3 and its catch-up
+    /// need S2's rate unless `live_rate` is given).
     pub shapes: Vec<String>,
     pub seed: u64,
     /// `session.gap` of the daemon, seconds.
@@ -58,6 +64,13 @@ pub struct Reading {
     pub peak_rss: u64,
     /// The daemon's most open lists in a scrape (0 for the bare consumer).
     pub open_lists_peak: f64,
+    /// The share of the messages the daemon had read at that scrape: where
+    /// in the read the peak was (the start, before every topic has
+    /// delivered, or the steady part).
+    pub open_lists_peak_at: f64,
+    /// The most open lists in a scrape after the first tenth of the
+    /// messages was read: the steady part of a catch-up.
+    pub open_lists_peak_late: f64,
     pub topic_pauses: f64,
     /// Live tail: p99 delay from the Kafka timestamp to the message read
     /// (the bare consumer) or applied (the daemon), ms.
@@ -334,7 +347,7 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
     let pid = child.id();
     let sampler = CpuSampler::start(pid);
     let deadline = Instant::now() + Duration::from_secs(900);
-    let mut open_peak = 0.0f64;
+    let (mut open_peak, mut open_peak_at, mut open_peak_late) = (0.0f64, 0.0f64, 0.0f64);
     let (pauses, delay) = loop {
         if let Some(status) = child.try_wait()? {
             bail!("rankpulse run exited ({status}); see {}", log_path.display());
@@ -344,8 +357,14 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
             bail!("rankpulse run did not read {total} messages in 900 s; see {}", log_path.display());
         }
         if let Some(m) = http_get(&http, "/metrics") {
-            open_peak = open_peak.max(sum(&m, "rankpulse_open_lists"));
             let consumed = sum(&m, "rankpulse_events_total") + sum(&m, "rankpulse_events_rejected_total");
+            let open = sum(&m, "rankpulse_open_lists");
+            if open > open_peak {
+                (open_peak, open_peak_at) = (open, consumed / total.max(1) as f64);
+            }
+            if consumed * 10.0 >= total as f64 {
+                open_peak_late = open_peak_late.max(open);
+            }
             if consumed >= total as f64 {
                 let delay = histogram_quantile(&m, "rankpulse_ingest_delay_seconds", 0.99).map(|s| s * 1000.0);
                 break (sum(&m, "rankpulse_topic_pauses_total"), delay);
@@ -371,7 +390,14 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
         let _ = std::fs::remove_file(&log_path);
     }
     let r = reading(&sampler, first, last, total, rss)?;
-    Ok(Reading { open_lists_peak: open_peak, topic_pauses: pauses, p99_delay_ms: delay, ..r })
+    Ok(Reading {
+        open_lists_peak: open_peak,
+        open_lists_peak_at: open_peak_at,
+        open_lists_peak_late: open_peak_late,
+        topic_pauses: pauses,
+        p99_delay_ms: delay,
+        ..r
+    })
 }
 
 /// A catch-up shape: produced once, then read `rounds` times by each.
@@ -415,7 +441,7 @@ fn backlog(
 
 fn line(bare: &Reading, daemon: &Reading) -> String {
     format!(
-        "bare {:.0}/CPU-s ({:.2} CPU-s, {:.2} s), daemon {:.0}/CPU-s ({:.2} CPU-s, {:.2} s, {:.0} open lists at most, {:.0} pauses): ratio {:.2}",
+        "bare {:.0}/CPU-s ({:.2} CPU-s, {:.2} s), daemon {:.0}/CPU-s ({:.2} CPU-s, {:.2} s, {:.0} open lists at most, with {:.0}% read, {:.0} after the first tenth, {:.0} pauses): ratio {:.2}",
         bare.per_cpu_second(),
         bare.cpu_seconds,
         bare.seconds,
@@ -423,6 +449,8 @@ fn line(bare: &Reading, daemon: &Reading) -> String {
         daemon.cpu_seconds,
         daemon.seconds,
         daemon.open_lists_peak,
+        100.0 * daemon.open_lists_peak_at,
+        daemon.open_lists_peak_late,
         daemon.topic_pauses,
         daemon.per_cpu_second() / bare.per_cpu_second().max(1e-9)
     )
@@ -431,19 +459,24 @@ fn line(bare: &Reading, daemon: &Reading) -> String {
 /// S1's judgments come 0.5, 1.2 and 1.9 s after their impression.
 const S1_MAX_JUDGMENT_DELAY_MS: i64 = 1_900;
 
+/// How many lists S3 starts, and how far apart in event time (ms), for
+/// `rate` messages per second over `live_seconds`.
+fn live_lists(opts: &Options, rate: f64) -> (usize, f64) {
+    // About 11.5 messages per list in S2.
+    let per_list = {
+        let sample: Vec<Message> = JudgmentHeavy::new(2_000, opts.seed, 0, 72.0).collect();
+        sample.len() as f64 / 2_000.0
+    };
+    ((rate * opts.live_seconds / per_list) as usize, 1000.0 * per_list / rate)
+}
+
 /// The live tail: S2 with event times of now at `rate` messages per
 /// second, for each reader in turn (alternating), `rounds` times. Lists
 /// start during `live_seconds`; since judgments trail their impression by
 /// up to 20 s, the rate ramps up over the first 20 s, holds, and ramps
 /// down over the last 20 s after the last list.
 fn live(opts: &Options, rate: f64) -> anyhow::Result<ShapeReport> {
-    // About 11.5 messages per list in S2.
-    let per_list = {
-        let sample: Vec<Message> = JudgmentHeavy::new(2_000, opts.seed, 0, 72.0).collect();
-        sample.len() as f64 / 2_000.0
-    };
-    let lists = (rate * opts.live_seconds / per_list) as usize;
-    let spacing_ms = 1000.0 * per_list / rate;
+    let (lists, spacing_ms) = live_lists(opts, rate);
     let mut report = ShapeReport {
         name: "S3".into(),
         description: format!(
@@ -512,7 +545,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<ShapeReport>> {
         )?);
     }
     let mut s2_rate = None;
-    if wants("s2") || wants("s3") && opts.live_rate.is_none() {
+    if wants("s2") || (wants("s3") || wants("s3c")) && opts.live_rate.is_none() {
         let span = 7_200_000.0;
         let spacing = span / opts.s2_lists as f64;
         let messages: Vec<Message> = JudgmentHeavy::new(opts.s2_lists, opts.seed, now - span as i64, spacing).collect();
@@ -531,12 +564,33 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<ShapeReport>> {
             reports.push(r);
         }
     }
-    if wants("s3") {
+    let live_rate = || {
         let rate = opts.live_rate.unwrap_or(0.7 * s2_rate.unwrap_or(f64::NAN));
         if !rate.is_finite() || rate <= 0.0 {
             bail!("no S2 rate to pace the live tail by");
         }
-        reports.push(live(opts, rate)?);
+        Ok(rate)
+    };
+    if wants("s3c") {
+        let rate = live_rate()?;
+        let (lists, spacing_ms) = live_lists(opts, rate);
+        let span = lists as f64 * spacing_ms;
+        let start = unix_ms() - span as i64 - MAX_JUDGMENT_DELAY_MS;
+        let messages: Vec<Message> = JudgmentHeavy::new(lists, opts.seed, start, spacing_ms).collect();
+        reports.push(backlog(
+            opts,
+            "s3c",
+            &format!(
+                "S3's catch-up: S3's {lists} lists ({rate:.0} messages/s of event time), ending now, read as a backlog"
+            ),
+            messages,
+            lists,
+            span,
+            MAX_JUDGMENT_DELAY_MS,
+        )?);
+    }
+    if wants("s3") {
+        reports.push(live(opts, live_rate()?)?);
     }
     Ok(reports)
 }
