@@ -389,8 +389,9 @@ pub async fn run_with(
             let mut drained = 0;
             loop {
                 batch.extend(first.take());
-                // The consumer queue first: what it holds of a partition was
-                // fetched before the partition's queue was split (`lanes`).
+                // The consumer queue first: rebalances and errors, and the
+                // messages of a partition whose queue could not be split
+                // (`lanes`).
                 let mut consumer_queue_empty = false;
                 while batch.len() < PREFETCH_BATCH {
                     match ready_now(messages.next()).flatten() {

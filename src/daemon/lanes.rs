@@ -12,11 +12,12 @@
 //! split queues) is reached: holding a lane back costs nothing.
 //!
 //! What stays on the consumer queue: rebalances, errors, statistics, and
-//! the messages of a partition fetched before its queue was split. Those
-//! come first: a turn of the loop reads lanes only after the consumer queue
-//! was found empty, and a queue is split (when its assignment is applied)
-//! before anything of it can be fetched into its own queue, so a
-//! partition's messages are handled in offset order either way.
+//! the messages of a partition whose queue could not be split. A queue is
+//! kept apart from the consumer queue as soon as its partition is assigned,
+//! inside the rebalance callback (`kafka::keep_apart`), before its first
+//! fetch can return; its messages wait there until the daemon has applied
+//! the assignment and takes the handle below, so each partition's messages
+//! come from one queue, in offset order, and all of them can be held back.
 //!
 //! librdkafka keeps a split queue split across reassignments (the queue is
 //! marked forwarded by the application), but a handle must be taken again
@@ -83,5 +84,62 @@ impl Lanes {
     /// Drops every queue (before the consumer closes: each holds it).
     pub fn clear(&mut self) {
         self.lanes.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+    use rdkafka::Message;
+    use rdkafka::consumer::Consumer as _;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use std::time::{Duration, Instant};
+
+    /// What the lanes rely on: from the moment a partition is assigned,
+    /// nothing of it comes on the consumer queue, however long the daemon
+    /// takes to apply the assignment; its messages wait, from the first,
+    /// in its own queue.
+    #[tokio::test]
+    async fn an_assigned_partition_delivers_nothing_on_the_consumer_queue_before_it_is_split() {
+        let cluster = MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("apart", 1, 1).unwrap();
+        let producer: BaseProducer =
+            rdkafka::ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).create().unwrap();
+        for i in 0..50 {
+            let payload = format!("{i}");
+            producer.send(BaseRecord::<(), str>::to("apart").partition(0).payload(&payload)).unwrap();
+        }
+        producer.flush(Duration::from_secs(10)).unwrap();
+        let mut config = crate::config::Config::default();
+        config.kafka.brokers = cluster.bootstrap_servers();
+        let signals = Arc::new(crate::kafka::KafkaSignals::default());
+        let consumer = Arc::new(crate::kafka::create_consumer(&config, signals.clone()).unwrap());
+        consumer.subscribe(&["apart"]).unwrap();
+        let mut stream = consumer.stream();
+        let assigned = || signals.rebalances.lock().unwrap().iter().any(|e| matches!(e, RebalanceEvent::Assigned(_)));
+        // Polling the consumer queue runs the rebalance callback; then it
+        // goes on being polled for 2 s, as a daemon busy with a hand-over
+        // would leave it, which is long enough for fetches to return.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut assigned_at = None;
+        while assigned_at.is_none_or(|at: Instant| at.elapsed() < Duration::from_secs(2)) {
+            assert!(Instant::now() < deadline, "no assignment within 30 s");
+            if let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_millis(100), stream.next()).await {
+                panic!("offset {} of an assigned partition came on the consumer queue", m.offset());
+            }
+            if assigned_at.is_none() && assigned() {
+                assigned_at = Some(Instant::now());
+            }
+        }
+        let queue = consumer.split_partition_queue("apart", 0).expect("a partition queue");
+        let mut lane = queue.stream();
+        for expected in 0..50 {
+            let m = tokio::time::timeout(Duration::from_secs(10), lane.next()).await.expect("a message");
+            assert_eq!(m.expect("a message").expect("no error").offset(), expected);
+        }
+        drop(lane);
+        drop(queue);
     }
 }
