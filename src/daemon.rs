@@ -357,7 +357,8 @@ pub async fn run_with(
                     }
                 } => {
                     // Its poll ran a rebalance callback: the message may
-                    // belong to a partition assigned by it, and is handled
+                    // belong to a partition it changed (revoked, or
+                    // assigned without a queue of its own), and is handled
                     // once that is applied.
                     if daemon.signals.rebalance_pending.load(Ordering::Relaxed) {
                         carried = Some(message);

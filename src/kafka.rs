@@ -297,46 +297,58 @@ impl ClientContext for RankpulseContext {
 impl ConsumerContext for RankpulseContext {
     // Called inside the consuming task's poll: the revocation is recorded
     // before librdkafka gives the partitions up, and handled before the
-    // task's next message.
-    fn pre_rebalance(&self, _consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(tpl) = rebalance
-            && let Ok(mut q) = self.signals.rebalances.lock()
-        {
-            q.push(RebalanceEvent::Revoked(partitions_of(tpl)));
-            self.signals.rebalance_pending.store(true, Ordering::Release);
+    // task's next message. Partitions about to be assigned are kept apart
+    // from the consumer queue before librdkafka starts fetching them; not
+    // if the rebalance record cannot be kept (a poisoned lock), since no
+    // lane would then ever read them.
+    fn pre_rebalance(&self, consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                if let Ok(mut q) = self.signals.rebalances.lock() {
+                    q.push(RebalanceEvent::Revoked(partitions_of(tpl)));
+                    self.signals.rebalance_pending.store(true, Ordering::Release);
+                }
+            }
+            Rebalance::Assign(tpl) if !self.signals.rebalances.is_poisoned() => {
+                for (topic, partition) in partitions_of(tpl) {
+                    keep_apart(consumer, &topic, partition);
+                }
+            }
+            _ => {}
         }
     }
 
-    fn post_rebalance(&self, consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(tpl) = rebalance {
-            for (topic, partition) in partitions_of(tpl) {
-                keep_apart(consumer, &topic, partition);
-            }
-            if let Ok(mut q) = self.signals.rebalances.lock() {
-                q.push(RebalanceEvent::Assigned(partitions_of(tpl)));
-                self.signals.rebalance_pending.store(true, Ordering::Release);
-            }
+    fn post_rebalance(&self, _consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance
+            && let Ok(mut q) = self.signals.rebalances.lock()
+        {
+            q.push(RebalanceEvent::Assigned(partitions_of(tpl)));
+            self.signals.rebalance_pending.store(true, Ordering::Release);
         }
     }
 }
 
-/// Stops librdkafka from forwarding the messages of a topic-partition just
-/// assigned to the consumer queue, before its first fetch can return: they
-/// wait in the partition's own queue until the daemon takes a handle on it
-/// (`daemon::lanes`, which does the same again and adds the wake-up).
-/// Without this, what was fetched between the assignment and the daemon
-/// applying it (a hand-over of checkpoints takes about a second) came on
-/// the consumer queue, where no topic can be held back: in the judgment-
-/// heavy catch-up of `docs/performance.md` about 26,000 messages, which
-/// kept up to 3.3 times the lists open that the gap needs.
+/// Stops librdkafka from forwarding the messages of a topic-partition
+/// about to be assigned to the consumer queue: called before the
+/// assignment, so before anything of it is fetched (librdkafka creates the
+/// partition's queue on demand, and its fetch start leaves a queue the
+/// application took apart as it is). Its messages wait in that queue until
+/// the daemon takes a handle on it (`daemon::lanes`, which does the same
+/// again and adds the wake-up). Without this, what was fetched between the
+/// assignment and the daemon applying it (a hand-over of checkpoints takes
+/// about a second) came on the consumer queue, where no topic can be held
+/// back: in the judgment-heavy catch-up of `docs/performance.md` about
+/// 26,000 messages, which kept up to 3.3 times the lists open that the gap
+/// needs.
 fn keep_apart(consumer: &rdkafka::consumer::BaseConsumer<RankpulseContext>, topic: &str, partition: i32) {
     use rdkafka::bindings as rd;
     use rdkafka::consumer::Consumer as _;
     let Ok(topic) = std::ffi::CString::new(topic) else { return };
     // SAFETY: the client pointer is the live consumer's (this runs inside
-    // its rebalance callback); `rd_kafka_queue_get_partition` returns a new
-    // reference or null, and the reference is released once forwarding is
-    // off, as rdkafka's own `split_partition_queue` does it.
+    // its rebalance callback, where librdkafka holds none of its locks);
+    // `rd_kafka_queue_get_partition` returns a new reference or null, and
+    // the reference is released once forwarding is off, as rdkafka's own
+    // `split_partition_queue` does it.
     unsafe {
         let queue = rd::rd_kafka_queue_get_partition(consumer.client().native_ptr(), topic.as_ptr(), partition);
         if !queue.is_null() {

@@ -13,11 +13,11 @@
 //!
 //! What stays on the consumer queue: rebalances, errors, statistics, and
 //! the messages of a partition whose queue could not be split. A queue is
-//! kept apart from the consumer queue as soon as its partition is assigned,
-//! inside the rebalance callback (`kafka::keep_apart`), before its first
-//! fetch can return; its messages wait there until the daemon has applied
-//! the assignment and takes the handle below, so each partition's messages
-//! come from one queue, in offset order, and all of them can be held back.
+//! kept apart from the consumer queue inside the rebalance callback, before
+//! librdkafka assigns and fetches its partition (`kafka::keep_apart`); its
+//! messages wait there until the daemon has applied the assignment and
+//! takes the handle below, so each partition's messages come from one
+//! queue, in offset order, and all of them can be held back.
 //!
 //! librdkafka keeps a split queue split across reassignments (the queue is
 //! marked forwarded by the application), but a handle must be taken again
@@ -93,9 +93,22 @@ mod tests {
     use futures_util::StreamExt;
     use rdkafka::Message;
     use rdkafka::consumer::Consumer as _;
-    use rdkafka::mocking::MockCluster;
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     use std::time::{Duration, Instant};
+
+    /// Messages waiting in a partition's own queue.
+    fn queued(consumer: &Consumer, topic: &str, partition: i32) -> usize {
+        use rdkafka::bindings as rd;
+        let topic = std::ffi::CString::new(topic).unwrap();
+        // SAFETY: as in `kafka::keep_apart`: a live client, a new reference
+        // released after use.
+        unsafe {
+            let queue = rd::rd_kafka_queue_get_partition(consumer.client().native_ptr(), topic.as_ptr(), partition);
+            assert!(!queue.is_null(), "a partition queue");
+            let n = rd::rd_kafka_queue_length(queue);
+            rd::rd_kafka_queue_destroy(queue);
+            n
+        }
+    }
 
     /// What the lanes rely on: from the moment a partition is assigned,
     /// nothing of it comes on the consumer queue, however long the daemon
@@ -103,34 +116,21 @@ mod tests {
     /// in its own queue.
     #[tokio::test]
     async fn an_assigned_partition_delivers_nothing_on_the_consumer_queue_before_it_is_split() {
-        let cluster = MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("apart", 1, 1).unwrap();
-        let producer: BaseProducer =
-            rdkafka::ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).create().unwrap();
-        for i in 0..50 {
-            let payload = format!("{i}");
-            producer.send(BaseRecord::<(), str>::to("apart").partition(0).payload(&payload)).unwrap();
-        }
-        producer.flush(Duration::from_secs(10)).unwrap();
-        let mut config = crate::config::Config::default();
-        config.kafka.brokers = cluster.bootstrap_servers();
+        let (_cluster, config) = super::super::testing::mock_topic("apart", 50);
         let signals = Arc::new(crate::kafka::KafkaSignals::default());
         let consumer = Arc::new(crate::kafka::create_consumer(&config, signals.clone()).unwrap());
         consumer.subscribe(&["apart"]).unwrap();
         let mut stream = consumer.stream();
         let assigned = || signals.rebalances.lock().unwrap().iter().any(|e| matches!(e, RebalanceEvent::Assigned(_)));
-        // Polling the consumer queue runs the rebalance callback; then it
-        // goes on being polled for 2 s, as a daemon busy with a hand-over
-        // would leave it, which is long enough for fetches to return.
+        // The consumer queue is polled (which runs the rebalance callback)
+        // as a daemon busy with a hand-over would leave it, until the
+        // partition's own queue holds every message: fetched, and not
+        // forwarded.
         let deadline = Instant::now() + Duration::from_secs(30);
-        let mut assigned_at = None;
-        while assigned_at.is_none_or(|at: Instant| at.elapsed() < Duration::from_secs(2)) {
-            assert!(Instant::now() < deadline, "no assignment within 30 s");
-            if let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_millis(100), stream.next()).await {
+        while !assigned() || queued(&consumer, "apart", 0) < 50 {
+            assert!(Instant::now() < deadline, "not assigned and fetched within 30 s");
+            if let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_millis(50), stream.next()).await {
                 panic!("offset {} of an assigned partition came on the consumer queue", m.offset());
-            }
-            if assigned_at.is_none() && assigned() {
-                assigned_at = Some(Instant::now());
             }
         }
         let queue = consumer.split_partition_queue("apart", 0).expect("a partition queue");

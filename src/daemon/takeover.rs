@@ -271,8 +271,6 @@ mod tests {
     use super::*;
     use futures_util::StreamExt;
     use rdkafka::Message;
-    use rdkafka::mocking::MockCluster;
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
     /// What the daemon relies on from librdkafka: a paused partition
     /// delivers nothing, not even what was prefetched before the pause,
@@ -288,17 +286,7 @@ mod tests {
 
     #[tokio::test]
     async fn librdkafka_delivers_nothing_of_a_paused_partition_and_resumes_where_sought() {
-        let cluster = MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("held", 1, 1).unwrap();
-        let producer: BaseProducer =
-            rdkafka::ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).create().unwrap();
-        for i in 0..50 {
-            let payload = format!("{i}");
-            producer.send(BaseRecord::<(), str>::to("held").partition(0).payload(&payload)).unwrap();
-        }
-        producer.flush(Duration::from_secs(10)).unwrap();
-        let mut config = crate::config::Config::default();
-        config.kafka.brokers = cluster.bootstrap_servers();
+        let (_cluster, config) = super::super::testing::mock_topic("held", 50);
         let consumer = crate::kafka::create_consumer(&config, Default::default()).unwrap();
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset("held", 0, Offset::Beginning).unwrap();

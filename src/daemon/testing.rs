@@ -73,3 +73,28 @@ pub fn judgment(session: &str, doc: &str, grade: u32) -> Vec<u8> {
     )
     .into_bytes()
 }
+
+/// A one-broker mock cluster whose topic `topic` holds `messages` records
+/// (payloads "0", "1", …) in its one partition, and the default
+/// configuration pointed at it: what the tests of librdkafka's behaviour
+/// under the daemon (pause, queues kept apart) start from.
+pub fn mock_topic(
+    topic: &str,
+    messages: usize,
+) -> (rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>, Config) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic(topic, 1, 1).expect("a topic");
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .create()
+        .expect("a producer");
+    for i in 0..messages {
+        let payload = i.to_string();
+        producer.send(BaseRecord::<(), str>::to(topic).partition(0).payload(&payload)).expect("queued");
+    }
+    producer.flush(std::time::Duration::from_secs(10)).expect("produced");
+    let mut config = Config::default();
+    config.kafka.brokers = cluster.bootstrap_servers();
+    (cluster, config)
+}
