@@ -3,12 +3,15 @@
 //! judgments topic (rankpulse's format), a `mapped` topic (short paths, so
 //! that the fuzzer finds them) and a `ubi` topic, through one `Pipeline`,
 //! with small limits so eviction, dimension overflow, late amendments, the
-//! click counts of `[debias]` and a state round trip are exercised.
+//! click counts of `[debias]` and a state round trip are exercised. Each
+//! message is also decoded as UBI by both of its readers, which must agree
+//! (the fast one leaves to serde whatever it cannot read exactly).
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rankpulse::config::{Config, Span};
+use rankpulse::event::{DecodeLimits, Format, ubi};
 use rankpulse::pipeline::{Clock, Pipeline};
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -38,6 +41,9 @@ grade = "g"
 action = "a"
 [mapped.dimensions]
 ranker = "x.r"
+[ubi.dimensions]
+ranker = "query_attributes.r"
+market = "event_attributes.object.m"
 "#;
 const START_MS: i64 = 1_700_000_000_000;
 /// Processing time between two messages.
@@ -61,7 +67,19 @@ static CONFIG: LazyLock<Config> = LazyLock::new(|| {
     config
 });
 
+static LIMITS: LazyLock<DecodeLimits> = LazyLock::new(|| CONFIG.decode_limits());
+
 fuzz_target!(|data: &[u8]| {
+    for payload in data.split(|&b| b == b'\n').take(MAX_MESSAGES) {
+        for format in [Format::Ubi, Format::UbiEvents, Format::UbiQueries] {
+            assert_eq!(
+                ubi::decode(format, payload, &LIMITS),
+                ubi::decode_by_serde(format, payload, &LIMITS),
+                "the UBI readers differ on {format:?} {:?}",
+                String::from_utf8_lossy(payload)
+            );
+        }
+    }
     let mut pipeline = Pipeline::new(&CONFIG.pipeline_settings());
     let mut fed: u64 = 0;
     let mut arrival_ms = START_MS;

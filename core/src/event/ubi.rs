@@ -24,6 +24,10 @@
 //!   (`query_attributes.experiment.arm`), read on the way through the
 //!   message into a fixed array ([`Capture`]), nothing built per message.
 //!
+//! The usual message is read by [`scan`], straight from its bytes; the
+//! serde reader here decides whatever that one leaves to it (escapes,
+//! unusual numbers, errors), so both give the same result on any input.
+//!
 //! UBI has no event id: the message itself is its id, so a re-delivered
 //! message counts once and two messages that differ in any byte both count.
 //!
@@ -43,6 +47,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use thiserror::Error;
+
+mod scan;
 
 /// Where a dimension's value is read from in UBI input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -452,18 +458,23 @@ struct RawUbi<'a> {
 /// searches, views, hovers). Written by hand for that early stop only; a
 /// field given twice is refused as serde's derive refuses it.
 struct RawUbiSeed<'l, 'de> {
-    /// `[judgments.actions]`; `None` reads every field (queries).
-    stop_unless_in: Option<&'l BTreeMap<String, crate::metrics::Grade>>,
+    settings: &'l Settings<'l>,
     /// Set when the read stopped at an unmapped action.
     unmapped: &'l std::cell::Cell<bool>,
+    /// Where the dimensions' values go: beside the [`RawUbi`], not in it,
+    /// so that the array is not moved with it.
+    slots: &'l mut Slots<'de>,
+}
+
+/// What reading a message needs besides its bytes, for both readers.
+struct Settings<'l> {
+    /// `[judgments.actions]`; `None` reads every field (queries).
+    stop_unless_in: Option<&'l BTreeMap<String, crate::metrics::Grade>>,
     /// `[ubi.dimensions]`, read below the attributes.
     dims: &'l [(String, UbiPath)],
     /// The dimensions read below `query_attributes`, `event_attributes`.
     query_mask: u32,
     event_mask: u32,
-    /// Where their values go: beside the [`RawUbi`], not in it, so that
-    /// the array is not moved with it.
-    slots: &'l mut Slots<'de>,
     /// `input.max_results`, for `query_response_hit_ids`.
     max_results: usize,
 }
@@ -507,7 +518,7 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
             match key.0.as_ref() {
                 "action_name" => {
                     raw.action_name = once(&mut map, &mut seen, 1, "action_name")?;
-                    if let (Some(actions), Some(action)) = (self.stop_unless_in, &raw.action_name) {
+                    if let (Some(actions), Some(action)) = (self.settings.stop_unless_in, &raw.action_name) {
                         let a = action.0.as_ref();
                         if !a.is_empty() && a != "impression" && !actions.contains_key(a) {
                             self.unmapped.set(true);
@@ -522,16 +533,16 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
                 "timestamp" => raw.timestamp = once(&mut map, &mut seen, 1 << 5, "timestamp")?,
                 "query_response_hit_ids" => {
                     first(&mut seen, 1 << 6, "query_response_hit_ids")?;
-                    raw.query_response_hit_ids = map.next_value_seed(HitsSeed { max: self.max_results })?;
+                    raw.query_response_hit_ids = map.next_value_seed(HitsSeed { max: self.settings.max_results })?;
                 }
                 "query_attributes" => {
                     first(&mut seen, 1 << 7, "query_attributes")?;
-                    let (dims, mask) = (self.dims, self.query_mask);
+                    let (dims, mask) = (self.settings.dims, self.settings.query_mask);
                     map.next_value_seed(Capture { dims, event: false, mask, depth: 0, slots: &mut *self.slots })?;
                 }
                 "event_attributes" => {
                     first(&mut seen, 1 << 8, "event_attributes")?;
-                    let (dims, mask) = (self.dims, self.event_mask);
+                    let (dims, mask) = (self.settings.dims, self.settings.event_mask);
                     let capture = Capture { dims, event: true, mask, depth: 0, slots: &mut *self.slots };
                     raw.event_attributes = map.next_value_seed(EventAttributesSeed(capture))?;
                 }
@@ -608,23 +619,47 @@ fn present(id: Option<Id<'_>>) -> Option<Cow<'_, str>> {
 /// Decodes one UBI message of `format` (`Rankpulse` and `Mapped` are not
 /// UBI: they are decoded as `Ubi`). Never panics on any input.
 pub fn decode<'a>(format: Format, bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, RejectReason> {
+    decode_with(format, bytes, limits, true)
+}
+
+/// [`decode`] through the serde reader alone, which decides whatever the
+/// fast reader ([`scan`]) leaves to it: for the tests and the fuzz target
+/// that hold the two to the same results.
+#[doc(hidden)]
+pub fn decode_by_serde<'a>(format: Format, bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, RejectReason> {
+    decode_with(format, bytes, limits, false)
+}
+
+fn decode_with<'a>(
+    format: Format,
+    bytes: &'a [u8],
+    limits: &DecodeLimits,
+    fast: bool,
+) -> Result<Event<'a>, RejectReason> {
     let text = message_text(bytes, limits)?;
-    let unmapped = std::cell::Cell::new(false);
-    let mut slots: Slots = None;
-    let seed = RawUbiSeed {
+    let settings = Settings {
         stop_unless_in: (format != Format::UbiQueries).then_some(&limits.actions),
-        unmapped: &unmapped,
         dims: &limits.ubi.dimensions,
         query_mask: limits.ubi.mask(false),
         event_mask: limits.ubi.mask(true),
-        slots: &mut slots,
         max_results: limits.max_results,
     };
-    let mut de = serde_json::Deserializer::from_str(text);
-    let raw = match de::DeserializeSeed::deserialize(seed, &mut de).and_then(|raw| de.end().map(|()| raw)) {
-        Ok(raw) => raw,
-        Err(_) if unmapped.get() => return Ok(Event::Ignored(IgnoreReason::UnmappedAction)),
-        Err(e) => return Err(classify(&e, text)),
+    let mut slots: Slots = None;
+    let fast = if fast { scan::read(text, &settings, &mut slots) } else { None };
+    let raw = match fast {
+        Some(scan::Read::Raw(raw)) => raw,
+        Some(scan::Read::Unmapped) => return Ok(Event::Ignored(IgnoreReason::UnmappedAction)),
+        None => {
+            slots = None;
+            let unmapped = std::cell::Cell::new(false);
+            let seed = RawUbiSeed { settings: &settings, unmapped: &unmapped, slots: &mut slots };
+            let mut de = serde_json::Deserializer::from_str(text);
+            match de::DeserializeSeed::deserialize(seed, &mut de).and_then(|raw| de.end().map(|()| raw)) {
+                Ok(raw) => raw,
+                Err(_) if unmapped.get() => return Ok(Event::Ignored(IgnoreReason::UnmappedAction)),
+                Err(e) => return Err(classify(&e, text)),
+            }
+        }
     };
     let is_event = match format {
         Format::UbiQueries => false,

@@ -1,0 +1,750 @@
+//! The usual UBI message read straight from its bytes, ahead of the serde
+//! reader: the first half of [`super::decode`].
+//!
+//! Why by hand: a list shown through `impression` events is one message
+//! per result, so the same lists are 2.6 times the native format's
+//! messages and 2.9 times its bytes in UBI, and decoding was two thirds of
+//! the pipeline's cost of UBI input. Much of that is serde's per-member
+//! machinery (a visitor call, an `Option` and a `Result` per member), not
+//! the bytes. This reader walks the bytes once and fills the same
+//! [`RawUbi`] and dimension slots. Measured on `rankpulse-bench ubi`
+//! (lists from `rankpulse_testkit::ubi`, half of them shown by impression
+//! events): 4,300 instructions per message against the serde reader's
+//! 5,600 (callgrind, `--lists 10000 --rounds 1`), and UBI lists per second
+//! up by a fifth (median of 9 rounds, alternating with the serde-only
+//! build: 54.8k to 67.1k; `docs/performance.md`).
+//!
+//! It reads only what it can read exactly as serde_json does, and answers
+//! `None` at anything else: an escape or a control character in a string,
+//! a negative, fractional or exponent number where a value is read (an
+//! exponent anywhere), a member of the message, `object_id` or `ordinal`
+//! given twice, nesting deeper than
+//! [`MAX_NESTING`], any syntax error. The serde reader then reads the
+//! message from the start and decides (its error, or its value). So this
+//! reader can only be faster, never different: `same_as_serde` (proptest,
+//! hostile variants of every member) and the `decode_assemble` fuzz target
+//! compare the two on every input they make.
+
+use super::{Capture, Id, Known, Ordinal, RawEventAttributes, RawUbi, Settings, Slots};
+use crate::event::{RawTimestamp, RejectReason, Shown, Text};
+use std::borrow::Cow;
+
+/// Nesting beyond this (serde_json allows 128) is left to serde.
+const MAX_NESTING: u32 = 16;
+
+/// What the fast read found. Moved once per message; boxing the large
+/// variant would allocate once per message instead.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Read<'a> {
+    Raw(RawUbi<'a>),
+    /// `action_name` named an action rankpulse does not score: the message
+    /// is ignored, read no further (as the serde reader stops there).
+    Unmapped,
+}
+
+/// Reads `text` as a UBI query or event, or `None` where the serde reader
+/// must decide. `slots` may hold values when it answers `None`.
+pub(super) fn read<'a>(text: &'a str, settings: &Settings<'_>, slots: &mut Slots<'a>) -> Option<Read<'a>> {
+    let mut s = Scan { text, at: 0 };
+    s.eat(b'{')?;
+    let mut raw = RawUbi::default();
+    let mut seen = 0u16;
+    if !s.eat_if(b'}') {
+        loop {
+            let key = s.key()?;
+            let mut once = |bit: u16| {
+                let fresh = seen & bit == 0;
+                seen |= bit;
+                fresh.then_some(())
+            };
+            match key {
+                "action_name" => {
+                    once(1)?;
+                    raw.action_name = s.optional(Scan::text)?;
+                    if let (Some(actions), Some(action)) = (settings.stop_unless_in, &raw.action_name) {
+                        let a = action.0.as_ref();
+                        if !a.is_empty() && a != "impression" && !actions.contains_key(a) {
+                            return Some(Read::Unmapped);
+                        }
+                    }
+                }
+                "application" => {
+                    once(1 << 1)?;
+                    raw.application = s.optional(Scan::text)?;
+                }
+                "query_id" => {
+                    once(1 << 2)?;
+                    raw.query_id = s.optional(Scan::id)?;
+                }
+                "client_id" => {
+                    once(1 << 3)?;
+                    raw.client_id = s.optional(Scan::id)?;
+                }
+                "session_id" => {
+                    once(1 << 4)?;
+                    raw.session_id = s.optional(Scan::id)?;
+                }
+                "timestamp" => {
+                    once(1 << 5)?;
+                    raw.timestamp = s.optional(Scan::timestamp)?;
+                }
+                "query_response_hit_ids" => {
+                    once(1 << 6)?;
+                    raw.query_response_hit_ids = s.optional(|s| s.hits(settings.max_results))?;
+                }
+                "query_attributes" => {
+                    once(1 << 7)?;
+                    let (dims, mask) = (settings.dims, settings.query_mask);
+                    s.capture(Capture { dims, event: false, mask, depth: 0, slots: &mut *slots }, 1)?;
+                }
+                "event_attributes" => {
+                    once(1 << 8)?;
+                    let (dims, mask) = (settings.dims, settings.event_mask);
+                    let capture = Capture { dims, event: true, mask, depth: 0, slots: &mut *slots };
+                    raw.event_attributes = s.event_attributes(capture)?;
+                }
+                _ => s.skip(1)?,
+            }
+            if !s.next_member()? {
+                break;
+            }
+        }
+    }
+    s.ws();
+    (s.at == text.len()).then_some(Read::Raw(raw))
+}
+
+/// The length of the string body at the start of `rest` up to its
+/// closing quote, or `None` at an escape, a control character or the end.
+/// Eight bytes at a time until one of those three may be in them, as
+/// serde_json's own scan does (fewer instructions than memchr's vector
+/// search or a 16-byte mask on these short strings, under callgrind).
+fn plain_len(rest: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let zero_in = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let mut at = 0;
+    for chunk in rest.chunks_exact(8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let v = u64::from_ne_bytes(word);
+        let special = zero_in(v ^ (ONES * u64::from(b'"')))
+            | zero_in(v ^ (ONES * u64::from(b'\\')))
+            | (v.wrapping_sub(ONES * 0x20) & !v & HIGH);
+        if special != 0 {
+            break;
+        }
+        at += 8;
+    }
+    let end = at + rest.get(at..)?.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+    (rest.get(end) == Some(&b'"')).then_some(end)
+}
+
+/// A cursor over the message. Every method returns `None` where the serde
+/// reader must decide, and leaves the cursor anywhere then.
+struct Scan<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn byte(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    /// Skips JSON whitespace (exactly serde_json's four bytes).
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.byte() {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.byte()
+    }
+
+    fn eat_if(&mut self, c: u8) -> bool {
+        let hit = self.peek() == Some(c);
+        self.at += usize::from(hit);
+        hit
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        self.eat_if(c).then_some(())
+    }
+
+    fn literal(&mut self, word: &str) -> Option<()> {
+        self.ws();
+        let rest = self.text.as_bytes().get(self.at..)?;
+        rest.starts_with(word.as_bytes()).then(|| self.at += word.len())
+    }
+
+    /// After a member or an element: `true` at `,` (another follows),
+    /// `false` at the closing `close`.
+    fn next(&mut self, close: u8) -> Option<bool> {
+        match self.peek()? {
+            b',' => {
+                self.at += 1;
+                Some(true)
+            }
+            c if c == close => {
+                self.at += 1;
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+
+    fn next_member(&mut self) -> Option<bool> {
+        self.next(b'}')
+    }
+
+    /// A string with neither escapes nor control characters, borrowed.
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let len = plain_len(self.text.as_bytes().get(start..)?)?;
+        self.at = start + len + 1;
+        self.text.get(start..start + len)
+    }
+
+    /// A member's name and its colon.
+    fn key(&mut self) -> Option<&'a str> {
+        let key = self.string()?;
+        self.eat(b':')?;
+        Some(key)
+    }
+
+    /// A non-negative integer without fraction or exponent, of at most 18
+    /// digits (so it is exactly what serde_json gives as a `u64`), as its
+    /// text and value.
+    fn uint(&mut self) -> Option<(&'a str, u64)> {
+        self.ws();
+        let start = self.at;
+        while self.byte().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
+        let digits = self.text.get(start..self.at)?;
+        let simple = matches!(digits.len(), 1..=18) && (digits == "0" || !digits.starts_with('0'));
+        if !simple || matches!(self.byte(), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        digits.parse().ok().map(|v| (digits, v))
+    }
+
+    /// `null` as `None`, else what `value` reads (serde's `Option<T>`).
+    fn optional<T>(&mut self, value: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+        if self.peek()? == b'n' {
+            self.literal("null")?;
+            return Some(None);
+        }
+        value(self).map(Some)
+    }
+
+    fn text(&mut self) -> Option<Text<'a>> {
+        self.string().map(|s| Text(Cow::Borrowed(s)))
+    }
+
+    /// [`Id`]: a string, an integer, `null` as absent.
+    fn id(&mut self) -> Option<Id<'a>> {
+        match self.peek()? {
+            b'"' => self.string().map(|s| Id(Some(Cow::Borrowed(s)))),
+            b'n' => self.literal("null").map(|()| Id(None)),
+            _ => self.uint().map(|(digits, _)| Id(Some(Cow::Owned(digits.to_string())))),
+        }
+    }
+
+    /// [`Ordinal`]: an integer, `null` as absent.
+    fn ordinal(&mut self) -> Option<Ordinal> {
+        match self.peek()? {
+            b'n' => self.literal("null").map(|()| Ordinal(None)),
+            _ => self.uint().and_then(|(_, v)| i64::try_from(v).ok()).map(|v| Ordinal(Some(v))),
+        }
+    }
+
+    fn timestamp(&mut self) -> Option<RawTimestamp<'a>> {
+        match self.peek()? {
+            b'"' => self.string().map(|s| RawTimestamp::Text(Cow::Borrowed(s))),
+            _ => self.uint().map(|(_, v)| RawTimestamp::Millis(v as f64)),
+        }
+    }
+
+    /// `query_response_hit_ids` as [`super::HitsSeed`] reads it.
+    fn hits(&mut self, max: usize) -> Option<Result<Vec<Shown<'a>>, RejectReason>> {
+        self.eat(b'[')?;
+        let mut results = Vec::with_capacity(crate::event::RESULTS_CAPACITY.min(max));
+        let (mut count, mut fault) = (0usize, None);
+        if !self.eat_if(b']') {
+            loop {
+                let hit = self.id()?;
+                count += 1;
+                if count <= max && fault.is_none() {
+                    match (super::present(Some(hit)), u32::try_from(count)) {
+                        (None, _) => fault = Some(RejectReason::MissingField),
+                        (Some(doc_id), Ok(position)) => {
+                            results.push(Shown { doc_id, position, score: None, team: None })
+                        }
+                        (Some(_), Err(_)) => fault = Some(RejectReason::InvalidPosition),
+                    }
+                }
+                if !self.next(b']')? {
+                    break;
+                }
+            }
+        }
+        Some(match fault {
+            _ if count > max => Err(RejectReason::TooManyResults),
+            Some(reason) => Err(reason),
+            None => Ok(results),
+        })
+    }
+
+    /// Any value, validated and dropped (serde's `IgnoredAny`); `nesting`
+    /// is the depth of the value.
+    fn skip(&mut self, nesting: u32) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'{' => {
+                self.at += 1;
+                if nesting >= MAX_NESTING {
+                    return None;
+                }
+                if !self.eat_if(b'}') {
+                    loop {
+                        self.key()?;
+                        self.skip(nesting + 1)?;
+                        if !self.next_member()? {
+                            break;
+                        }
+                    }
+                }
+                Some(())
+            }
+            b'[' => {
+                self.at += 1;
+                if nesting >= MAX_NESTING {
+                    return None;
+                }
+                if !self.eat_if(b']') {
+                    loop {
+                        self.skip(nesting + 1)?;
+                        if !self.next(b']')? {
+                            break;
+                        }
+                    }
+                }
+                Some(())
+            }
+            b't' => self.literal("true"),
+            b'f' => self.literal("false"),
+            b'n' => self.literal("null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    /// A number that is only skipped: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`; one
+    /// with an exponent is left to serde.
+    fn number(&mut self) -> Option<()> {
+        if self.byte() == Some(b'-') {
+            self.at += 1;
+        }
+        let digits = |s: &mut Self| {
+            let start = s.at;
+            while s.byte().is_some_and(|b| b.is_ascii_digit()) {
+                s.at += 1;
+            }
+            s.at - start
+        };
+        let first = self.byte();
+        match digits(self) {
+            0 => return None,
+            n if n > 1 && first == Some(b'0') => return None,
+            _ => {}
+        }
+        if self.byte() == Some(b'.') {
+            self.at += 1;
+            if digits(self) == 0 {
+                return None;
+            }
+        }
+        (!matches!(self.byte(), Some(b'e' | b'E'))).then_some(())
+    }
+
+    /// A value below `query_attributes` or `event_attributes` (or one of
+    /// them) as [`Capture`] reads it: descends where a dimension path goes,
+    /// stores a scalar where one ends, skips the rest.
+    fn capture(&mut self, mut capture: Capture<'_, '_, 'a>, nesting: u32) -> Option<()> {
+        let b = self.peek()?;
+        if b == b'n' {
+            return self.literal("null");
+        }
+        if b == b'{' {
+            self.at += 1;
+            if nesting >= MAX_NESTING {
+                return None;
+            }
+            if !self.eat_if(b'}') {
+                loop {
+                    let key = self.key()?;
+                    match capture.through(key) {
+                        0 => self.skip(nesting + 1)?,
+                        mask => self.capture(capture.member(mask), nesting + 1)?,
+                    }
+                    if !self.next_member()? {
+                        break;
+                    }
+                }
+            }
+            return Some(());
+        }
+        if capture.depth == 0 {
+            return None;
+        }
+        match b {
+            b'"' => {
+                let s = self.string()?;
+                capture.store(Some(Cow::Borrowed(s)));
+            }
+            b't' => {
+                self.literal("true")?;
+                capture.store(Some(Cow::Borrowed("true")));
+            }
+            b'f' => {
+                self.literal("false")?;
+                capture.store(Some(Cow::Borrowed("false")));
+            }
+            b'[' => self.skip(nesting)?,
+            _ => {
+                let (digits, _) = self.uint()?;
+                capture.store(Some(Cow::Owned(digits.to_string())));
+            }
+        }
+        Some(())
+    }
+
+    /// `event_attributes` as [`super::EventAttributesSeed`] reads it.
+    fn event_attributes(&mut self, mut capture: Capture<'_, '_, 'a>) -> Option<Option<RawEventAttributes<'a>>> {
+        if self.peek()? == b'n' {
+            self.literal("null")?;
+            return Some(None);
+        }
+        self.eat(b'{')?;
+        let mut out = RawEventAttributes::default();
+        if !self.eat_if(b'}') {
+            loop {
+                let key = self.key()?;
+                match key {
+                    "object" => {
+                        let holder = capture.member(capture.through(key));
+                        out.object_id = self.holder(holder, Scan::id)?;
+                    }
+                    "position" => {
+                        let holder = capture.member(capture.through(key));
+                        out.ordinal = self.holder(holder, Scan::ordinal)?;
+                    }
+                    _ => match capture.through(key) {
+                        0 => self.skip(2)?,
+                        mask => self.capture(capture.member(mask), 2)?,
+                    },
+                }
+                if !self.next_member()? {
+                    break;
+                }
+            }
+        }
+        Some(Some(out))
+    }
+
+    /// `object` or `position` as [`super::Holder`] reads it: its known
+    /// member `K`, and the rest for the dimension paths through it.
+    fn holder<K: Known<'a>>(
+        &mut self,
+        mut capture: Capture<'_, '_, 'a>,
+        known_value: fn(&mut Self) -> Option<K>,
+    ) -> Option<Option<K>> {
+        if self.peek()? == b'n' {
+            self.literal("null")?;
+            return Some(None);
+        }
+        self.eat(b'{')?;
+        let mut known: Option<K> = None;
+        if !self.eat_if(b'}') {
+            loop {
+                let key = self.key()?;
+                if key == K::NAME {
+                    if known.is_some() {
+                        return None;
+                    }
+                    let value = known_value(self)?;
+                    let mask = capture.through(K::NAME);
+                    if mask != 0 {
+                        capture.member(mask).store(value.text());
+                    }
+                    known = Some(value);
+                } else {
+                    match capture.through(key) {
+                        0 => self.skip(3)?,
+                        mask => self.capture(capture.member(mask), 3)?,
+                    }
+                }
+                if !self.next_member()? {
+                    break;
+                }
+            }
+        }
+        Some(known)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{UbiPath, decode, decode_by_serde};
+    use super::*;
+    use crate::event::{DecodeLimits, Format};
+    use proptest::prelude::*;
+
+    /// Dimension paths of every kind the readers walk: a member of each
+    /// attributes object, one below a known member, one two deep.
+    fn limits() -> DecodeLimits {
+        let mut l = DecodeLimits { max_results: 3, ..DecodeLimits::default() };
+        let path = |p: &str| UbiPath::parse(p).expect("a valid path");
+        l.ubi.dimensions = [
+            ("ranker", "query_attributes.ranker"),
+            ("app", "application"),
+            ("arm", "event_attributes.arm"),
+            ("oid", "event_attributes.object.object_id"),
+            ("ord", "event_attributes.position.ordinal"),
+            ("deep", "query_attributes.x.y"),
+            ("side", "event_attributes.object.x"),
+        ]
+        .into_iter()
+        .map(|(label, p)| (label.to_string(), path(p)))
+        .collect();
+        l
+    }
+
+    fn settings(l: &DecodeLimits, format: Format) -> Settings<'_> {
+        Settings {
+            stop_unless_in: (format != Format::UbiQueries).then_some(&l.actions),
+            dims: &l.ubi.dimensions,
+            query_mask: l.ubi.mask(false),
+            event_mask: l.ubi.mask(true),
+            max_results: l.max_results,
+        }
+    }
+
+    /// Scalars as producers send them, and the ones this reader leaves to
+    /// serde (escapes, control characters, negative, fractional and
+    /// exponent numbers, leading zeros, numbers beyond u64).
+    const SCALARS: &[&str] = &[
+        r#""impression""#,
+        r#""click""#,
+        r#""purchase""#,
+        r#""search""#,
+        r#""""#,
+        r#""c1""#,
+        r#""2024-12-10T00:01:29.378Z""#,
+        r#""t\u00e9""#,
+        r#""a\"b""#,
+        "\"x\u{1}y\"",
+        "\"\u{e9}t\u{e9}\"",
+        "0",
+        "7",
+        "1733788889378",
+        "-3",
+        "-0",
+        "1.5",
+        "-2.25",
+        "1e3",
+        "01",
+        "123456789012345678901",
+        "4294967296",
+        "null",
+        "true",
+        "false",
+    ];
+    /// Members of the messages and of their attributes.
+    const KEYS: &[&str] = &[
+        "action_name",
+        "application",
+        "query_id",
+        "client_id",
+        "session_id",
+        "timestamp",
+        "query_response_hit_ids",
+        "query_attributes",
+        "event_attributes",
+        "object",
+        "position",
+        "object_id",
+        "ordinal",
+        "ranker",
+        "arm",
+        "x",
+        "y",
+        "message",
+    ];
+
+    fn value() -> impl Strategy<Value = String> {
+        let leaf = prop::sample::select(SCALARS).prop_map(str::to_string);
+        leaf.prop_recursive(4, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec((prop::sample::select(KEYS), inner), 0..5).prop_map(|members| {
+                    let m: Vec<String> = members.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                    format!("{{{}}}", m.join(","))
+                }),
+            ]
+        })
+    }
+
+    /// `typical` most of the time, else any value.
+    fn mostly(typical: &'static [&'static str]) -> impl Strategy<Value = String> {
+        prop_oneof![6 => prop::sample::select(typical).prop_map(str::to_string), 1 => value()]
+    }
+
+    /// A member of `event_attributes.object` or `.position`, or of the
+    /// attributes themselves.
+    fn attribute_members(known: &'static str, typical: &'static [&'static str]) -> impl Strategy<Value = String> {
+        let members = vec![
+            mostly(typical).prop_map(move |v| format!("\"{known}\":{v}")).boxed(),
+            mostly(&[r#""sku""#]).prop_map(|v| format!("\"object_id_field\":{v}")).boxed(),
+            mostly(&[r#""s""#, "3", "true"]).prop_map(|v| format!("\"x\":{v}")).boxed(),
+        ];
+        object(members)
+    }
+
+    /// An object of some of `members` (each kept or not, now and then
+    /// twice), in any order, perhaps with another member drawn from `KEYS`.
+    fn object(members: Vec<BoxedStrategy<String>>) -> impl Strategy<Value = String> {
+        let kept = members
+            .into_iter()
+            .flat_map(|m| [prop::option::weighted(0.85, m.clone()), prop::option::weighted(0.03, m)])
+            .collect::<Vec<_>>();
+        let extra = prop::collection::vec((prop::sample::select(KEYS), value()), 0..2);
+        let space = prop::sample::select(&["", " ", "\n\t", "\r "][..]);
+        (kept, extra, space)
+            .prop_map(|(kept, extra, space)| {
+                let mut m: Vec<String> = kept.into_iter().flatten().collect();
+                m.extend(extra.iter().map(|(k, v)| format!("\"{k}\"{space}:{space}{v}")));
+                m
+            })
+            .prop_shuffle()
+            .prop_map(|m| format!("{{{}}}", m.join(",")))
+    }
+
+    /// A UBI query or event as producers write it, each member kept or
+    /// not and sometimes any value instead, then perhaps cut, or with one
+    /// byte put in.
+    fn message() -> impl Strategy<Value = String> {
+        let ids: &'static [&'static str] = &[r#""d1""#, "42", r#""D0000007""#];
+        let event_attributes = object(vec![
+            attribute_members("object_id", ids).prop_map(|v| format!("\"object\":{v}")).boxed(),
+            attribute_members("ordinal", &["0", "1", "3"]).prop_map(|v| format!("\"position\":{v}")).boxed(),
+            mostly(&[r#""b""#, "2"]).prop_map(|v| format!("\"arm\":{v}")).boxed(),
+        ]);
+        let query_attributes = object(vec![
+            mostly(&[r#""v2""#, "5"]).prop_map(|v| format!("\"ranker\":{v}")).boxed(),
+            mostly(&[r#"{"y":"deep"}"#, r#"{"y":{"z":1}}"#]).prop_map(|v| format!("\"x\":{v}")).boxed(),
+            Just(r#""filters":{"brand":["a","b"]},"page":1,"score":0.5"#.to_string()).boxed(),
+        ]);
+        let top = object(vec![
+            mostly(&[r#""impression""#, r#""click""#, r#""purchase""#, r#""hover""#])
+                .prop_map(|v| format!("\"action_name\":{v}"))
+                .boxed(),
+            mostly(&[r#""shop""#]).prop_map(|v| format!("\"application\":{v}")).boxed(),
+            mostly(&[r#""q-1""#, "9"]).prop_map(|v| format!("\"query_id\":{v}")).boxed(),
+            mostly(&[r#""c-1""#]).prop_map(|v| format!("\"client_id\":{v}")).boxed(),
+            mostly(&[r#""s-1""#]).prop_map(|v| format!("\"session_id\":{v}")).boxed(),
+            mostly(&["1763780000000", r#""2025-11-22T02:53:20.017Z""#])
+                .prop_map(|v| format!("\"timestamp\":{v}"))
+                .boxed(),
+            mostly(&[r#"["a","b",7]"#, "[]", r#"["a",null]"#, r#"["a","b","c","d"]"#])
+                .prop_map(|v| format!("\"query_response_hit_ids\":{v}"))
+                .boxed(),
+            prop_oneof![4 => query_attributes.boxed(), 1 => value().boxed()]
+                .prop_map(|v| format!("\"query_attributes\":{v}"))
+                .boxed(),
+            prop_oneof![4 => event_attributes.boxed(), 1 => value().boxed()]
+                .prop_map(|v| format!("\"event_attributes\":{v}"))
+                .boxed(),
+            mostly(&[r#""q""#, "null"]).prop_map(|v| format!("\"user_query\":{v}")).boxed(),
+        ]);
+        let change = prop_oneof![
+            6 => Just(None),
+            1 => (any::<prop::sample::Index>(), Just(None)).prop_map(Some),
+            1 => (any::<prop::sample::Index>(), prop::sample::select(&b"{}[]\",:\\ 0-.eaxn\x01"[..]).prop_map(Some)).prop_map(Some),
+        ];
+        (top, change).prop_map(|(mut text, change)| {
+            match change {
+                Some((at, None)) => text.truncate(text.floor_char_boundary(at.index(text.len() + 1))),
+                Some((at, Some(byte))) => {
+                    text.insert(text.floor_char_boundary(at.index(text.len() + 1)), char::from(byte))
+                }
+                None => {}
+            }
+            text
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// Whatever the fast reader decides is what the serde reader
+        /// decides, in every format (for an event, a query, either).
+        #[test]
+        fn same_as_serde(text in message()) {
+            let l = limits();
+            for format in [Format::Ubi, Format::UbiEvents, Format::UbiQueries] {
+                prop_assert_eq!(
+                    decode(format, text.as_bytes(), &l),
+                    decode_by_serde(format, text.as_bytes(), &l),
+                    "{:?} {}", format, text
+                );
+            }
+        }
+    }
+
+    /// Nesting beyond [`MAX_NESTING`] is left to serde (which refuses
+    /// more than 128 levels where it reads, not where it skips), in every
+    /// value this reader reads or skips.
+    #[test]
+    fn deep_nesting_is_left_to_serde() {
+        let l = limits();
+        for depth in [MAX_NESTING as usize, 200] {
+            let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            let deep_object = format!("{}1{}", r#"{"x":"#.repeat(depth), "}".repeat(depth));
+            for text in [
+                format!(r#"{{"message":{deep},"action_name":"click"}}"#),
+                format!(r#"{{"event_attributes":{{"arm":{deep}}},"action_name":"click"}}"#),
+                format!(r#"{{"query_attributes":{deep_object}}}"#),
+                format!(r#"{{"event_attributes":{{"object":{{"x":{deep_object}}}}}}}"#),
+            ] {
+                for format in [Format::Ubi, Format::UbiQueries] {
+                    assert!(read(&text, &settings(&l, format), &mut None).is_none(), "{depth} {text}");
+                    assert_eq!(decode(format, text.as_bytes(), &l), decode_by_serde(format, text.as_bytes(), &l));
+                }
+            }
+        }
+    }
+
+    /// The messages UBI producers send are read here, not left to serde,
+    /// so that `same_as_serde` compares two readers, not one with itself.
+    #[test]
+    fn the_usual_messages_are_read_without_serde() {
+        let l = limits();
+        for text in [
+            r#"{"application":"shop","action_name":"impression","query_id":"q-1","client_id":"c-1","session_id":"s-1","timestamp":1763780000000,"user_query":"q","message_type":"IMPRESSION","message":null,"event_attributes":{"object":{"object_id":"D0000001","object_id_field":"sku"},"position":{"ordinal":3}}}"#,
+            r#"{"application":"shop","action_name":"click","query_id":"q-1","session_id":"s-1","timestamp":"2025-11-22T02:53:20.017Z","event_attributes":{"object":{"object_id":123456},"position":{"ordinal":0},"browser":"x","arm":"b"}}"#,
+            r#"{"action_name":"hover","query_id":"q-1","client_id":"c-1","timestamp":1763780000050,"event_attributes":null}"#,
+            r#"{"application":"shop","query_id":"q-1","client_id":"c-1","user_query":"q 1","query_attributes":{"ranker":"v2","market":"de","filters":{"brand":["a","b"]},"page":1,"score":0.5},"object_id_field":"sku","timestamp":1763780000000,"query_response_id":"r-1","query_response_hit_ids":["a","b",7]}"#,
+        ] {
+            for format in [Format::Ubi, Format::UbiEvents] {
+                let mut slots = None;
+                assert!(read(text, &settings(&l, format), &mut slots).is_some(), "{format:?} {text}");
+            }
+        }
+    }
+}
