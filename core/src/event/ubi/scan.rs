@@ -9,18 +9,20 @@
 //! the bytes. This reader walks the bytes once and fills the same
 //! [`RawUbi`] and dimension slots. Measured on `rankpulse-bench ubi`
 //! (lists from `rankpulse_testkit::ubi`, half of them shown by impression
-//! events): 4,300 instructions per message against the serde reader's
-//! 5,600 (callgrind, `--lists 10000 --rounds 1`), and UBI lists per second
+//! events), the reader itself costs 4,300 instructions per message against
+//! the serde reader's 5,600, and decoding as a whole (the event built
+//! too) 6.2k against 6.9k (callgrind, `--lists 10000 --rounds 1`); UBI lists per second
 //! up by a fifth (median of 9 rounds, alternating with the serde-only
 //! build: 54.8k to 67.1k; `docs/performance.md`).
 //!
 //! It reads only what it can read exactly as serde_json does, and answers
-//! `None` at anything else: an escape or a control character in a string,
-//! a negative, fractional or exponent number where a value is read (an
-//! exponent anywhere), a member of the message, `object_id` or `ordinal`
-//! given twice, nesting deeper than
-//! [`MAX_NESTING`], any syntax error. The serde reader then reads the
-//! message from the start and decides (its error, or its value). So this
+//! `None` at anything else: an escape in a string it reads (skipped
+//! strings may hold escapes), a control character, a negative, fractional,
+//! exponent or beyond-`u64` number where a value is read (an exponent
+//! anywhere), a member of the message, `object_id` or `ordinal` given
+//! twice, nesting deeper than [`MAX_NESTING`], any syntax error. The serde
+//! reader then reads the message from the start and decides (its error,
+//! or its value). So this
 //! reader can only be faster, never different: `same_as_serde` (proptest,
 //! hostile variants of every member) and the `decode_assemble` fuzz target
 //! compare the two on every input they make.
@@ -29,7 +31,8 @@ use super::{Capture, Id, Known, Ordinal, RawEventAttributes, RawUbi, Settings, S
 use crate::event::{RawTimestamp, RejectReason, Shown, Text};
 use std::borrow::Cow;
 
-/// Nesting beyond this (serde_json allows 128) is left to serde.
+/// Nesting beyond this is left to serde (which reads 127 levels and skips
+/// any number).
 const MAX_NESTING: u32 = 16;
 
 /// What the fast read found. Moved once per message; boxing the large
@@ -114,12 +117,12 @@ pub(super) fn read<'a>(text: &'a str, settings: &Settings<'_>, slots: &mut Slots
     (s.at == text.len()).then_some(Read::Raw(raw))
 }
 
-/// The length of the string body at the start of `rest` up to its
-/// closing quote, or `None` at an escape, a control character or the end.
-/// Eight bytes at a time until one of those three may be in them, as
-/// serde_json's own scan does (fewer instructions than memchr's vector
-/// search or a 16-byte mask on these short strings, under callgrind).
-fn plain_len(rest: &[u8]) -> Option<usize> {
+/// Where the first quote, backslash or control character of `rest` is
+/// (`None`: there is none). Eight bytes at a time until one of those three
+/// may be in them, as serde_json's own scan does (fewer instructions than
+/// memchr's vector search or a 16-byte mask on these short strings, under
+/// callgrind).
+fn special_at(rest: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     let zero_in = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
@@ -136,8 +139,7 @@ fn plain_len(rest: &[u8]) -> Option<usize> {
         }
         at += 8;
     }
-    let end = at + rest.get(at..)?.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
-    (rest.get(end) == Some(&b'"')).then_some(end)
+    Some(at + rest.get(at..)?.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?)
 }
 
 /// A cursor over the message. Every method returns `None` where the serde
@@ -204,9 +206,42 @@ impl<'a> Scan<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
-        let len = plain_len(self.text.as_bytes().get(start..)?)?;
+        let rest = self.text.as_bytes().get(start..)?;
+        let len = special_at(rest)?;
+        if rest.get(len) != Some(&b'"') {
+            return None;
+        }
         self.at = start + len + 1;
         self.text.get(start..start + len)
+    }
+
+    /// A string that is only skipped, escapes checked as serde_json checks
+    /// them when it skips (a `\\u` escape need not make a valid code
+    /// point there): producers that write non-ASCII text as `\\u` escapes
+    /// (Python's `json.dumps`) are read here too.
+    fn skip_string(&mut self) -> Option<()> {
+        self.eat(b'"')?;
+        let bytes = self.text.as_bytes();
+        loop {
+            let rest = bytes.get(self.at..)?;
+            let i = special_at(rest)?;
+            self.at += i + 1;
+            match *rest.get(i)? {
+                b'"' => return Some(()),
+                b'\\' => match *bytes.get(self.at)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 1,
+                    b'u' => {
+                        let hex = bytes.get(self.at + 1..self.at + 5)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return None;
+                        }
+                        self.at += 5;
+                    }
+                    _ => return None,
+                },
+                _ => return None,
+            }
+        }
     }
 
     /// A member's name and its colon.
@@ -216,9 +251,9 @@ impl<'a> Scan<'a> {
         Some(key)
     }
 
-    /// A non-negative integer without fraction or exponent, of at most 18
-    /// digits (so it is exactly what serde_json gives as a `u64`), as its
-    /// text and value.
+    /// A non-negative integer without fraction or exponent that fits a
+    /// `u64` (exactly what serde_json visits as a `u64`), as its text and
+    /// value.
     fn uint(&mut self) -> Option<(&'a str, u64)> {
         self.ws();
         let start = self.at;
@@ -226,7 +261,7 @@ impl<'a> Scan<'a> {
             self.at += 1;
         }
         let digits = self.text.get(start..self.at)?;
-        let simple = matches!(digits.len(), 1..=18) && (digits == "0" || !digits.starts_with('0'));
+        let simple = !digits.is_empty() && (digits == "0" || !digits.starts_with('0'));
         if !simple || matches!(self.byte(), Some(b'.' | b'e' | b'E')) {
             return None;
         }
@@ -304,7 +339,7 @@ impl<'a> Scan<'a> {
     /// is the depth of the value.
     fn skip(&mut self, nesting: u32) -> Option<()> {
         match self.peek()? {
-            b'"' => self.string().map(drop),
+            b'"' => self.skip_string(),
             b'{' => {
                 self.at += 1;
                 if nesting >= MAX_NESTING {
@@ -312,7 +347,8 @@ impl<'a> Scan<'a> {
                 }
                 if !self.eat_if(b'}') {
                     loop {
-                        self.key()?;
+                        self.skip_string()?;
+                        self.eat(b':')?;
                         self.skip(nesting + 1)?;
                         if !self.next_member()? {
                             break;
@@ -561,6 +597,15 @@ mod tests {
         "01",
         "123456789012345678901",
         "4294967296",
+        "9223372036854775807",
+        "9223372036854775808",
+        "12345678901234567890",
+        "18446744073709551615",
+        "18446744073709551616",
+        r#""\/\b\f\n\r\t\\""#,
+        r#""\u00e9\ud800""#,
+        r#""\u12""#,
+        r#""\x""#,
         "null",
         "true",
         "false",
@@ -585,6 +630,7 @@ mod tests {
         "x",
         "y",
         "message",
+        r"m\u0031",
     ];
 
     fn value() -> impl Strategy<Value = String> {
@@ -708,7 +754,7 @@ mod tests {
     }
 
     /// Nesting beyond [`MAX_NESTING`] is left to serde (which refuses
-    /// more than 128 levels where it reads, not where it skips), in every
+    /// more than 127 levels where it reads, none where it skips), in every
     /// value this reader reads or skips.
     #[test]
     fn deep_nesting_is_left_to_serde() {
@@ -727,6 +773,60 @@ mod tests {
                     assert_eq!(decode(format, text.as_bytes(), &l), decode_by_serde(format, text.as_bytes(), &l));
                 }
             }
+        }
+    }
+
+    /// Integers at the edges of `i64` and `u64` in every place a number is
+    /// read: the same result as serde's, and read here while they fit (an
+    /// `i64` for an ordinal, a `u64` elsewhere).
+    #[test]
+    fn integers_at_the_limits_are_read_as_serde_reads_them() {
+        let l = limits();
+        for n in ["9223372036854775807", "9223372036854775808", "18446744073709551615", "18446744073709551616"] {
+            for (place, text) in [
+                (
+                    "ordinal",
+                    format!(
+                        r#"{{"action_name":"impression","client_id":"c","timestamp":1,"event_attributes":{{"object":{{"object_id":"d"}},"position":{{"ordinal":{n}}}}}}}"#
+                    ),
+                ),
+                (
+                    "object_id",
+                    format!(
+                        r#"{{"action_name":"click","client_id":"c","timestamp":1,"event_attributes":{{"object":{{"object_id":{n}}}}}}}"#
+                    ),
+                ),
+                ("timestamp", format!(r#"{{"client_id":"c","timestamp":{n}}}"#)),
+                ("dimension", format!(r#"{{"client_id":"c","timestamp":1,"query_attributes":{{"ranker":{n}}}}}"#)),
+                ("hit id", format!(r#"{{"client_id":"c","timestamp":1,"query_response_hit_ids":[{n}]}}"#)),
+            ] {
+                let fast = read(&text, &settings(&l, Format::Ubi), &mut None).is_some();
+                // An ordinal is an i64 in serde's reader.
+                let fits = if place == "ordinal" { n.parse::<i64>().is_ok() } else { n.parse::<u64>().is_ok() };
+                assert_eq!(fast, fits, "{place} {n}");
+                assert_eq!(
+                    decode(Format::Ubi, text.as_bytes(), &l),
+                    decode_by_serde(Format::Ubi, text.as_bytes(), &l),
+                    "{place} {n}"
+                );
+            }
+        }
+    }
+
+    /// Escapes in skipped strings are checked as serde_json checks them.
+    #[test]
+    fn escapes_in_skipped_strings_are_checked() {
+        for (body, ok) in [
+            (r"\u00e9\ud800", true),
+            (r#"\/\b\f\n\r\t\\\""#, true),
+            (r"\u12", false),
+            (r"\x", false),
+            (r"\u00g0", false),
+        ] {
+            let text = format!(r#""{body}""#);
+            let mut scan = Scan { text: &text, at: 0 };
+            assert_eq!(scan.skip_string().is_some(), ok, "{body}");
+            assert_eq!(serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok(), ok, "serde on {body}");
         }
     }
 
