@@ -479,6 +479,15 @@ struct Settings<'l> {
     max_results: usize,
 }
 
+impl Settings<'_> {
+    /// Whether `action` (an `action_name`) makes the message one to ignore
+    /// unread: an event naming an action rankpulse does not score.
+    fn ignores(&self, action: &super::Text<'_>) -> bool {
+        let a = action.0.as_ref();
+        self.stop_unless_in.is_some_and(|actions| !a.is_empty() && a != "impression" && !actions.contains_key(a))
+    }
+}
+
 impl<'de> de::DeserializeSeed<'de> for RawUbiSeed<'_, 'de> {
     type Value = RawUbi<'de>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
@@ -518,12 +527,9 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
             match key.0.as_ref() {
                 "action_name" => {
                     raw.action_name = once(&mut map, &mut seen, 1, "action_name")?;
-                    if let (Some(actions), Some(action)) = (self.settings.stop_unless_in, &raw.action_name) {
-                        let a = action.0.as_ref();
-                        if !a.is_empty() && a != "impression" && !actions.contains_key(a) {
-                            self.unmapped.set(true);
-                            return Err(de::Error::custom("unmapped action"));
-                        }
+                    if raw.action_name.as_ref().is_some_and(|a| self.settings.ignores(a)) {
+                        self.unmapped.set(true);
+                        return Err(de::Error::custom("unmapped action"));
                     }
                 }
                 "application" => raw.application = once(&mut map, &mut seen, 1 << 1, "application")?,

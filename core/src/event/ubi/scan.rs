@@ -64,11 +64,8 @@ pub(super) fn read<'a>(text: &'a str, settings: &Settings<'_>, slots: &mut Slots
                 "action_name" => {
                     once(1)?;
                     raw.action_name = s.optional(Scan::text)?;
-                    if let (Some(actions), Some(action)) = (settings.stop_unless_in, &raw.action_name) {
-                        let a = action.0.as_ref();
-                        if !a.is_empty() && a != "impression" && !actions.contains_key(a) {
-                            return Some(Read::Unmapped);
-                        }
+                    if raw.action_name.as_ref().is_some_and(|a| settings.ignores(a)) {
+                        return Some(Read::Unmapped);
                     }
                 }
                 "application" => {
