@@ -54,56 +54,56 @@ pub(super) fn read<'a>(text: &'a str, settings: &Settings<'_>, slots: &mut Slots
     let mut seen = 0u16;
     if !s.eat_if(b'}') {
         loop {
-            let key = s.key()?;
+            let member = s.member()?;
             let mut once = |bit: u16| {
                 let fresh = seen & bit == 0;
                 seen |= bit;
                 fresh.then_some(())
             };
-            match key {
-                "action_name" => {
+            match member {
+                Member::ActionName => {
                     once(1)?;
                     raw.action_name = s.optional(Scan::text)?;
                     if raw.action_name.as_ref().is_some_and(|a| settings.ignores(a)) {
                         return Some(Read::Unmapped);
                     }
                 }
-                "application" => {
+                Member::Application => {
                     once(1 << 1)?;
                     raw.application = s.optional(Scan::text)?;
                 }
-                "query_id" => {
+                Member::QueryId => {
                     once(1 << 2)?;
                     raw.query_id = s.optional(Scan::id)?;
                 }
-                "client_id" => {
+                Member::ClientId => {
                     once(1 << 3)?;
                     raw.client_id = s.optional(Scan::id)?;
                 }
-                "session_id" => {
+                Member::SessionId => {
                     once(1 << 4)?;
                     raw.session_id = s.optional(Scan::id)?;
                 }
-                "timestamp" => {
+                Member::Timestamp => {
                     once(1 << 5)?;
                     raw.timestamp = s.optional(Scan::timestamp)?;
                 }
-                "query_response_hit_ids" => {
+                Member::HitIds => {
                     once(1 << 6)?;
                     raw.query_response_hit_ids = s.optional(|s| s.hits(settings.max_results))?;
                 }
-                "query_attributes" => {
+                Member::QueryAttributes => {
                     once(1 << 7)?;
                     let (dims, mask) = (settings.dims, settings.query_mask);
                     s.capture(Capture { dims, event: false, mask, depth: 0, slots: &mut *slots }, 1)?;
                 }
-                "event_attributes" => {
+                Member::EventAttributes => {
                     once(1 << 8)?;
                     let (dims, mask) = (settings.dims, settings.event_mask);
                     let capture = Capture { dims, event: true, mask, depth: 0, slots: &mut *slots };
                     raw.event_attributes = s.event_attributes(capture)?;
                 }
-                _ => s.skip(1)?,
+                Member::Other => s.skip(1)?,
             }
             if !s.next_member()? {
                 break;
@@ -114,29 +114,54 @@ pub(super) fn read<'a>(text: &'a str, settings: &Settings<'_>, slots: &mut Slots
     (s.at == text.len()).then_some(Read::Raw(raw))
 }
 
+/// A member of the message, as [`Scan::member`] names it.
+enum Member {
+    ActionName,
+    Application,
+    QueryId,
+    ClientId,
+    SessionId,
+    Timestamp,
+    HitIds,
+    QueryAttributes,
+    EventAttributes,
+    /// Any other name: skipped.
+    Other,
+}
+
 /// Where the first quote, backslash or control character of `rest` is
-/// (`None`: there is none). Eight bytes at a time until one of those three
-/// may be in them, as serde_json's own scan does (fewer instructions than
-/// memchr's vector search or a 16-byte mask on these short strings, under
-/// callgrind).
+/// (`None`: there is none). Eight bytes at a time, as serde_json's own
+/// scan does (fewer instructions than memchr's vector search or a 16-byte
+/// mask on these short strings, under callgrind); the lowest flagged byte
+/// of a word is exact (a borrow only flags bytes above a true hit), so the
+/// word that holds the hit also says where. The last, shorter word is
+/// padded with zero bytes, which count as control characters: a hit there
+/// at or beyond the end is no hit.
 fn special_at(rest: &[u8]) -> Option<usize> {
-    const ONES: u64 = u64::from_ne_bytes([1; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
     let zero_in = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let flagged = |v: u64| {
+        zero_in(v ^ (ONES * u64::from(b'"')))
+            | zero_in(v ^ (ONES * u64::from(b'\\')))
+            | (v.wrapping_sub(ONES * 0x20) & !v & HIGH)
+    };
     let mut at = 0;
-    for chunk in rest.chunks_exact(8) {
+    let mut chunks = rest.chunks_exact(8);
+    for chunk in &mut chunks {
         let mut word = [0u8; 8];
         word.copy_from_slice(chunk);
-        let v = u64::from_ne_bytes(word);
-        let special = zero_in(v ^ (ONES * u64::from(b'"')))
-            | zero_in(v ^ (ONES * u64::from(b'\\')))
-            | (v.wrapping_sub(ONES * 0x20) & !v & HIGH);
+        let special = flagged(u64::from_le_bytes(word));
         if special != 0 {
-            break;
+            return Some(at + (special.trailing_zeros() / 8) as usize);
         }
         at += 8;
     }
-    Some(at + rest.get(at..)?.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?)
+    let tail = chunks.remainder();
+    let mut word = [0u8; 8];
+    word[..tail.len()].copy_from_slice(tail);
+    let hit = (flagged(u64::from_le_bytes(word)).trailing_zeros() / 8) as usize;
+    (hit < tail.len()).then_some(at + hit)
 }
 
 /// A cursor over the message. Every method returns `None` where the serde
@@ -239,6 +264,67 @@ impl<'a> Scan<'a> {
                 _ => return None,
             }
         }
+    }
+
+    /// Reads the name at the cursor if it is exactly `name`, compared as
+    /// bytes up to its closing quote: a name whose bytes match holds no
+    /// escape, so it is that name. Cheaper than [`Self::key`] and a string
+    /// compare (inlined, the compare is of a known length). `false` leaves
+    /// the cursor where it was.
+    #[inline(always)]
+    fn is_name(&mut self, name: &'static str) -> bool {
+        let n = name.len();
+        let hit = self
+            .text
+            .as_bytes()
+            .get(self.at..self.at + n + 2)
+            .is_some_and(|s| s[0] == b'"' && s[1..=n] == *name.as_bytes() && s[n + 1] == b'"');
+        if hit {
+            self.at += n + 2;
+        }
+        hit
+    }
+
+    /// A member name of the message and its colon. The known names are
+    /// told by their first byte and one compare each; any other is read
+    /// by [`Self::key`] (which leaves escapes to serde), and cannot be a
+    /// known name, whose bytes would have matched.
+    fn member(&mut self) -> Option<Member> {
+        self.ws();
+        let known = match self.text.as_bytes().get(self.at + 1) {
+            Some(b'a') if self.is_name("action_name") => Some(Member::ActionName),
+            Some(b'a') if self.is_name("application") => Some(Member::Application),
+            Some(b'q') if self.is_name("query_id") => Some(Member::QueryId),
+            Some(b'q') if self.is_name("query_attributes") => Some(Member::QueryAttributes),
+            Some(b'q') if self.is_name("query_response_hit_ids") => Some(Member::HitIds),
+            Some(b'c') if self.is_name("client_id") => Some(Member::ClientId),
+            Some(b's') if self.is_name("session_id") => Some(Member::SessionId),
+            Some(b't') if self.is_name("timestamp") => Some(Member::Timestamp),
+            Some(b'e') if self.is_name("event_attributes") => Some(Member::EventAttributes),
+            // The spec's other members, skipped without a scan.
+            Some(b'u') if self.is_name("user_query") || self.is_name("user_id") => Some(Member::Other),
+            Some(b'm') if self.is_name("message_type") || self.is_name("message") => Some(Member::Other),
+            Some(b'q') if self.is_name("query_response_id") => Some(Member::Other),
+            Some(b'o') if self.is_name("object_id_field") => Some(Member::Other),
+            _ => None,
+        };
+        match known {
+            Some(member) => self.eat(b':').map(|()| member),
+            None => self.key().map(|_| Member::Other),
+        }
+    }
+
+    /// A member name and its colon: one of `names` (each compared as
+    /// [`Self::is_name`] does), else as [`Self::key`] reads it.
+    #[inline(always)]
+    fn key_among(&mut self, names: &[&'static str]) -> Option<&'a str> {
+        self.ws();
+        for name in names {
+            if self.is_name(name) {
+                return self.eat(b':').map(|()| *name);
+            }
+        }
+        self.key()
     }
 
     /// A member's name and its colon.
@@ -467,7 +553,7 @@ impl<'a> Scan<'a> {
         let mut out = RawEventAttributes::default();
         if !self.eat_if(b'}') {
             loop {
-                let key = self.key()?;
+                let key = self.key_among(&["object", "position"])?;
                 match key {
                     "object" => {
                         let holder = capture.member(capture.through(key));
@@ -505,7 +591,7 @@ impl<'a> Scan<'a> {
         let mut known: Option<K> = None;
         if !self.eat_if(b'}') {
             loop {
-                let key = self.key()?;
+                let key = self.key_among(&[K::NAME, "object_id_field"])?;
                 if key == K::NAME {
                     if known.is_some() {
                         return None;
@@ -628,6 +714,20 @@ mod tests {
         "y",
         "message",
         r"m\u0031",
+        // Names read without a scan, and names one byte away from known
+        // ones, or a known one escaped: all must be told apart exactly.
+        "message_type",
+        "user_query",
+        "user_id",
+        "query_response_id",
+        "object_id_field",
+        "query_idx",
+        "query_i",
+        "ordinals",
+        "objec",
+        "application ",
+        r"query\u005fid",
+        r"ordin\u0061l",
     ];
 
     fn value() -> impl Strategy<Value = String> {
@@ -824,6 +924,51 @@ mod tests {
             let mut scan = Scan { text: &text, at: 0 };
             assert_eq!(scan.skip_string().is_some(), ok, "{body}");
             assert_eq!(serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok(), ok, "serde on {body}");
+        }
+    }
+
+    /// A member whose name begins like a known one, or is a known one with
+    /// one byte escaped, is told apart as serde tells it: the near misses
+    /// are skipped members (read here), the escaped ones left to serde.
+    #[test]
+    fn names_near_known_ones_are_told_apart() {
+        let l = limits();
+        let near = [
+            "query_idx",
+            "query_i",
+            "action_names",
+            "timestam",
+            "client_id_",
+            "event_attribute",
+            "object_ids",
+            "ordinals",
+            "positio",
+        ];
+        let escaped = [r"query\u005fid", r"action_nam\u0065", r"ordin\u0061l", r"obj\u0065ct"];
+        for (name, fast) in near.iter().map(|n| (n, true)).chain(escaped.iter().map(|n| (n, false))) {
+            for (name_at, value) in
+                [("top", r#""q-2""#), ("attributes", r#"{"object_id":"D2"}"#), ("position", "5"), ("object", r#""D3""#)]
+            {
+                let member = format!(r#""{name}":{value}"#);
+                let (top, attributes, position, object) = match name_at {
+                    "top" => (format!("{member},"), String::new(), String::new(), String::new()),
+                    "attributes" => (String::new(), format!("{member},"), String::new(), String::new()),
+                    "position" => (String::new(), String::new(), format!("{member},"), String::new()),
+                    _ => (String::new(), String::new(), String::new(), format!("{member},")),
+                };
+                let text = format!(
+                    r#"{{{top}"action_name":"impression","query_id":"q-1","client_id":"c-1","timestamp":1763780000000,"event_attributes":{{{attributes}"object":{{{object}"object_id":"D1"}},"position":{{{position}"ordinal":3}}}}}}"#
+                );
+                for format in [Format::Ubi, Format::UbiEvents] {
+                    assert_eq!(
+                        decode(format, text.as_bytes(), &l),
+                        decode_by_serde(format, text.as_bytes(), &l),
+                        "{text}"
+                    );
+                    let mut slots = None;
+                    assert_eq!(read(&text, &settings(&l, format), &mut slots).is_some(), fast, "{text}");
+                }
+            }
         }
     }
 
