@@ -7,13 +7,15 @@
 //! the pipeline's cost of UBI input. Much of that is serde's per-member
 //! machinery (a visitor call, an `Option` and a `Result` per member), not
 //! the bytes. This reader walks the bytes once and fills the same
-//! [`RawUbi`] and dimension slots. Measured on `rankpulse-bench ubi`
-//! (lists from `rankpulse_testkit::ubi`, half of them shown by impression
-//! events), the reader itself costs 4,300 instructions per message against
-//! the serde reader's 5,600, and decoding as a whole (the event built
-//! too) 6.2k against 6.9k (callgrind, `--lists 10000 --rounds 1`); UBI lists per second
-//! up by a fifth (median of 9 rounds, alternating with the serde-only
-//! build: 54.8k to 67.1k; `docs/performance.md`).
+//! [`RawUbi`] and dimension slots. Its two habits that matter: a member
+//! name the reader knows is recognised by one fixed-length compare up to
+//! its closing quote ([`Scan::member`]), not scanned and then matched; a
+//! string's end is found eight bytes at a time ([`special_at`]). Measured
+//! on `rankpulse-bench ubi` (lists from `rankpulse_testkit::ubi`, half of
+//! them shown by impression events; callgrind, `--lists 10000 --rounds
+//! 1`), decoding a message, the event built too, costs 4.3k instructions
+//! against the serde reader's 6.9k; lists per second in
+//! `docs/performance.md`.
 //!
 //! It reads only what it can read exactly as serde_json does, and answers
 //! `None` at anything else: an escape in a string it reads (skipped
