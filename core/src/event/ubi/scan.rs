@@ -303,7 +303,7 @@ impl<'a> Scan<'a> {
             Some(b's') if self.is_name("session_id") => Some(Member::SessionId),
             Some(b't') if self.is_name("timestamp") => Some(Member::Timestamp),
             Some(b'e') if self.is_name("event_attributes") => Some(Member::EventAttributes),
-            // The spec's other members, skipped without a scan.
+            // The spec's other members: names told without a scan, values skipped.
             Some(b'u') if self.is_name("user_query") || self.is_name("user_id") => Some(Member::Other),
             Some(b'm') if self.is_name("message_type") || self.is_name("message") => Some(Member::Other),
             Some(b'q') if self.is_name("query_response_id") => Some(Member::Other),
