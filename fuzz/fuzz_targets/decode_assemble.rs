@@ -4,14 +4,15 @@
 //! that the fuzzer finds them) and a `ubi` topic, through one `Pipeline`,
 //! with small limits so eviction, dimension overflow, late amendments, the
 //! click counts of `[debias]` and a state round trip are exercised. Each
-//! message is also decoded as UBI by both of its readers, which must agree
-//! (the fast one leaves to serde whatever it cannot read exactly).
+//! message is also decoded as UBI and as rankpulse's own format by both
+//! readers of each, which must agree (the fast one leaves to serde
+//! whatever it cannot read exactly); scores to the bit.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rankpulse::config::{Config, Span};
-use rankpulse::event::{DecodeLimits, Format, ubi};
+use rankpulse::event::{self, DecodeLimits, Event, Format, ubi};
 use rankpulse::pipeline::{Clock, Pipeline};
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -79,6 +80,16 @@ fuzz_target!(|data: &[u8]| {
                 String::from_utf8_lossy(payload)
             );
         }
+        let (fast, serde) = (event::decode(payload, &LIMITS), event::decode_by_serde(payload, &LIMITS));
+        let scores = |e: &Result<Event<'_>, _>| match e {
+            Ok(Event::Impression(i)) => i.results.iter().map(|r| r.score.map(f64::to_bits)).collect(),
+            _ => Vec::new(),
+        };
+        assert!(
+            fast == serde && scores(&fast) == scores(&serde),
+            "the native readers differ on {:?}: {fast:?} against {serde:?}",
+            String::from_utf8_lossy(payload)
+        );
     }
     let mut pipeline = Pipeline::new(&CONFIG.pipeline_settings());
     let mut fed: u64 = 0;

@@ -10,7 +10,7 @@
 //! [`RawUbi`] and dimension slots. Its two habits that matter: a member
 //! name the reader knows is recognised by one fixed-length compare up to
 //! its closing quote ([`Scan::member`]), not scanned and then matched; a
-//! string's end is found eight bytes at a time ([`special_at`]). Measured
+//! string's end is found eight bytes at a time (the cursor's `special_at`). Measured
 //! on `rankpulse-bench ubi` (lists from `rankpulse_testkit::ubi`, half of
 //! them shown by impression events; callgrind, `--lists 10000 --rounds
 //! 1`), decoding a message, the event built too, costs 4.3k instructions
@@ -30,12 +30,9 @@
 //! compare the two on every input they make.
 
 use super::{Capture, Id, Known, Ordinal, RawEventAttributes, RawUbi, Settings, Slots};
-use crate::event::{RawTimestamp, RejectReason, Shown, Text};
+use crate::event::cursor::{MAX_NESTING, Scan};
+use crate::event::{RejectReason, Shown};
 use std::borrow::Cow;
-
-/// Nesting beyond this is left to serde (which reads 127 levels and skips
-/// any number).
-const MAX_NESTING: u32 = 16;
 
 /// What the fast read found. Moved once per message; boxing the large
 /// variant would allocate once per message instead.
@@ -131,162 +128,7 @@ enum Member {
     Other,
 }
 
-/// Where the first quote, backslash or control character of `rest` is
-/// (`None`: there is none). Eight bytes at a time, as serde_json's own
-/// scan does (fewer instructions than memchr's vector search or a 16-byte
-/// mask on these short strings, under callgrind); the lowest flagged byte
-/// of a word is exact (a borrow only flags bytes above a true hit), so the
-/// word that holds the hit also says where. The last, shorter word is
-/// padded with zero bytes, which count as control characters: a hit there
-/// at or beyond the end is no hit.
-fn special_at(rest: &[u8]) -> Option<usize> {
-    const ONES: u64 = u64::from_le_bytes([1; 8]);
-    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
-    let zero_in = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    let flagged = |v: u64| {
-        zero_in(v ^ (ONES * u64::from(b'"')))
-            | zero_in(v ^ (ONES * u64::from(b'\\')))
-            | (v.wrapping_sub(ONES * 0x20) & !v & HIGH)
-    };
-    let mut at = 0;
-    let mut chunks = rest.chunks_exact(8);
-    for chunk in &mut chunks {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let special = flagged(u64::from_le_bytes(word));
-        if special != 0 {
-            return Some(at + (special.trailing_zeros() / 8) as usize);
-        }
-        at += 8;
-    }
-    let tail = chunks.remainder();
-    let mut word = [0u8; 8];
-    word[..tail.len()].copy_from_slice(tail);
-    let hit = (flagged(u64::from_le_bytes(word)).trailing_zeros() / 8) as usize;
-    (hit < tail.len()).then_some(at + hit)
-}
-
-/// A cursor over the message. Every method returns `None` where the serde
-/// reader must decide, and leaves the cursor anywhere then.
-struct Scan<'a> {
-    text: &'a str,
-    at: usize,
-}
-
 impl<'a> Scan<'a> {
-    fn byte(&self) -> Option<u8> {
-        self.text.as_bytes().get(self.at).copied()
-    }
-
-    /// Skips JSON whitespace (exactly serde_json's four bytes).
-    fn ws(&mut self) {
-        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.byte() {
-            self.at += 1;
-        }
-    }
-
-    fn peek(&mut self) -> Option<u8> {
-        self.ws();
-        self.byte()
-    }
-
-    fn eat_if(&mut self, c: u8) -> bool {
-        let hit = self.peek() == Some(c);
-        self.at += usize::from(hit);
-        hit
-    }
-
-    fn eat(&mut self, c: u8) -> Option<()> {
-        self.eat_if(c).then_some(())
-    }
-
-    fn literal(&mut self, word: &str) -> Option<()> {
-        self.ws();
-        let rest = self.text.as_bytes().get(self.at..)?;
-        rest.starts_with(word.as_bytes()).then(|| self.at += word.len())
-    }
-
-    /// After a member or an element: `true` at `,` (another follows),
-    /// `false` at the closing `close`.
-    fn next(&mut self, close: u8) -> Option<bool> {
-        match self.peek()? {
-            b',' => {
-                self.at += 1;
-                Some(true)
-            }
-            c if c == close => {
-                self.at += 1;
-                Some(false)
-            }
-            _ => None,
-        }
-    }
-
-    fn next_member(&mut self) -> Option<bool> {
-        self.next(b'}')
-    }
-
-    /// A string with neither escapes nor control characters, borrowed.
-    fn string(&mut self) -> Option<&'a str> {
-        self.eat(b'"')?;
-        let start = self.at;
-        let rest = self.text.as_bytes().get(start..)?;
-        let len = special_at(rest)?;
-        if rest.get(len) != Some(&b'"') {
-            return None;
-        }
-        self.at = start + len + 1;
-        self.text.get(start..start + len)
-    }
-
-    /// A string that is only skipped, escapes checked as serde_json checks
-    /// them when it skips (a `\\u` escape need not make a valid code
-    /// point there): producers that write non-ASCII text as `\\u` escapes
-    /// (Python's `json.dumps`) are read here too.
-    fn skip_string(&mut self) -> Option<()> {
-        self.eat(b'"')?;
-        let bytes = self.text.as_bytes();
-        loop {
-            let rest = bytes.get(self.at..)?;
-            let i = special_at(rest)?;
-            self.at += i + 1;
-            match *rest.get(i)? {
-                b'"' => return Some(()),
-                b'\\' => match *bytes.get(self.at)? {
-                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 1,
-                    b'u' => {
-                        let hex = bytes.get(self.at + 1..self.at + 5)?;
-                        if !hex.iter().all(u8::is_ascii_hexdigit) {
-                            return None;
-                        }
-                        self.at += 5;
-                    }
-                    _ => return None,
-                },
-                _ => return None,
-            }
-        }
-    }
-
-    /// Reads the name at the cursor if it is exactly `name`, compared as
-    /// bytes up to its closing quote: a name whose bytes match holds no
-    /// escape, so it is that name. Cheaper than [`Self::key`] and a string
-    /// compare (inlined, the compare is of a known length). `false` leaves
-    /// the cursor where it was.
-    #[inline(always)]
-    fn is_name(&mut self, name: &'static str) -> bool {
-        let n = name.len();
-        let hit = self
-            .text
-            .as_bytes()
-            .get(self.at..self.at + n + 2)
-            .is_some_and(|s| s[0] == b'"' && s[1..=n] == *name.as_bytes() && s[n + 1] == b'"');
-        if hit {
-            self.at += n + 2;
-        }
-        hit
-    }
-
     /// A member name of the message and its colon. The known names are
     /// told by their first byte and one compare each; any other is read
     /// by [`Self::key`] (which leaves escapes to serde), and cannot be a
@@ -316,56 +158,6 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// A member name and its colon: one of `names` (each compared as
-    /// [`Self::is_name`] does), else as [`Self::key`] reads it.
-    #[inline(always)]
-    fn key_among(&mut self, names: &[&'static str]) -> Option<&'a str> {
-        self.ws();
-        for name in names {
-            if self.is_name(name) {
-                return self.eat(b':').map(|()| *name);
-            }
-        }
-        self.key()
-    }
-
-    /// A member's name and its colon.
-    fn key(&mut self) -> Option<&'a str> {
-        let key = self.string()?;
-        self.eat(b':')?;
-        Some(key)
-    }
-
-    /// A non-negative integer without fraction or exponent that fits a
-    /// `u64` (exactly what serde_json visits as a `u64`), as its text and
-    /// value.
-    fn uint(&mut self) -> Option<(&'a str, u64)> {
-        self.ws();
-        let start = self.at;
-        while self.byte().is_some_and(|b| b.is_ascii_digit()) {
-            self.at += 1;
-        }
-        let digits = self.text.get(start..self.at)?;
-        let simple = !digits.is_empty() && (digits == "0" || !digits.starts_with('0'));
-        if !simple || matches!(self.byte(), Some(b'.' | b'e' | b'E')) {
-            return None;
-        }
-        digits.parse().ok().map(|v| (digits, v))
-    }
-
-    /// `null` as `None`, else what `value` reads (serde's `Option<T>`).
-    fn optional<T>(&mut self, value: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
-        if self.peek()? == b'n' {
-            self.literal("null")?;
-            return Some(None);
-        }
-        value(self).map(Some)
-    }
-
-    fn text(&mut self) -> Option<Text<'a>> {
-        self.string().map(|s| Text(Cow::Borrowed(s)))
-    }
-
     /// [`Id`]: a string, an integer, `null` as absent.
     fn id(&mut self) -> Option<Id<'a>> {
         match self.peek()? {
@@ -380,13 +172,6 @@ impl<'a> Scan<'a> {
         match self.peek()? {
             b'n' => self.literal("null").map(|()| Ordinal(None)),
             _ => self.uint().and_then(|(_, v)| i64::try_from(v).ok()).map(|v| Ordinal(Some(v))),
-        }
-    }
-
-    fn timestamp(&mut self) -> Option<RawTimestamp<'a>> {
-        match self.peek()? {
-            b'"' => self.string().map(|s| RawTimestamp::Text(Cow::Borrowed(s))),
-            _ => self.uint().map(|(_, v)| RawTimestamp::Millis(v as f64)),
         }
     }
 
@@ -418,79 +203,6 @@ impl<'a> Scan<'a> {
             Some(reason) => Err(reason),
             None => Ok(results),
         })
-    }
-
-    /// Any value, validated and dropped (serde's `IgnoredAny`); `nesting`
-    /// is the depth of the value.
-    fn skip(&mut self, nesting: u32) -> Option<()> {
-        match self.peek()? {
-            b'"' => self.skip_string(),
-            b'{' => {
-                self.at += 1;
-                if nesting >= MAX_NESTING {
-                    return None;
-                }
-                if !self.eat_if(b'}') {
-                    loop {
-                        self.skip_string()?;
-                        self.eat(b':')?;
-                        self.skip(nesting + 1)?;
-                        if !self.next_member()? {
-                            break;
-                        }
-                    }
-                }
-                Some(())
-            }
-            b'[' => {
-                self.at += 1;
-                if nesting >= MAX_NESTING {
-                    return None;
-                }
-                if !self.eat_if(b']') {
-                    loop {
-                        self.skip(nesting + 1)?;
-                        if !self.next(b']')? {
-                            break;
-                        }
-                    }
-                }
-                Some(())
-            }
-            b't' => self.literal("true"),
-            b'f' => self.literal("false"),
-            b'n' => self.literal("null"),
-            b'-' | b'0'..=b'9' => self.number(),
-            _ => None,
-        }
-    }
-
-    /// A number that is only skipped: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`; one
-    /// with an exponent is left to serde.
-    fn number(&mut self) -> Option<()> {
-        if self.byte() == Some(b'-') {
-            self.at += 1;
-        }
-        let digits = |s: &mut Self| {
-            let start = s.at;
-            while s.byte().is_some_and(|b| b.is_ascii_digit()) {
-                s.at += 1;
-            }
-            s.at - start
-        };
-        let first = self.byte();
-        match digits(self) {
-            0 => return None,
-            n if n > 1 && first == Some(b'0') => return None,
-            _ => {}
-        }
-        if self.byte() == Some(b'.') {
-            self.at += 1;
-            if digits(self) == 0 {
-                return None;
-            }
-        }
-        (!matches!(self.byte(), Some(b'e' | b'E'))).then_some(())
     }
 
     /// A value below `query_attributes` or `event_attributes` (or one of

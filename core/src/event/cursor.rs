@@ -1,0 +1,305 @@
+//! A cursor over one JSON message for the fast readers that run ahead of
+//! serde: [`super::scan`] (rankpulse's own events) and
+//! [`super::ubi`]'s. Each method reads exactly what serde_json would read
+//! there, or answers `None`, and the reader then leaves the whole message
+//! to serde, which decides (its error, or its value). So a fast reader
+//! built on it can only be faster, never different; each one's
+//! `same_as_serde` proptest and the `decode_assemble` fuzz target hold it
+//! to that.
+
+use super::{RawTimestamp, Text};
+use std::borrow::Cow;
+
+/// Nesting beyond this is left to serde (which reads 127 levels and skips
+/// any number).
+pub(super) const MAX_NESTING: u32 = 16;
+
+/// Where the first quote, backslash or control character of `rest` is
+/// (`None`: there is none). Eight bytes at a time, as serde_json's own
+/// scan does (fewer instructions than memchr's vector search or a 16-byte
+/// mask on these short strings, under callgrind); the lowest flagged byte
+/// of a word is exact (a borrow only flags bytes above a true hit), so the
+/// word that holds the hit also says where. The last, shorter word is
+/// padded with zero bytes, which count as control characters: a hit there
+/// at or beyond the end is no hit.
+pub(super) fn special_at(rest: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
+    let zero_in = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let flagged = |v: u64| {
+        zero_in(v ^ (ONES * u64::from(b'"')))
+            | zero_in(v ^ (ONES * u64::from(b'\\')))
+            | (v.wrapping_sub(ONES * 0x20) & !v & HIGH)
+    };
+    let mut at = 0;
+    let mut chunks = rest.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let special = flagged(u64::from_le_bytes(word));
+        if special != 0 {
+            return Some(at + (special.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    let tail = chunks.remainder();
+    let mut word = [0u8; 8];
+    word[..tail.len()].copy_from_slice(tail);
+    let hit = (flagged(u64::from_le_bytes(word)).trailing_zeros() / 8) as usize;
+    (hit < tail.len()).then_some(at + hit)
+}
+
+/// A cursor over the message. Every method returns `None` where the serde
+/// reader must decide, and leaves the cursor anywhere then.
+pub(super) struct Scan<'a> {
+    pub(super) text: &'a str,
+    pub(super) at: usize,
+}
+
+impl<'a> Scan<'a> {
+    pub(super) fn byte(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    /// Skips JSON whitespace (exactly serde_json's four bytes).
+    pub(super) fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.byte() {
+            self.at += 1;
+        }
+    }
+
+    pub(super) fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.byte()
+    }
+
+    pub(super) fn eat_if(&mut self, c: u8) -> bool {
+        let hit = self.peek() == Some(c);
+        self.at += usize::from(hit);
+        hit
+    }
+
+    pub(super) fn eat(&mut self, c: u8) -> Option<()> {
+        self.eat_if(c).then_some(())
+    }
+
+    pub(super) fn literal(&mut self, word: &str) -> Option<()> {
+        self.ws();
+        let rest = self.text.as_bytes().get(self.at..)?;
+        rest.starts_with(word.as_bytes()).then(|| self.at += word.len())
+    }
+
+    /// After a member or an element: `true` at `,` (another follows),
+    /// `false` at the closing `close`.
+    pub(super) fn next(&mut self, close: u8) -> Option<bool> {
+        match self.peek()? {
+            b',' => {
+                self.at += 1;
+                Some(true)
+            }
+            c if c == close => {
+                self.at += 1;
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+
+    pub(super) fn next_member(&mut self) -> Option<bool> {
+        self.next(b'}')
+    }
+
+    /// A string with neither escapes nor control characters, borrowed.
+    pub(super) fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let rest = self.text.as_bytes().get(start..)?;
+        let len = special_at(rest)?;
+        if rest.get(len) != Some(&b'"') {
+            return None;
+        }
+        self.at = start + len + 1;
+        self.text.get(start..start + len)
+    }
+
+    /// A string that is only skipped, escapes checked as serde_json checks
+    /// them when it skips (a `\\u` escape need not make a valid code
+    /// point there): producers that write non-ASCII text as `\\u` escapes
+    /// (Python's `json.dumps`) are read here too.
+    pub(super) fn skip_string(&mut self) -> Option<()> {
+        self.eat(b'"')?;
+        let bytes = self.text.as_bytes();
+        loop {
+            let rest = bytes.get(self.at..)?;
+            let i = special_at(rest)?;
+            self.at += i + 1;
+            match *rest.get(i)? {
+                b'"' => return Some(()),
+                b'\\' => match *bytes.get(self.at)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 1,
+                    b'u' => {
+                        let hex = bytes.get(self.at + 1..self.at + 5)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return None;
+                        }
+                        self.at += 5;
+                    }
+                    _ => return None,
+                },
+                _ => return None,
+            }
+        }
+    }
+
+    /// Reads the name at the cursor if it is exactly `name`, compared as
+    /// bytes up to its closing quote: a name whose bytes match holds no
+    /// escape, so it is that name. Cheaper than [`Self::key`] and a string
+    /// compare (inlined, the compare is of a known length). `false` leaves
+    /// the cursor where it was.
+    #[inline(always)]
+    pub(super) fn is_name(&mut self, name: &'static str) -> bool {
+        let n = name.len();
+        let hit = self
+            .text
+            .as_bytes()
+            .get(self.at..self.at + n + 2)
+            .is_some_and(|s| s[0] == b'"' && s[1..=n] == *name.as_bytes() && s[n + 1] == b'"');
+        if hit {
+            self.at += n + 2;
+        }
+        hit
+    }
+
+    /// A member name and its colon: one of `names` (each compared as
+    /// [`Self::is_name`] does), else as [`Self::key`] reads it.
+    #[inline(always)]
+    pub(super) fn key_among(&mut self, names: &[&'static str]) -> Option<&'a str> {
+        self.ws();
+        for name in names {
+            if self.is_name(name) {
+                return self.eat(b':').map(|()| *name);
+            }
+        }
+        self.key()
+    }
+
+    /// A member's name and its colon.
+    pub(super) fn key(&mut self) -> Option<&'a str> {
+        let key = self.string()?;
+        self.eat(b':')?;
+        Some(key)
+    }
+
+    /// A non-negative integer without fraction or exponent that fits a
+    /// `u64` (exactly what serde_json visits as a `u64`), as its text and
+    /// value.
+    pub(super) fn uint(&mut self) -> Option<(&'a str, u64)> {
+        self.ws();
+        let start = self.at;
+        while self.byte().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
+        let digits = self.text.get(start..self.at)?;
+        let simple = !digits.is_empty() && (digits == "0" || !digits.starts_with('0'));
+        if !simple || matches!(self.byte(), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        digits.parse().ok().map(|v| (digits, v))
+    }
+
+    /// `null` as `None`, else what `value` reads (serde's `Option<T>`).
+    pub(super) fn optional<T>(&mut self, value: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+        if self.peek()? == b'n' {
+            self.literal("null")?;
+            return Some(None);
+        }
+        value(self).map(Some)
+    }
+
+    /// Any value, validated and dropped (serde's `IgnoredAny`); `nesting`
+    /// is the depth of the value.
+    pub(super) fn skip(&mut self, nesting: u32) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.skip_string(),
+            b'{' => {
+                self.at += 1;
+                if nesting >= MAX_NESTING {
+                    return None;
+                }
+                if !self.eat_if(b'}') {
+                    loop {
+                        self.skip_string()?;
+                        self.eat(b':')?;
+                        self.skip(nesting + 1)?;
+                        if !self.next_member()? {
+                            break;
+                        }
+                    }
+                }
+                Some(())
+            }
+            b'[' => {
+                self.at += 1;
+                if nesting >= MAX_NESTING {
+                    return None;
+                }
+                if !self.eat_if(b']') {
+                    loop {
+                        self.skip(nesting + 1)?;
+                        if !self.next(b']')? {
+                            break;
+                        }
+                    }
+                }
+                Some(())
+            }
+            b't' => self.literal("true"),
+            b'f' => self.literal("false"),
+            b'n' => self.literal("null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    /// A number that is only skipped: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`; one
+    /// with an exponent is left to serde.
+    pub(super) fn number(&mut self) -> Option<()> {
+        if self.byte() == Some(b'-') {
+            self.at += 1;
+        }
+        let digits = |s: &mut Self| {
+            let start = s.at;
+            while s.byte().is_some_and(|b| b.is_ascii_digit()) {
+                s.at += 1;
+            }
+            s.at - start
+        };
+        let first = self.byte();
+        match digits(self) {
+            0 => return None,
+            n if n > 1 && first == Some(b'0') => return None,
+            _ => {}
+        }
+        if self.byte() == Some(b'.') {
+            self.at += 1;
+            if digits(self) == 0 {
+                return None;
+            }
+        }
+        (!matches!(self.byte(), Some(b'e' | b'E'))).then_some(())
+    }
+
+    /// A string as [`Text`], borrowed.
+    pub(super) fn text(&mut self) -> Option<Text<'a>> {
+        self.string().map(|s| Text(Cow::Borrowed(s)))
+    }
+
+    /// [`RawTimestamp`]: a string, or an unsigned integer (serde visits a
+    /// `u64`, taken `as f64`).
+    pub(super) fn timestamp(&mut self) -> Option<RawTimestamp<'a>> {
+        match self.peek()? {
+            b'"' => self.string().map(|s| RawTimestamp::Text(Cow::Borrowed(s))),
+            _ => self.uint().map(|(_, v)| RawTimestamp::Millis(v as f64)),
+        }
+    }
+}

@@ -1,0 +1,590 @@
+//! rankpulse's own event read straight from its bytes, ahead of the serde
+//! reader: the first half of [`super::decode`].
+//!
+//! Why by hand: decoding was half of the pipeline's instructions on
+//! rankpulse's own events (`rankpulse-bench ubi`'s native run under
+//! callgrind: 199M of 345M for 10,000 lists), and most of it is serde's
+//! per-member machinery (a visitor call, an `Option` and a `Result` per
+//! member and per result), not the bytes. The bare consumer the daemon is
+//! measured against decodes the same messages with serde_json, so that
+//! machinery was most of what the daemon spent beyond it on a judgment.
+//! This reader walks the bytes once with [`Scan`] and fills the same
+//! [`RawEvent`], which [`super::decode`] then checks as before.
+//!
+//! It reads only what it can read exactly as serde_json does and answers
+//! `None` at anything else: an escape in a string it reads (skipped
+//! strings may hold escapes), a control character, a number where serde
+//! might round differently or visit another type (a negative integer
+//! where an unsigned one is read, an exponent anywhere, a `score` with
+//! more than 2^53 in its digits or 22 after its point), a member given
+//! twice, an object read as an array, nesting deeper than the cursor's
+//! limit, any syntax error. The serde reader then reads the message from
+//! the start and decides. `same_as_serde` (proptest, hostile variants of
+//! every member) and the `decode_assemble` fuzz target compare the two on
+//! every input they make.
+
+use super::cursor::Scan;
+use super::{DimValue, RawEvent, RawGrade, RawShown, Text};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+/// Reads `text` as a rankpulse event, or `None` where the serde reader
+/// must decide.
+pub(super) fn read(text: &str) -> Option<RawEvent<'_>> {
+    let mut s = Scan { text, at: 0 };
+    s.eat(b'{')?;
+    let mut raw = RawEvent::default();
+    let mut seen = 0u16;
+    if !s.eat_if(b'}') {
+        loop {
+            let member = s.native_member()?;
+            let bit = 1u16 << member as u16;
+            if member != Member::Other {
+                if seen & bit != 0 {
+                    return None;
+                }
+                seen |= bit;
+            }
+            match member {
+                Member::Type => raw.kind = s.optional(Scan::text)?,
+                Member::EventId => raw.event_id = s.optional(Scan::text)?,
+                Member::SessionId => raw.session_id = s.optional(Scan::text)?,
+                Member::QueryId => raw.query_id = s.optional(Scan::text)?,
+                Member::Timestamp => raw.timestamp = s.optional(Scan::timestamp)?,
+                Member::Results => raw.results = s.optional(Scan::results)?,
+                Member::Dimensions => raw.dimensions = s.optional(Scan::dimensions)?,
+                Member::DocId => raw.doc_id = s.optional(Scan::text)?,
+                Member::Grade => raw.grade = s.optional(Scan::grade)?,
+                Member::Action => raw.action = s.optional(Scan::text)?,
+                Member::Randomized => raw.randomized = s.optional(Scan::boolean)?,
+                Member::Other => s.skip(1)?,
+            }
+            if !s.next_member()? {
+                break;
+            }
+        }
+    }
+    s.ws();
+    (s.at == text.len()).then_some(raw)
+}
+
+/// A member of the event, as [`Scan::native_member`] names it; the discriminant
+/// is its bit among the members seen.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Member {
+    Type,
+    EventId,
+    SessionId,
+    QueryId,
+    Timestamp,
+    Results,
+    Dimensions,
+    DocId,
+    Grade,
+    Action,
+    Randomized,
+    /// Any other name: skipped.
+    Other,
+}
+
+/// A member of a result.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ResultMember {
+    DocId,
+    Position,
+    Score,
+    Team,
+    Other,
+}
+
+/// `10^k` for the `k` digits after a point that [`Scan::score`] reads:
+/// each exact in an `f64` (as in serde_json's own table).
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
+    1e21, 1e22,
+];
+
+impl<'a> Scan<'a> {
+    /// A member name of the event and its colon: the known names told by
+    /// their first byte and one compare each, any other read by
+    /// [`Self::key`] (which leaves escapes to serde).
+    fn native_member(&mut self) -> Option<Member> {
+        self.ws();
+        let known = match self.text.as_bytes().get(self.at + 1) {
+            Some(b't') if self.is_name("type") => Some(Member::Type),
+            Some(b't') if self.is_name("timestamp") => Some(Member::Timestamp),
+            Some(b'e') if self.is_name("event_id") => Some(Member::EventId),
+            Some(b's') if self.is_name("session_id") => Some(Member::SessionId),
+            Some(b'q') if self.is_name("query_id") => Some(Member::QueryId),
+            Some(b'r') if self.is_name("results") => Some(Member::Results),
+            Some(b'r') if self.is_name("randomized") => Some(Member::Randomized),
+            Some(b'd') if self.is_name("doc_id") => Some(Member::DocId),
+            Some(b'd') if self.is_name("dimensions") => Some(Member::Dimensions),
+            Some(b'g') if self.is_name("grade") => Some(Member::Grade),
+            Some(b'a') if self.is_name("action") => Some(Member::Action),
+            _ => None,
+        };
+        match known {
+            Some(member) => self.eat(b':').map(|()| member),
+            None => self.key().map(|_| Member::Other),
+        }
+    }
+
+    fn boolean(&mut self) -> Option<bool> {
+        match self.peek()? {
+            b't' => self.literal("true").map(|()| true),
+            _ => self.literal("false").map(|()| false),
+        }
+    }
+
+    /// [`RawGrade`] from an unsigned integer, as its `visit_u64` takes it.
+    fn grade(&mut self) -> Option<RawGrade> {
+        self.uint().map(|(_, v)| RawGrade(i64::try_from(v).unwrap_or(i64::MAX)))
+    }
+
+    /// `results`: an array of result objects.
+    fn results(&mut self) -> Option<Vec<RawShown<'a>>> {
+        self.eat(b'[')?;
+        let mut results = Vec::with_capacity(super::RESULTS_CAPACITY);
+        if !self.eat_if(b']') {
+            loop {
+                results.push(self.result()?);
+                if !self.next(b']')? {
+                    break;
+                }
+            }
+        }
+        Some(results)
+    }
+
+    fn result(&mut self) -> Option<RawShown<'a>> {
+        self.eat(b'{')?;
+        let mut r = RawShown { doc_id: None, position: None, score: None, team: None };
+        let mut seen = 0u8;
+        if !self.eat_if(b'}') {
+            loop {
+                self.ws();
+                let known = match self.text.as_bytes().get(self.at + 1) {
+                    Some(b'd') if self.is_name("doc_id") => Some(ResultMember::DocId),
+                    Some(b'p') if self.is_name("position") => Some(ResultMember::Position),
+                    Some(b's') if self.is_name("score") => Some(ResultMember::Score),
+                    Some(b't') if self.is_name("team") => Some(ResultMember::Team),
+                    _ => None,
+                };
+                let member = match known {
+                    Some(member) => {
+                        self.eat(b':')?;
+                        let bit = 1u8 << member as u8;
+                        if seen & bit != 0 {
+                            return None;
+                        }
+                        seen |= bit;
+                        member
+                    }
+                    None => self.key().map(|_| ResultMember::Other)?,
+                };
+                match member {
+                    ResultMember::DocId => r.doc_id = self.optional(Scan::text)?,
+                    // serde's i64 takes a u64 up to i64::MAX.
+                    ResultMember::Position => {
+                        r.position = self.optional(|s| s.uint().and_then(|(_, v)| i64::try_from(v).ok()))?
+                    }
+                    ResultMember::Score => r.score = self.optional(Scan::score)?,
+                    ResultMember::Team => r.team = self.optional(Scan::text)?,
+                    ResultMember::Other => self.skip(3)?,
+                }
+                if !self.next_member()? {
+                    break;
+                }
+            }
+        }
+        Some(r)
+    }
+
+    /// A score as serde_json reads an `f64`, where that is exact for any
+    /// of its float parsers: digits whose value is at most 2^53 (exact in
+    /// an `f64`) and at most 22 of them after the point (10^k exact), so
+    /// one division rounds once, correctly; an integer as the `u64` or
+    /// `i64` it visits (`-0` included: serde gives -0.0 there).
+    fn score(&mut self) -> Option<f64> {
+        self.ws();
+        let negative = self.byte() == Some(b'-');
+        self.at += usize::from(negative);
+        let first = self.byte()?;
+        if !first.is_ascii_digit() {
+            return None;
+        }
+        let mut significand = 0u64;
+        let mut digits = 0usize;
+        while let Some(b) = self.byte().filter(u8::is_ascii_digit) {
+            significand = significand.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+            digits += 1;
+            self.at += 1;
+        }
+        if first == b'0' && digits > 1 {
+            return None;
+        }
+        let mut after_point = 0usize;
+        if self.byte() == Some(b'.') {
+            self.at += 1;
+            while let Some(b) = self.byte().filter(u8::is_ascii_digit) {
+                significand = significand.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+                after_point += 1;
+                self.at += 1;
+            }
+            if after_point == 0 {
+                return None;
+            }
+        }
+        if matches!(self.byte(), Some(b'e' | b'E')) || significand > 1 << 53 {
+            return None;
+        }
+        let magnitude = significand as f64 / *POW10.get(after_point)?;
+        Some(if negative { -magnitude } else { magnitude })
+    }
+
+    /// `dimensions`: an object of scalars, as [`DimValue`] reads them
+    /// (a later member of the same name replaces the earlier's value, as
+    /// in serde's map).
+    fn dimensions(&mut self) -> Option<BTreeMap<Text<'a>, DimValue<'a>>> {
+        self.eat(b'{')?;
+        let mut dimensions = BTreeMap::new();
+        if !self.eat_if(b'}') {
+            loop {
+                let key = self.key()?;
+                let value = match self.peek()? {
+                    b'"' => Some(Cow::Borrowed(self.string()?)),
+                    b't' => self.literal("true").map(|()| Some(Cow::Borrowed("true")))?,
+                    b'f' => self.literal("false").map(|()| Some(Cow::Borrowed("false")))?,
+                    b'n' => self.literal("null").map(|()| None)?,
+                    // A u64's text is its digits (no leading zeros in JSON).
+                    _ => Some(Cow::Owned(self.uint()?.0.to_string())),
+                };
+                dimensions.insert(Text(Cow::Borrowed(key)), DimValue(value));
+                if !self.next_member()? {
+                    break;
+                }
+            }
+        }
+        Some(dimensions)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{DecodeLimits, Event, decode, decode_by_serde};
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Scalars as producers send them, and the ones this reader leaves to
+    /// serde (escapes, control characters, negative, fractional and
+    /// exponent numbers, leading zeros, numbers beyond u64).
+    const SCALARS: &[&str] = &[
+        r#""impression""#,
+        r#""judgment""#,
+        r#""click""#,
+        r#""""#,
+        r#""s1""#,
+        r#""A""#,
+        r#""B""#,
+        r#""2024-12-10T00:01:29.378Z""#,
+        r#""t\u00e9""#,
+        r#""a\"b""#,
+        "\"x\u{1}y\"",
+        "\"\u{e9}t\u{e9}\"",
+        "0",
+        "2",
+        "7",
+        "1733788889378",
+        "-3",
+        "-0",
+        "-0.0",
+        "1.5",
+        "2.0",
+        "-2.25",
+        "0.1",
+        "1e3",
+        "01",
+        "1.",
+        "123456789012345678901",
+        "9007199254740993",
+        "0.12345678901234567890123",
+        "9223372036854775807",
+        "9223372036854775808",
+        "18446744073709551615",
+        "18446744073709551616",
+        r#""\/\b\f\n\r\t\\""#,
+        r#""\u12""#,
+        "null",
+        "true",
+        "false",
+    ];
+    /// Members of the event and of its results, names near them, and
+    /// known ones escaped.
+    const KEYS: &[&str] = &[
+        "type",
+        "event_id",
+        "session_id",
+        "query_id",
+        "timestamp",
+        "results",
+        "dimensions",
+        "doc_id",
+        "grade",
+        "action",
+        "randomized",
+        "position",
+        "score",
+        "team",
+        "ranker",
+        "x",
+        "typ",
+        "types",
+        "doc_ids",
+        "scor",
+        r"t\u0079pe",
+        r"doc\u005fid",
+        r"sc\u006fre",
+    ];
+
+    fn value() -> impl Strategy<Value = String> {
+        let leaf = prop::sample::select(SCALARS).prop_map(str::to_string);
+        leaf.prop_recursive(4, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec((prop::sample::select(KEYS), inner), 0..5).prop_map(|members| {
+                    let m: Vec<String> = members.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                    format!("{{{}}}", m.join(","))
+                }),
+            ]
+        })
+    }
+
+    /// `typical` most of the time, else any value.
+    fn mostly(typical: &'static [&'static str]) -> impl Strategy<Value = String> {
+        prop_oneof![6 => prop::sample::select(typical).prop_map(str::to_string), 1 => value()]
+    }
+
+    /// An object of some of `members` (each kept or not, now and then
+    /// twice), in any order, perhaps with another member drawn from `KEYS`.
+    fn object(members: Vec<BoxedStrategy<String>>) -> impl Strategy<Value = String> {
+        let kept = members
+            .into_iter()
+            .flat_map(|m| [prop::option::weighted(0.85, m.clone()), prop::option::weighted(0.03, m)])
+            .collect::<Vec<_>>();
+        let extra = prop::collection::vec((prop::sample::select(KEYS), value()), 0..2);
+        let space = prop::sample::select(&["", " ", "\n\t", "\r "][..]);
+        (kept, extra, space)
+            .prop_map(|(kept, extra, space)| {
+                let mut m: Vec<String> = kept.into_iter().flatten().collect();
+                m.extend(extra.iter().map(|(k, v)| format!("\"{k}\"{space}:{space}{v}")));
+                m
+            })
+            .prop_shuffle()
+            .prop_map(|m| format!("{{{}}}", m.join(",")))
+    }
+
+    fn member(name: &'static str, typical: &'static [&'static str]) -> BoxedStrategy<String> {
+        mostly(typical).prop_map(move |v| format!("\"{name}\":{v}")).boxed()
+    }
+
+    /// An impression or judgment as producers write it, each member kept
+    /// or not and sometimes any value instead, then perhaps cut, or with
+    /// one byte put in.
+    fn message() -> impl Strategy<Value = String> {
+        let result = object(vec![
+            member("doc_id", &[r#""d1""#, r#""d2""#]),
+            member("position", &["1", "2", "0"]),
+            member("score", &["0.5", "12", "-1.25", "3.14159"]),
+            member("team", &[r#""A""#, r#""B""#]),
+        ]);
+        let results = prop_oneof![
+            4 => prop::collection::vec(result, 0..4).prop_map(|v| format!("[{}]", v.join(","))).boxed(),
+            1 => value().boxed(),
+        ];
+        let dimensions =
+            object(vec![member("ranker", &[r#""v2""#, "5", "true", "null"]), member("market", &[r#""de""#])]);
+        let top = object(vec![
+            member("type", &[r#""impression""#, r#""judgment""#, r#""other""#]),
+            member("event_id", &[r#""e1""#]),
+            member("session_id", &[r#""s1""#]),
+            member("query_id", &[r#""q1""#, "null"]),
+            member("timestamp", &["1763780000000", r#""2025-11-22T02:53:20.017Z""#]),
+            results.prop_map(|v| format!("\"results\":{v}")).boxed(),
+            prop_oneof![4 => dimensions.boxed(), 1 => value().boxed()]
+                .prop_map(|v| format!("\"dimensions\":{v}"))
+                .boxed(),
+            member("doc_id", &[r#""d1""#]),
+            member("grade", &["2", "0", "4", "2.0"]),
+            member("action", &[r#""click""#, r#""purchase""#, r#""hover""#]),
+            member("randomized", &["true", "false"]),
+        ]);
+        let change = prop_oneof![
+            6 => Just(None),
+            1 => (any::<prop::sample::Index>(), Just(None)).prop_map(Some),
+            1 => (any::<prop::sample::Index>(), prop::sample::select(&b"{}[]\",:\\ 0-.eaxn\x01"[..]).prop_map(Some)).prop_map(Some),
+        ];
+        (top, change).prop_map(|(mut text, change)| {
+            match change {
+                Some((at, None)) => text.truncate(text.floor_char_boundary(at.index(text.len() + 1))),
+                Some((at, Some(byte))) => {
+                    text.insert(text.floor_char_boundary(at.index(text.len() + 1)), char::from(byte))
+                }
+                None => {}
+            }
+            text
+        })
+    }
+
+    /// The scores of an impression's results, as bits (`==` on `f64`
+    /// cannot tell -0.0 from 0.0).
+    fn score_bits(event: &Result<Event<'_>, super::super::RejectReason>) -> Vec<Option<u64>> {
+        match event {
+            Ok(Event::Impression(i)) => i.results.iter().map(|r| r.score.map(f64::to_bits)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// Whatever the fast reader decides is what the serde reader decides.
+        #[test]
+        fn same_as_serde(text in message()) {
+            let l = DecodeLimits { max_results: 3, ..DecodeLimits::default() };
+            let (fast, serde) = (decode(text.as_bytes(), &l), decode_by_serde(text.as_bytes(), &l));
+            prop_assert_eq!(&fast, &serde, "{}", text);
+            prop_assert_eq!(score_bits(&fast), score_bits(&serde), "{}", text);
+        }
+
+        /// Any decimal a producer may write as a score is the `f64` serde
+        /// reads, to the bit, whether this reader reads it or leaves it.
+        #[test]
+        fn scores_are_read_as_serde_reads_them(
+            negative in any::<bool>(),
+            int in "(0|[1-9][0-9]{0,19})",
+            fraction in proptest::option::of("[0-9]{1,25}"),
+        ) {
+            let number = format!("{}{int}{}", if negative { "-" } else { "" }, fraction.map(|f| format!(".{f}")).unwrap_or_default());
+            let text = format!(r#"{{"type":"impression","event_id":"e","session_id":"s","timestamp":1,"results":[{{"doc_id":"d","score":{number}}}]}}"#);
+            let l = DecodeLimits::default();
+            let (fast, serde) = (decode(text.as_bytes(), &l), decode_by_serde(text.as_bytes(), &l));
+            prop_assert_eq!(&fast, &serde, "{}", number);
+            prop_assert_eq!(score_bits(&fast), score_bits(&serde), "{}", number);
+        }
+    }
+
+    /// Every number a slot may hold, at the edges of what this reader
+    /// reads (`i64`, `u64`, 2^53, 22 digits after the point) and just
+    /// beyond, in every slot that reads one: the same event as serde's.
+    #[test]
+    fn numbers_in_every_slot_are_read_as_serde_reads_them() {
+        let l = DecodeLimits::default();
+        let numbers = [
+            "0",
+            "1",
+            "-0",
+            "-1",
+            "01",
+            "1.",
+            "1.5",
+            "-1.5",
+            "0.1",
+            "2.0",
+            "1e3",
+            "1E-3",
+            "-",
+            "9007199254740992",
+            "9007199254740993",
+            "9007199254740992.5",
+            "0.1234567890123456789012",
+            "0.12345678901234567890123",
+            "9223372036854775807",
+            "9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551616",
+        ];
+        for n in numbers {
+            for text in [
+                format!(
+                    r#"{{"type":"impression","event_id":"i","session_id":"s","timestamp":1,"results":[{{"doc_id":"d","score":{n}}}]}}"#
+                ),
+                format!(
+                    r#"{{"type":"impression","event_id":"i","session_id":"s","timestamp":1,"results":[{{"doc_id":"d","position":{n}}}]}}"#
+                ),
+                format!(
+                    r#"{{"type":"impression","event_id":"i","session_id":"s","timestamp":1,"results":[],"dimensions":{{"x":{n}}}}}"#
+                ),
+                format!(
+                    r#"{{"type":"judgment","event_id":"j","session_id":"s","doc_id":"d","timestamp":1,"grade":{n}}}"#
+                ),
+                format!(
+                    r#"{{"type":"judgment","event_id":"j","session_id":"s","doc_id":"d","action":"click","timestamp":{n}}}"#
+                ),
+                format!(
+                    r#"{{"type":"judgment","event_id":"j","session_id":"s","doc_id":"d","action":"click","timestamp":1,"other":{n}}}"#
+                ),
+            ] {
+                let (fast, serde) = (decode(text.as_bytes(), &l), decode_by_serde(text.as_bytes(), &l));
+                assert_eq!(fast, serde, "{text}");
+                assert_eq!(score_bits(&fast), score_bits(&serde), "{text}");
+            }
+        }
+    }
+
+    /// Where JSON or serde's types leave room, the fast reader takes the
+    /// same way: bytes after the event, a dimension given twice (the later
+    /// value wins), a result member given twice.
+    #[test]
+    fn edges_of_the_grammar_are_read_as_serde_reads_them() {
+        let l = DecodeLimits::default();
+        let judgment =
+            r#"{"type":"judgment","event_id":"j","session_id":"s","doc_id":"d","action":"click","timestamp":1}"#;
+        for text in [
+            format!("{judgment} "),
+            format!("{judgment}x"),
+            format!("{judgment}}}"),
+            format!("{judgment},"),
+            r#"{"type":"impression","event_id":"i","session_id":"s","timestamp":1,"results":[],"dimensions":{"x":"a","x":"b"}}"#.to_string(),
+            r#"{"type":"impression","event_id":"i","session_id":"s","timestamp":1,"results":[],"dimensions":{"x":"a","x":null}}"#.to_string(),
+            r#"{"type":"impression","event_id":"i","session_id":"s","timestamp":1,"results":[{"doc_id":"d","doc_id":"e"}]}"#.to_string(),
+            r#"{"type":"impression","event_id":"i","session_id":"s","timestamp":1,"results":[{"doc_id":"d"},]}"#.to_string(),
+            r#"{"type":"impression","event_id":"i","session_id":"s","timestamp":1,"results":[{"doc_id":"d",}]}"#.to_string(),
+        ] {
+            assert_eq!(decode(text.as_bytes(), &l), decode_by_serde(text.as_bytes(), &l), "{text}");
+        }
+    }
+
+    /// The events producers send are read here, not left to serde, so that
+    /// `same_as_serde` compares two readers, not one with itself.
+    #[test]
+    fn the_usual_events_are_read_without_serde() {
+        for text in [
+            r#"{"type":"impression","event_id":"i-1","session_id":"s-1","query_id":"q-1","timestamp":1763780000000,"results":[{"doc_id":"d1","position":1,"score":0.93},{"doc_id":"d2","position":2,"score":-1.5,"team":"A"}],"dimensions":{"ranker":"v2","market":"de","experiment":42,"beta":true,"off":null},"randomized":false}"#,
+            r#"{"type":"judgment","event_id":"j-1","session_id":"s-1","query_id":"q-1","doc_id":"d1","action":"click","timestamp":1763780001000}"#,
+            r#"{ "type" : "judgment", "event_id" : "j-2", "session_id" : "s-1", "doc_id" : "d1", "grade" : 3, "timestamp" : "2025-11-22T02:53:20.017Z", "rater" : {"id": 7, "notes": ["caf\u00e9"]} }"#,
+        ] {
+            assert!(read(text).is_some(), "{text}");
+        }
+    }
+
+    /// What is left to serde, each for the reason the module names.
+    #[test]
+    fn the_unusual_is_left_to_serde() {
+        for text in [
+            r#"{"type":"judgment","event_id":"j\u002d1","session_id":"s","doc_id":"d","grade":1,"timestamp":1}"#,
+            r#"{"type":"judgment","type":"judgment","event_id":"j","session_id":"s","doc_id":"d","grade":1,"timestamp":1}"#,
+            r#"{"type":"judgment","event_id":"j","session_id":"s","doc_id":"d","grade":-1,"timestamp":1}"#,
+            r#"{"type":"judgment","event_id":"j","session_id":"s","doc_id":"d","grade":2.0,"timestamp":1}"#,
+            r#"{"type":"judgment","event_id":"j","session_id":"s","doc_id":"d","grade":1,"timestamp":1.5e12}"#,
+            r#"{"type":"impression","event_id":"i","session_id":"s","timestamp":1,"results":[{"doc_id":"d","score":1e-3}]}"#,
+            r#"{"type":"impression","event_id":"i","session_id":"s","timestamp":1,"results":[{"doc_id":"d","score":0.12345678901234567890123}]}"#,
+            r#"{"type":"impression","event_id":"i","session_id":"s","timestamp":1,"results":[["d",1]]}"#,
+            r#"["judgment","j","s"]"#,
+        ] {
+            assert!(read(text).is_none(), "{text}");
+            let l = DecodeLimits::default();
+            assert_eq!(decode(text.as_bytes(), &l), decode_by_serde(text.as_bytes(), &l), "{text}");
+        }
+    }
+}
