@@ -196,7 +196,11 @@ impl<'a> Scan<'a> {
     pub(super) fn uint(&mut self) -> Option<(&'a str, u64)> {
         self.ws();
         let start = self.at;
-        while self.byte().is_some_and(|b| b.is_ascii_digit()) {
+        let mut value = 0u64;
+        // The value as the digits go (beyond u64: left to serde), rather
+        // than a second pass through `str::parse`.
+        while let Some(b) = self.byte().filter(u8::is_ascii_digit) {
+            value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
             self.at += 1;
         }
         let digits = self.text.get(start..self.at)?;
@@ -204,7 +208,7 @@ impl<'a> Scan<'a> {
         if !simple || matches!(self.byte(), Some(b'.' | b'e' | b'E')) {
             return None;
         }
-        digits.parse().ok().map(|v| (digits, v))
+        Some((digits, value))
     }
 
     /// `null` as `None`, else what `value` reads (serde's `Option<T>`).
