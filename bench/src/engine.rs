@@ -46,33 +46,42 @@ pub fn pipeline_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
 /// native events, through the pipeline alone on one core: lists per
 /// second of each (native, UBI). Both runs finalize every list.
 pub fn ubi_vs_native(config: &Config, traffic: &rankpulse_testkit::ubi::UbiTraffic) -> (f64, f64) {
+    (traffic.lists as f64 / native_lists(config, traffic), traffic.lists as f64 / ubi_lists(config, traffic))
+}
+
+/// The native half of [`ubi_vs_native`], in seconds: a function of its
+/// own so that a profiler can count it alone
+/// (`valgrind --tool=callgrind --toggle-collect='rankpulse_bench::engine::native_lists'`).
+#[inline(never)]
+pub fn native_lists(config: &Config, traffic: &rankpulse_testkit::ubi::UbiTraffic) -> f64 {
+    let mut pipeline = Pipeline::new(&config.pipeline_settings());
+    let clock = Clock::replay();
+    let started = Instant::now();
+    for m in &traffic.native {
+        let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
+        let _ = pipeline.ingest(topic, &m.payload, clock, None);
+    }
+    pipeline.finalize_all();
+    started.elapsed().as_secs_f64()
+}
+
+/// The UBI half of [`ubi_vs_native`], in seconds (`ubi_lists` for the
+/// profiler).
+#[inline(never)]
+pub fn ubi_lists(config: &Config, traffic: &rankpulse_testkit::ubi::UbiTraffic) -> f64 {
     use rankpulse::event::Format;
     use rankpulse_testkit::ubi::UbiTopic;
-    let native = {
-        let mut pipeline = Pipeline::new(&config.pipeline_settings());
-        let clock = Clock::replay();
-        let started = Instant::now();
-        for m in &traffic.native {
-            let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
-            let _ = pipeline.ingest(topic, &m.payload, clock, None);
-        }
-        pipeline.finalize_all();
-        started.elapsed().as_secs_f64()
-    };
-    let ubi = {
-        let mut settings = config.pipeline_settings();
-        settings.formats = vec![("ubi_queries".into(), Format::UbiQueries), ("ubi_events".into(), Format::UbiEvents)];
-        let mut pipeline = Pipeline::new(&settings);
-        let clock = Clock::replay();
-        let started = Instant::now();
-        for m in &traffic.ubi {
-            let topic = if m.topic == UbiTopic::Queries { "ubi_queries" } else { "ubi_events" };
-            let _ = pipeline.ingest(topic, &m.payload, clock, None);
-        }
-        pipeline.finalize_all();
-        started.elapsed().as_secs_f64()
-    };
-    (traffic.lists as f64 / native, traffic.lists as f64 / ubi)
+    let mut settings = config.pipeline_settings();
+    settings.formats = vec![("ubi_queries".into(), Format::UbiQueries), ("ubi_events".into(), Format::UbiEvents)];
+    let mut pipeline = Pipeline::new(&settings);
+    let clock = Clock::replay();
+    let started = Instant::now();
+    for m in &traffic.ubi {
+        let topic = if m.topic == UbiTopic::Queries { "ubi_queries" } else { "ubi_events" };
+        let _ = pipeline.ingest(topic, &m.payload, clock, None);
+    }
+    pipeline.finalize_all();
+    started.elapsed().as_secs_f64()
 }
 
 /// The same lists as rankpulse's own events and as their `mapped` twins
