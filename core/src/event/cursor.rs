@@ -307,3 +307,67 @@ impl<'a> Scan<'a> {
         }
     }
 }
+
+/// Generators of hostile JSON for the fast readers' `same_as_serde`
+/// proptests: each reader's test names its own scalars and member names.
+#[cfg(test)]
+pub(super) mod strategies {
+    use proptest::prelude::*;
+
+    /// Any value: one of `scalars`, or arrays and objects of them (members
+    /// named from `keys`), four deep at most.
+    pub fn value(scalars: &'static [&'static str], keys: &'static [&'static str]) -> impl Strategy<Value = String> {
+        let leaf = prop::sample::select(scalars).prop_map(str::to_string);
+        leaf.prop_recursive(4, 24, 4, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec((prop::sample::select(keys), inner), 0..5).prop_map(|members| {
+                    let m: Vec<String> = members.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                    format!("{{{}}}", m.join(","))
+                }),
+            ]
+        })
+    }
+
+    /// An object of some of `members` (each kept or not, now and then
+    /// twice), in any order, perhaps with another member named from `keys`.
+    pub fn object(
+        members: Vec<BoxedStrategy<String>>,
+        scalars: &'static [&'static str],
+        keys: &'static [&'static str],
+    ) -> impl Strategy<Value = String> {
+        let kept = members
+            .into_iter()
+            .flat_map(|m| [prop::option::weighted(0.85, m.clone()), prop::option::weighted(0.03, m)])
+            .collect::<Vec<_>>();
+        let extra = prop::collection::vec((prop::sample::select(keys), value(scalars, keys)), 0..2);
+        let space = prop::sample::select(&["", " ", "\n\t", "\r "][..]);
+        (kept, extra, space)
+            .prop_map(|(kept, extra, space)| {
+                let mut m: Vec<String> = kept.into_iter().flatten().collect();
+                m.extend(extra.iter().map(|(k, v)| format!("\"{k}\"{space}:{space}{v}")));
+                m
+            })
+            .prop_shuffle()
+            .prop_map(|m| format!("{{{}}}", m.join(",")))
+    }
+
+    /// `message` as it is, or cut, or with one byte put in.
+    pub fn damaged(message: impl Strategy<Value = String>) -> impl Strategy<Value = String> {
+        let change = prop_oneof![
+            6 => Just(None),
+            1 => (any::<prop::sample::Index>(), Just(None)).prop_map(Some),
+            1 => (any::<prop::sample::Index>(), prop::sample::select(&b"{}[]\",:\\ 0-.eaxn\x01"[..]).prop_map(Some)).prop_map(Some),
+        ];
+        (message, change).prop_map(|(mut text, change)| {
+            match change {
+                Some((at, None)) => text.truncate(text.floor_char_boundary(at.index(text.len() + 1))),
+                Some((at, Some(byte))) => {
+                    text.insert(text.floor_char_boundary(at.index(text.len() + 1)), char::from(byte))
+                }
+                None => {}
+            }
+            text
+        })
+    }
+}

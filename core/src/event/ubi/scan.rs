@@ -335,6 +335,7 @@ impl<'a> Scan<'a> {
 mod tests {
     use super::super::{UbiPath, decode, decode_by_serde};
     use super::*;
+    use crate::event::cursor::strategies;
     use crate::event::{DecodeLimits, Format};
     use proptest::prelude::*;
 
@@ -445,21 +446,16 @@ mod tests {
     ];
 
     fn value() -> impl Strategy<Value = String> {
-        let leaf = prop::sample::select(SCALARS).prop_map(str::to_string);
-        leaf.prop_recursive(4, 24, 4, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),
-                prop::collection::vec((prop::sample::select(KEYS), inner), 0..5).prop_map(|members| {
-                    let m: Vec<String> = members.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-                    format!("{{{}}}", m.join(","))
-                }),
-            ]
-        })
+        strategies::value(SCALARS, KEYS)
     }
 
     /// `typical` most of the time, else any value.
     fn mostly(typical: &'static [&'static str]) -> impl Strategy<Value = String> {
         prop_oneof![6 => prop::sample::select(typical).prop_map(str::to_string), 1 => value()]
+    }
+
+    fn object(members: Vec<BoxedStrategy<String>>) -> impl Strategy<Value = String> {
+        strategies::object(members, SCALARS, KEYS)
     }
 
     /// A member of `event_attributes.object` or `.position`, or of the
@@ -471,25 +467,6 @@ mod tests {
             mostly(&[r#""s""#, "3", "true"]).prop_map(|v| format!("\"x\":{v}")).boxed(),
         ];
         object(members)
-    }
-
-    /// An object of some of `members` (each kept or not, now and then
-    /// twice), in any order, perhaps with another member drawn from `KEYS`.
-    fn object(members: Vec<BoxedStrategy<String>>) -> impl Strategy<Value = String> {
-        let kept = members
-            .into_iter()
-            .flat_map(|m| [prop::option::weighted(0.85, m.clone()), prop::option::weighted(0.03, m)])
-            .collect::<Vec<_>>();
-        let extra = prop::collection::vec((prop::sample::select(KEYS), value()), 0..2);
-        let space = prop::sample::select(&["", " ", "\n\t", "\r "][..]);
-        (kept, extra, space)
-            .prop_map(|(kept, extra, space)| {
-                let mut m: Vec<String> = kept.into_iter().flatten().collect();
-                m.extend(extra.iter().map(|(k, v)| format!("\"{k}\"{space}:{space}{v}")));
-                m
-            })
-            .prop_shuffle()
-            .prop_map(|m| format!("{{{}}}", m.join(",")))
     }
 
     /// A UBI query or event as producers write it, each member kept or
@@ -529,21 +506,7 @@ mod tests {
                 .boxed(),
             mostly(&[r#""q""#, "null"]).prop_map(|v| format!("\"user_query\":{v}")).boxed(),
         ]);
-        let change = prop_oneof![
-            6 => Just(None),
-            1 => (any::<prop::sample::Index>(), Just(None)).prop_map(Some),
-            1 => (any::<prop::sample::Index>(), prop::sample::select(&b"{}[]\",:\\ 0-.eaxn\x01"[..]).prop_map(Some)).prop_map(Some),
-        ];
-        (top, change).prop_map(|(mut text, change)| {
-            match change {
-                Some((at, None)) => text.truncate(text.floor_char_boundary(at.index(text.len() + 1))),
-                Some((at, Some(byte))) => {
-                    text.insert(text.floor_char_boundary(at.index(text.len() + 1)), char::from(byte))
-                }
-                None => {}
-            }
-            text
-        })
+        strategies::damaged(top)
     }
 
     proptest! {
