@@ -16,8 +16,10 @@
 //! strings may hold escapes), a control character, a number where serde
 //! might round differently or visit another type (a negative integer
 //! where an unsigned one is read, an exponent anywhere, a `score` with
-//! more than 2^53 in its digits or 22 after its point), a member given
-//! twice, an object read as an array, nesting deeper than the cursor's
+//! more than 2^53 in its digits or 22 after its point), a member of the
+//! event or of a result given twice (a dimension or an unknown member
+//! given twice is read: the later one wins, as in serde's map and as
+//! serde skips), an object read as an array, nesting deeper than the cursor's
 //! limit, any syntax error. The serde reader then reads the message from
 //! the start and decides. `same_as_serde` (proptest, hostile variants of
 //! every member) and the `decode_assemble` fuzz target compare the two on

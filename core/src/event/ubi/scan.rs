@@ -25,7 +25,8 @@
 //! twice, nesting deeper than [`MAX_NESTING`], any syntax error. The serde
 //! reader then reads the message from the start and decides (its error,
 //! or its value). So this
-//! reader can only be faster, never different: `same_as_serde` (proptest,
+//! reader is never different from serde (a message it leaves is read
+//! twice): `same_as_serde` (proptest,
 //! hostile variants of every member) and the `decode_assemble` fuzz target
 //! compare the two on every input they make.
 
