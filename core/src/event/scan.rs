@@ -89,7 +89,8 @@ enum Member {
     Other,
 }
 
-/// A member of a result.
+/// A member of a result, as [`Scan::result_member`] names it; the
+/// discriminant is its bit among the members seen.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum ResultMember {
     DocId,
@@ -165,26 +166,14 @@ impl<'a> Scan<'a> {
         let mut seen = 0u8;
         if !self.eat_if(b'}') {
             loop {
-                self.ws();
-                let known = match self.text.as_bytes().get(self.at + 1) {
-                    Some(b'd') if self.is_name("doc_id") => Some(ResultMember::DocId),
-                    Some(b'p') if self.is_name("position") => Some(ResultMember::Position),
-                    Some(b's') if self.is_name("score") => Some(ResultMember::Score),
-                    Some(b't') if self.is_name("team") => Some(ResultMember::Team),
-                    _ => None,
-                };
-                let member = match known {
-                    Some(member) => {
-                        self.eat(b':')?;
-                        let bit = 1u8 << member as u8;
-                        if seen & bit != 0 {
-                            return None;
-                        }
-                        seen |= bit;
-                        member
+                let member = self.result_member()?;
+                let bit = 1u8 << member as u8;
+                if member != ResultMember::Other {
+                    if seen & bit != 0 {
+                        return None;
                     }
-                    None => self.key().map(|_| ResultMember::Other)?,
-                };
+                    seen |= bit;
+                }
                 match member {
                     ResultMember::DocId => r.doc_id = self.optional(Scan::text)?,
                     // serde's i64 takes a u64 up to i64::MAX.
@@ -201,6 +190,23 @@ impl<'a> Scan<'a> {
             }
         }
         Some(r)
+    }
+
+    /// A member name of a result and its colon, as [`Self::native_member`]
+    /// reads the event's.
+    fn result_member(&mut self) -> Option<ResultMember> {
+        self.ws();
+        let known = match self.text.as_bytes().get(self.at + 1) {
+            Some(b'd') if self.is_name("doc_id") => Some(ResultMember::DocId),
+            Some(b'p') if self.is_name("position") => Some(ResultMember::Position),
+            Some(b's') if self.is_name("score") => Some(ResultMember::Score),
+            Some(b't') if self.is_name("team") => Some(ResultMember::Team),
+            _ => None,
+        };
+        match known {
+            Some(member) => self.eat(b':').map(|()| member),
+            None => self.key().map(|_| ResultMember::Other),
+        }
     }
 
     /// A score as serde_json reads an `f64`, where that is exact for any
