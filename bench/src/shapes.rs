@@ -79,6 +79,11 @@ pub struct Reading {
     /// above is interpolated in the daemon's histogram buckets, as the
     /// daemon's is).
     pub p99_delay_exact_ms: Option<f64>,
+    /// Live tail: how often the daemon's consumer loop kept fetched
+    /// messages waiting more than 50 ms and more than 100 ms
+    /// (`rankpulse_consumer_loop_gap_seconds`), to tell its own stalls
+    /// from delays the producer and the broker add to both readers.
+    pub loop_gaps_over_ms: Option<(f64, f64)>,
 }
 
 impl Reading {
@@ -254,6 +259,22 @@ fn histogram_quantile(exposition: &str, name: &str, q: f64) -> Option<f64> {
     quantile_of_buckets(&b, q)
 }
 
+/// How many observations of the histogram `name` were above `bound` (one
+/// of its bucket bounds): its count less the bucket at `bound`.
+fn histogram_above(exposition: &str, name: &str, bound: f64) -> Option<f64> {
+    let (mut total, mut within) = (None, None);
+    for line in exposition.lines().filter(|l| l.starts_with(&format!("{name}_bucket{{"))) {
+        let le = line.split("le=\"").nth(1)?.split('"').next()?;
+        let v: f64 = line.rsplit(' ').next()?.parse().ok()?;
+        if le == "+Inf" {
+            *total.get_or_insert(0.0) += v;
+        } else if le.parse::<f64>().ok() == Some(bound) {
+            *within.get_or_insert(0.0) += v;
+        }
+    }
+    Some(total? - within?)
+}
+
 /// The quantile `q` of cumulative buckets (upper bound, count), sorted by
 /// bound and ending with +Inf, interpolated linearly within a bucket as
 /// Prometheus's `histogram_quantile` does.
@@ -348,7 +369,7 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
     let sampler = CpuSampler::start(pid);
     let deadline = Instant::now() + Duration::from_secs(900);
     let (mut open_peak, mut open_peak_at, mut open_peak_late) = (0.0f64, 0.0f64, 0.0f64);
-    let (pauses, delay) = loop {
+    let (pauses, delay, gaps) = loop {
         if let Some(status) = child.try_wait()? {
             bail!("rankpulse run exited ({status}); see {}", log_path.display());
         }
@@ -367,7 +388,12 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
             }
             if consumed >= total as f64 {
                 let delay = histogram_quantile(&m, "rankpulse_ingest_delay_seconds", 0.99).map(|s| s * 1000.0);
-                break (sum(&m, "rankpulse_topic_pauses_total"), delay);
+                let gaps = histogram_above(&m, "rankpulse_consumer_loop_gap_seconds", 0.05).zip(histogram_above(
+                    &m,
+                    "rankpulse_consumer_loop_gap_seconds",
+                    0.1,
+                ));
+                break (sum(&m, "rankpulse_topic_pauses_total"), delay, gaps);
             }
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -396,6 +422,7 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
         open_lists_peak_late: open_peak_late,
         topic_pauses: pauses,
         p99_delay_ms: delay,
+        loop_gaps_over_ms: gaps,
         ..r
     })
 }
@@ -515,12 +542,13 @@ fn live(opts: &Options, rate: f64) -> anyhow::Result<ShapeReport> {
         }
         report.messages = pair.0.messages;
         eprintln!(
-            "s3 round {}: {}; p99 delay (histogram buckets) bare {:?} ms (exact {:?} ms), daemon {:?} ms",
+            "s3 round {}: {}; p99 delay (histogram buckets) bare {:?} ms (exact {:?} ms), daemon {:?} ms; daemon loop gaps over 50 / 100 ms: {:?}",
             round + 1,
             line(&pair.0, &pair.1),
             pair.0.p99_delay_ms,
             pair.0.p99_delay_exact_ms,
-            pair.1.p99_delay_ms
+            pair.1.p99_delay_ms,
+            pair.1.loop_gaps_over_ms
         );
         report.rounds.push(pair);
     }
@@ -661,5 +689,17 @@ mod tests {
         let text =
             "d_bucket{le=\"0.1\"} 50\nd_bucket{le=\"0.25\"} 90\nd_bucket{le=\"0.5\"} 100\nd_bucket{le=\"+Inf\"} 100\n";
         assert_eq!(histogram_quantile(text, "d", 0.99), quantile_of_buckets(&b, 0.99));
+    }
+
+    #[test]
+    fn observations_above_a_bound_are_summed_over_series() {
+        // Two series: 7 of 10 and 1 of 5 observations above 0.05 s.
+        let text = "g_bucket{p=\"0\",le=\"0.05\"} 3\ng_bucket{p=\"0\",le=\"0.1\"} 8\ng_bucket{p=\"0\",le=\"+Inf\"} 10\n\
+                    g_bucket{p=\"1\",le=\"0.05\"} 4\ng_bucket{p=\"1\",le=\"0.1\"} 5\ng_bucket{p=\"1\",le=\"+Inf\"} 5\n";
+        assert_eq!(histogram_above(text, "g", 0.05), Some(8.0));
+        assert_eq!(histogram_above(text, "g", 0.1), Some(2.0));
+        // A bound that is not one of the histogram's: no answer.
+        assert_eq!(histogram_above(text, "g", 0.07), None);
+        assert_eq!(histogram_above(text, "missing", 0.05), None);
     }
 }
