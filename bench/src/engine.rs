@@ -84,6 +84,44 @@ pub fn ubi_lists(config: &Config, traffic: &rankpulse_testkit::ubi::UbiTraffic) 
     started.elapsed().as_secs_f64()
 }
 
+/// Where the time of [`ubi_vs_native`]'s runs goes, per list (µs): each
+/// format's messages decoded alone (the event built, then dropped), and
+/// the UBI messages only validated by serde_json (`IgnoredAny`: the
+/// structural read any JSON reader does, nothing built). What the
+/// pipeline adds to decoding is the run's time less its decoding.
+#[derive(Debug, Clone, Copy)]
+pub struct UbiParts {
+    pub native_decode: f64,
+    pub ubi_decode: f64,
+    pub ubi_validate: f64,
+}
+
+pub fn ubi_parts(config: &Config, traffic: &rankpulse_testkit::ubi::UbiTraffic) -> UbiParts {
+    use rankpulse::event::{Format, decode_as};
+    use rankpulse_testkit::ubi::UbiTopic;
+    let limits = config.decode_limits();
+    let per_list = |started: Instant| started.elapsed().as_secs_f64() * 1e6 / traffic.lists as f64;
+    let mut ok = 0usize;
+    let started = Instant::now();
+    for m in &traffic.native {
+        ok += usize::from(decode_as(Format::Rankpulse, &m.payload, &limits).is_ok());
+    }
+    let native_decode = per_list(started);
+    let started = Instant::now();
+    for m in &traffic.ubi {
+        let format = if m.topic == UbiTopic::Queries { Format::UbiQueries } else { Format::UbiEvents };
+        ok += usize::from(decode_as(format, &m.payload, &limits).is_ok());
+    }
+    let ubi_decode = per_list(started);
+    let started = Instant::now();
+    for m in &traffic.ubi {
+        ok += usize::from(serde_json::from_slice::<serde::de::IgnoredAny>(&m.payload).is_ok());
+    }
+    let ubi_validate = per_list(started);
+    std::hint::black_box(ok);
+    UbiParts { native_decode, ubi_decode, ubi_validate }
+}
+
 /// The same lists as rankpulse's own events and as their `mapped` twins
 /// (testkit's invented schema, read through `mapped_config`'s paths),
 /// through the pipeline alone on one core: lists per second of each
