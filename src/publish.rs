@@ -351,6 +351,11 @@ pub fn render(s: &Snapshot) -> String {
             "Time between two messages handled by the consumer loop while more were already fetched: how long publishing, checkpoints and rebalances held the stream up",
             &h.loop_gaps,
         );
+        f.histogram(
+            &format!("{PREFIX}consumer_tick_seconds"),
+            "Time each tick of the consumer loop took (closing lists due, commits, handing the publisher its view), during which no message is read",
+            &h.ticks,
+        );
         if s.config.state.enabled() {
             f.counter(&format!("{PREFIX}checkpoints_total"), "Checkpoints written", &[], h.checkpoints as f64);
             f.counter(

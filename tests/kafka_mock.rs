@@ -79,6 +79,8 @@ async fn daemon_consumes_counts_commits_and_matches_replay() {
     assert_eq!(counter_lines(&summary.final_exposition), counter_lines(&replayed));
     assert_eq!(sum_of(&summary.final_exposition, "rankpulse_events_rejected_total"), 1.0);
     assert_eq!(sum_of(&summary.final_exposition, "rankpulse_lists_finalized_total"), 200.0);
+    // The loop ticked (readiness is set on a tick) and counted each tick.
+    assert!(sum_of(&summary.final_exposition, "rankpulse_consumer_tick_seconds_count") >= 1.0);
     drop(cluster);
 }
 

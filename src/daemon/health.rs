@@ -90,6 +90,10 @@ pub struct DaemonHealth {
     /// How long the consumer loop kept waiting messages waiting (see
     /// `daemon::loop_gaps`).
     pub loop_gaps: DelayHistogram,
+    /// How long each tick took. The loop reads nothing meanwhile, so on a
+    /// live tail, where the loop is mostly idle and `loop_gaps` does not
+    /// count the wait, a long tick shows only here (and in the delay).
+    pub ticks: DelayHistogram,
 }
 
 #[cfg(test)]

@@ -24,8 +24,16 @@ const PRUNE_PARTS: usize = 8;
 impl Daemon {
     /// What the loop does when the tick fires (after handling a message it
     /// held from a partition queue, which belongs before any rebalance):
-    /// everything driven by processing time rather than by messages.
+    /// everything driven by processing time rather than by messages. Its
+    /// duration is counted (`Health::ticks`): no message is read meanwhile.
     pub(super) fn on_tick(&mut self, consumer: &Arc<Consumer>, published: &Published) -> Result<(), DaemonError> {
+        let started = std::time::Instant::now();
+        let result = self.tick_work(consumer, published);
+        self.health.ticks.observe_seconds(started.elapsed().as_secs_f64());
+        result
+    }
+
+    fn tick_work(&mut self, consumer: &Arc<Consumer>, published: &Published) -> Result<(), DaemonError> {
         // Another process writes this instance's checkpoints: stop before
         // committing anything more (see `state::kafka`).
         if let Some(store) = &self.store {

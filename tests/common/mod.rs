@@ -213,6 +213,7 @@ pub fn counter_lines(exposition: &str) -> Vec<String> {
                 // _count too.
                 && !name.starts_with("rankpulse_ingest_delay_seconds")
                 && !name.starts_with("rankpulse_consumer_loop_gap_seconds")
+                && !name.starts_with("rankpulse_consumer_tick_seconds")
         })
         .map(str::to_string)
         .collect();
