@@ -84,6 +84,10 @@ pub struct Reading {
     /// (`rankpulse_consumer_loop_gap_seconds`), to tell its own stalls
     /// from delays the producer and the broker add to both readers.
     pub loop_gaps_over_ms: Option<(f64, f64)>,
+    /// Live tail: the daemon's ticks over 50 ms and over 100 ms
+    /// (`rankpulse_consumer_tick_seconds`): the loop reads nothing during
+    /// a tick, and an idle loop's wait is not a loop gap.
+    pub ticks_over_ms: Option<(f64, f64)>,
 }
 
 impl Reading {
@@ -369,7 +373,7 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
     let sampler = CpuSampler::start(pid);
     let deadline = Instant::now() + Duration::from_secs(900);
     let (mut open_peak, mut open_peak_at, mut open_peak_late) = (0.0f64, 0.0f64, 0.0f64);
-    let (pauses, delay, gaps) = loop {
+    let (pauses, delay, gaps, ticks) = loop {
         if let Some(status) = child.try_wait()? {
             bail!("rankpulse run exited ({status}); see {}", log_path.display());
         }
@@ -388,12 +392,10 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
             }
             if consumed >= total as f64 {
                 let delay = histogram_quantile(&m, "rankpulse_ingest_delay_seconds", 0.99).map(|s| s * 1000.0);
-                let gaps = histogram_above(&m, "rankpulse_consumer_loop_gap_seconds", 0.05).zip(histogram_above(
-                    &m,
-                    "rankpulse_consumer_loop_gap_seconds",
-                    0.1,
-                ));
-                break (sum(&m, "rankpulse_topic_pauses_total"), delay, gaps);
+                let over = |name: &str| histogram_above(&m, name, 0.05).zip(histogram_above(&m, name, 0.1));
+                let gaps = over("rankpulse_consumer_loop_gap_seconds");
+                let ticks = over("rankpulse_consumer_tick_seconds");
+                break (sum(&m, "rankpulse_topic_pauses_total"), delay, gaps, ticks);
             }
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -423,6 +425,7 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
         topic_pauses: pauses,
         p99_delay_ms: delay,
         loop_gaps_over_ms: gaps,
+        ticks_over_ms: ticks,
         ..r
     })
 }
@@ -542,13 +545,14 @@ fn live(opts: &Options, rate: f64) -> anyhow::Result<ShapeReport> {
         }
         report.messages = pair.0.messages;
         eprintln!(
-            "s3 round {}: {}; p99 delay (histogram buckets) bare {:?} ms (exact {:?} ms), daemon {:?} ms; daemon loop gaps over 50 / 100 ms: {:?}",
+            "s3 round {}: {}; p99 delay (histogram buckets) bare {:?} ms (exact {:?} ms), daemon {:?} ms; daemon loop gaps over 50 / 100 ms: {:?}, ticks over 50 / 100 ms: {:?}",
             round + 1,
             line(&pair.0, &pair.1),
             pair.0.p99_delay_ms,
             pair.0.p99_delay_exact_ms,
             pair.1.p99_delay_ms,
-            pair.1.loop_gaps_over_ms
+            pair.1.loop_gaps_over_ms,
+            pair.1.ticks_over_ms
         );
         report.rounds.push(pair);
     }
