@@ -86,8 +86,8 @@ pub fn ubi_lists(config: &Config, traffic: &rankpulse_testkit::ubi::UbiTraffic) 
 
 /// Where the time of [`ubi_vs_native`]'s runs goes, per list (µs): each
 /// format's messages decoded alone (the event built, then dropped), and
-/// the UBI messages only validated by serde_json (`IgnoredAny`: the
-/// structural read any JSON reader does, nothing built). What the
+/// the UBI messages only validated by serde_json (`IgnoredAny`: every
+/// message's whole structure read and checked, nothing built). What the
 /// pipeline adds to decoding is the run's time less its decoding.
 #[derive(Debug, Clone, Copy)]
 pub struct UbiParts {
@@ -96,6 +96,7 @@ pub struct UbiParts {
     pub ubi_validate: f64,
 }
 
+/// One round of [`UbiParts`] over `traffic`.
 pub fn ubi_parts(config: &Config, traffic: &rankpulse_testkit::ubi::UbiTraffic) -> UbiParts {
     use rankpulse::event::{Format, decode_as};
     use rankpulse_testkit::ubi::UbiTopic;

@@ -197,7 +197,7 @@ fn main() -> anyhow::Result<()> {
                 parts.push((1e6 / native, 1e6 / ubi, engine::ubi_parts(&config, &traffic)));
                 (native, ubi)
             });
-            print_ubi_parts(&mut parts);
+            print_ubi_parts(&parts);
             Ok(())
         }
         Command::Mapped { lists, seed, rounds } => {
@@ -384,12 +384,10 @@ fn measure(what: &str, args: MixArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `rounds` rounds of (native, `format`) lists per second from `round`,
-/// each printed with its ratio, then the median ratio (the `ubi` and
-/// `mapped` commands).
 /// Medians of the rounds' parts, per list: what the UBI run's time is
-/// made of, against the budget the 0.8 target leaves it.
-fn print_ubi_parts(parts: &mut [(f64, f64, engine::UbiParts)]) {
+/// made of, against the budget the 0.8 target leaves it. "The rest" is
+/// the median run less the median decoding, each taken over the rounds.
+fn print_ubi_parts(parts: &[(f64, f64, engine::UbiParts)]) {
     let median = |f: &dyn Fn(&(f64, f64, engine::UbiParts)) -> f64| {
         let mut v: Vec<f64> = parts.iter().map(f).collect();
         v.sort_by(f64::total_cmp);
@@ -408,6 +406,9 @@ fn print_ubi_parts(parts: &mut [(f64, f64, engine::UbiParts)]) {
     );
 }
 
+/// `rounds` rounds of (native, `format`) lists per second from `round`,
+/// each printed with its ratio, then the median ratio (the `ubi` and
+/// `mapped` commands).
 fn format_rounds(format: &str, rounds: usize, mut round: impl FnMut() -> (f64, f64)) {
     let mut ratios = Vec::new();
     for n in 1..=rounds.max(1) {

@@ -25,7 +25,7 @@ impl Daemon {
     /// What the loop does when the tick fires (after handling a message it
     /// held from a partition queue, which belongs before any rebalance):
     /// everything driven by processing time rather than by messages. Its
-    /// duration is counted (`Health::ticks`): no message is read meanwhile.
+    /// duration is counted (`DaemonHealth::ticks`): no message is read meanwhile.
     pub(super) fn on_tick(&mut self, consumer: &Arc<Consumer>, published: &Published) -> Result<(), DaemonError> {
         let started = std::time::Instant::now();
         let result = self.tick_work(consumer, published);
