@@ -465,3 +465,108 @@ fn clicks_are_weighted_by_estimated_propensities() {
     assert_eq!(code, 0);
     assert!(!out.contains("rankpulse_clicks") && !out.contains("propensity"), "{out}");
 }
+
+/// `metrics.relevance_threshold` set through the environment, on
+/// small.jsonl (values of `hand_computed_replay`). At 3, the candidate's
+/// one judged document (grade 2) is no longer relevant for the binary
+/// metrics: its MRR@1 falls from 1 to 0 (`no_relevant = "zero"`: counted
+/// as 0) and the list counts as having nothing relevant (binary); its
+/// nDCG@1, from grades, stays 1. The control list's b (grade 3) still
+/// counts: MRR@3 stays 1/2.
+#[test]
+fn the_relevance_threshold_decides_what_binary_metrics_count() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
+    let run = |threshold: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+            .args(["replay", file.to_str().unwrap()])
+            .env("RANKPULSE__METRICS__RELEVANCE_THRESHOLD", threshold)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let control = r#"ranker="control",market="us"}"#;
+    let candidate = r#"ranker="candidate",market="us"}"#;
+    // Lists with nothing relevant at the threshold, over every ranker.
+    let binary_none = |exposition: &str| -> f64 {
+        exposition
+            .lines()
+            .filter_map(|l| l.strip_prefix(r#"rankpulse_lists_no_relevant_total{kind="binary","#))
+            .map(|rest| rest.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    let (code, at1, err) = run("1");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(value(&at1, &format!(r#"rankpulse_mrr{{k="1",window="1h",{candidate}"#)), 1.0);
+    assert_eq!(binary_none(&at1), 0.0);
+    let (code, at3, err) = run("3");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(value(&at3, &format!(r#"rankpulse_mrr{{k="1",window="1h",{candidate}"#)), 0.0);
+    assert_eq!(value(&at3, &format!(r#"rankpulse_precision{{k="1",window="1h",{candidate}"#)), 0.0);
+    assert_eq!(value(&at3, &format!(r#"rankpulse_ndcg{{k="1",window="1h",{candidate}"#)), 1.0);
+    assert_eq!(value(&at3, &format!(r#"rankpulse_mrr{{k="3",window="1h",{control}"#)), 0.5);
+    assert_eq!(binary_none(&at3), 1.0);
+    assert_eq!(value(&at3, &format!(r#"rankpulse_lists_no_relevant_total{{kind="binary",{candidate}"#)), 1.0);
+    // Outside 1..=metrics.max_grade (4 by default): refused, naming the key.
+    for refused in ["0", "5"] {
+        let (code, _, err) = run(refused);
+        assert_eq!(code, Some(2), "{refused}");
+        assert!(err.contains("metrics.relevance_threshold"), "{err}");
+    }
+}
+
+/// `late.policy` and `late.horizon` through a config file. List L1
+/// (control) shows a, b; a is judged not relevant (grade 0) at once.
+/// A list of another ranker 40 s later, and a click on it, move both
+/// topics' event time past L1's gap (30 s): L1 is final. Then a click on
+/// L1's b (2 s after its impression) arrives late.
+///   amend (the default): L1's MRR@3 = 1/2 (b at rank 2), one amended;
+///   drop: L1 keeps MRR@3 = 0 (nothing relevant, counted as 0), one dropped;
+///   horizon 0s: nothing remembered, neither counted, L1 keeps 0.
+#[test]
+fn late_judgments_are_amended_or_dropped_as_configured() {
+    let t0 = 1_700_000_000_000i64;
+    let lines = [
+        format!(
+            r#"{{"type":"impression","event_id":"i1","session_id":"L1","timestamp":{t0},"results":[{{"doc_id":"a"}},{{"doc_id":"b"}}],"dimensions":{{"ranker":"control","market":"us"}}}}"#
+        ),
+        format!(
+            r#"{{"type":"judgment","event_id":"j1","session_id":"L1","doc_id":"a","grade":0,"timestamp":{}}}"#,
+            t0 + 1_000
+        ),
+        format!(
+            r#"{{"type":"impression","event_id":"i2","session_id":"L2","timestamp":{},"results":[{{"doc_id":"x"}}],"dimensions":{{"ranker":"candidate","market":"us"}}}}"#,
+            t0 + 40_000
+        ),
+        format!(
+            r#"{{"type":"judgment","event_id":"j2","session_id":"L2","doc_id":"x","action":"click","timestamp":{}}}"#,
+            t0 + 41_000
+        ),
+        format!(
+            r#"{{"type":"judgment","event_id":"j3","session_id":"L1","doc_id":"b","action":"click","timestamp":{}}}"#,
+            t0 + 2_000
+        ),
+    ];
+    let events = Scratch::new("late.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let control = r#"rankpulse_mrr{k="3",window="1h",ranker="control",market="us"}"#;
+    let late = |outcome: &str| format!(r#"rankpulse_late_judgments_total{{outcome="{outcome}"}}"#);
+    let with = |toml: &str| {
+        let config = Scratch::new(&format!("late-{}.toml", toml.len()), toml.as_bytes());
+        let (code, out, err) = replay(&["--config", config.0.to_str().unwrap()], &events.0);
+        assert_eq!(code, 0, "{toml}: {err}");
+        out
+    };
+    let amend = with("");
+    assert_eq!(value(&amend, control), 0.5, "{amend}");
+    assert_eq!(value(&amend, &late("amended")), 1.0);
+    let drop = with("[late]\npolicy = \"drop\"\n");
+    assert_eq!(value(&drop, control), 0.0, "{drop}");
+    assert_eq!(value(&drop, &late("dropped")), 1.0);
+    let forget = with("[late]\nhorizon = \"0s\"\n");
+    assert_eq!(value(&forget, control), 0.0, "{forget}");
+    assert!(!forget.contains(&late("amended")) || value(&forget, &late("amended")) == 0.0, "{forget}");
+    assert!(!forget.contains(&late("dropped")) || value(&forget, &late("dropped")) == 0.0, "{forget}");
+}
