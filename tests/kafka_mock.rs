@@ -81,6 +81,9 @@ async fn daemon_consumes_counts_commits_and_matches_replay() {
     assert_eq!(sum_of(&summary.final_exposition, "rankpulse_lists_finalized_total"), 200.0);
     // The loop ticked (readiness is set on a tick) and counted each tick.
     assert!(sum_of(&summary.final_exposition, "rankpulse_consumer_tick_seconds_count") >= 1.0);
+    // What the shipped RankpulseMetricsAbsent alert watches.
+    let build = format!(r#"rankpulse_build_info{{version="{}"}} 1"#, env!("CARGO_PKG_VERSION"));
+    assert!(summary.final_exposition.lines().any(|l| l == build), "{}", summary.final_exposition);
     drop(cluster);
 }
 
