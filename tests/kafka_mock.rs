@@ -219,3 +219,91 @@ async fn a_stalled_topic_does_not_hold_the_other_back() {
     assert_eq!(sum_of(&summary.final_exposition, "rankpulse_orphan_lists_total"), 0.0);
     drop(cluster);
 }
+
+/// `rankpulse loadgen` (what deploy/docker-compose.yml runs) through the
+/// binary against the mock cluster: it exits by itself after
+/// `--duration`, every list it reports is one impression on the
+/// impressions topic, keyed by its session, and every judgment is keyed by
+/// a session shown; the `--invalid-share` it was asked for arrives as
+/// messages the decoder rejects, on the judgments topic only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loadgen_produces_keyed_lists_and_the_invalid_share() {
+    use rdkafka::Message;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use std::collections::BTreeSet;
+    let (cluster, bootstrap) = cluster(PARTITIONS);
+    let out = tokio::task::spawn_blocking({
+        let bootstrap = bootstrap.clone();
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+                .args(["loadgen", "--brokers", &bootstrap, "--rate", "50", "--duration", "2", "--invalid-share", "0.2"])
+                .env("RUST_LOG", "info")
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    let lists: usize = log
+        .split("loadgen: produced ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no count of lists in\n{log}"));
+    // 2 s at 50 lists/s, a tick of 100 ms either way.
+    assert!((90..=110).contains(&lists), "{lists} lists");
+
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "loadgen-check")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    // Assigned, not subscribed: no group to join or leave.
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for topic in [IMPRESSIONS, JUDGMENTS] {
+        for p in 0..PARTITIONS {
+            tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).unwrap();
+        }
+    }
+    consumer.assign(&tpl).unwrap();
+    let limits = rankpulse::event::DecodeLimits::default();
+    let (mut sessions, mut judged) = (BTreeSet::new(), BTreeSet::new());
+    let (mut impressions, mut judgments, mut invalid, mut ends) = (0, 0, 0, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ends < 2 * PARTITIONS {
+        assert!(Instant::now() < deadline, "not every partition read to its end in 30 s");
+        let m = match consumer.poll(Duration::from_millis(100)) {
+            None => continue,
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => {
+                ends += 1;
+                continue;
+            }
+            Some(m) => m.unwrap(),
+        };
+        let key = std::str::from_utf8(m.key().unwrap()).unwrap().to_string();
+        match (m.topic(), rankpulse::event::decode(m.payload().unwrap(), &limits)) {
+            (IMPRESSIONS, Ok(rankpulse::event::Event::Impression(i))) => {
+                assert_eq!(i.session_id, key);
+                impressions += 1;
+                sessions.insert(key);
+            }
+            (JUDGMENTS, Ok(rankpulse::event::Event::Judgment(j))) => {
+                assert_eq!(j.session_id, key);
+                judgments += 1;
+                judged.insert(key);
+            }
+            (JUDGMENTS, Err(_)) => invalid += 1,
+            (topic, other) => panic!("{topic}: {other:?}"),
+        }
+    }
+    assert_eq!(impressions, lists);
+    assert!(judgments > 0);
+    assert!(judged.is_subset(&sessions), "judgments for sessions never shown");
+    // 20% of about 100 lists; the seed is fixed, so this is one number.
+    assert!((5..=40).contains(&invalid), "{invalid} invalid messages");
+    // Closed while its broker is still up.
+    drop(consumer);
+    drop(cluster);
+}
