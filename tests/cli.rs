@@ -139,3 +139,34 @@ fn the_images_health_check_is_rankpulse_healthcheck() {
     let port = listen.rsplit_once(':').unwrap().1;
     assert!(exec.contains(&format!(r#""http://127.0.0.1:{port}/healthz""#)), "{check} vs listen {listen}");
 }
+
+/// `run --print-config` prints the effective configuration, environment
+/// included, as a file `--config` reads back to the same configuration,
+/// with secrets redacted.
+#[test]
+fn print_config_shows_the_effective_config_and_reads_back() {
+    let print = |config: Option<&str>, env: &[(&str, &str)]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rankpulse"));
+        command.args(["run", "--print-config"]);
+        if let Some(path) = config {
+            command.args(["--config", path]);
+        }
+        let out = command.envs(env.iter().copied()).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let secret = print(None, &[("RANKPULSE__KAFKA__PROPERTIES__SASL_PASSWORD", "hunter2")]);
+    assert!(!secret.contains("hunter2"), "{secret}");
+    assert!(secret.contains(r#""sasl.password" = "<redacted>""#), "{secret}");
+
+    let env = [("RANKPULSE__SESSION__GAP", "45s"), ("RANKPULSE__LATE__POLICY", "drop")];
+    let printed = print(None, &env);
+    assert!(printed.contains("[session]\ngap = \"45s\"\n"), "{printed}");
+    assert!(printed.contains("[late]\npolicy = \"drop\"\n"), "{printed}");
+    assert_ne!(printed, print(None, &[]), "the environment changed nothing");
+    let path = std::env::temp_dir().join(format!("rankpulse-cli-{}-printed.toml", std::process::id()));
+    std::fs::write(&path, &printed).unwrap();
+    let again = print(Some(path.to_str().unwrap()), &[]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(again, printed);
+}
