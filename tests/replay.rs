@@ -570,3 +570,54 @@ fn late_judgments_are_amended_or_dropped_as_configured() {
     assert!(!forget.contains(&late("amended")) || value(&forget, &late("amended")) == 0.0, "{forget}");
     assert!(!forget.contains(&late("dropped")) || value(&forget, &late("dropped")) == 0.0, "{forget}");
 }
+
+/// `input.max_results` through the environment: at 2, small.jsonl's
+/// control impression (3 results) is rejected as too many results, the
+/// candidate's (2) is not.
+#[test]
+fn input_max_results_rejects_longer_impressions() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["replay", file.to_str().unwrap()])
+        .env("RANKPULSE__INPUT__MAX_RESULTS", "2")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(value(&text, r#"rankpulse_events_rejected_total{reason="too_many_results"}"#), 1.0, "{text}");
+    assert_eq!(value(&text, r#"rankpulse_lists{window="1h",ranker="candidate",market="us"}"#), 1.0);
+    assert!(!text.contains(r#"rankpulse_lists{window="1h",ranker="control""#), "{text}");
+}
+
+/// `metrics.ideal` through a config file. One list shows a, b; b is
+/// graded 1 and z, never shown, 3. nDCG@3 (exp2 gain):
+///   DCG = (2¹ − 1) / log2 3 = 0.6309298;
+///   judged ideal (3, 1): 7 + 1 / log2 3 → nDCG = 0.6309298 / 7.6309298;
+///   shown ideal (b first): 1 → nDCG = 0.6309298.
+#[test]
+fn metrics_ideal_decides_what_ndcg_is_measured_against() {
+    let t0 = 1_700_000_000_000i64;
+    let lines = [
+        format!(
+            r#"{{"type":"impression","event_id":"i1","session_id":"L1","timestamp":{t0},"results":[{{"doc_id":"a"}},{{"doc_id":"b"}}],"dimensions":{{"ranker":"control","market":"us"}}}}"#
+        ),
+        format!(
+            r#"{{"type":"judgment","event_id":"j1","session_id":"L1","doc_id":"b","grade":1,"timestamp":{}}}"#,
+            t0 + 1_000
+        ),
+        format!(
+            r#"{{"type":"judgment","event_id":"j2","session_id":"L1","doc_id":"z","grade":3,"timestamp":{}}}"#,
+            t0 + 2_000
+        ),
+    ];
+    let events = Scratch::new("ideal.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let series = r#"rankpulse_ndcg{k="3",window="1h",ranker="control",market="us"}"#;
+    let dcg = 1.0 / 3f64.log2();
+    for (toml, want) in [("", dcg / (7.0 + dcg)), ("[metrics]\nideal = \"shown\"\n", dcg)] {
+        let config = Scratch::new(&format!("ideal-{}.toml", toml.len()), toml.as_bytes());
+        let (code, out, err) = replay(&["--config", config.0.to_str().unwrap()], &events.0);
+        assert_eq!(code, 0, "{toml}: {err}");
+        let got = value(&out, series);
+        assert!((got - want).abs() < 1e-12, "{toml:?}: {got} != {want}");
+    }
+}
