@@ -118,6 +118,24 @@ impl Drop for Scratch {
     }
 }
 
+/// An impression of `docs` (positions in order) for list `session` of
+/// `ranker` in market us, at `ms`.
+fn impression_line(id: &str, session: &str, ms: i64, docs: &[&str], ranker: &str) -> String {
+    let results: Vec<String> = docs.iter().map(|d| format!(r#"{{"doc_id":"{d}"}}"#)).collect();
+    format!(
+        r#"{{"type":"impression","event_id":"{id}","session_id":"{session}","timestamp":{ms},"results":[{}],"dimensions":{{"ranker":"{ranker}","market":"us"}}}}"#,
+        results.join(",")
+    )
+}
+
+/// A judgment of `doc` in list `session` at `ms`: `judged` is
+/// `"grade":N` or `"action":"click"`.
+fn judgment_line(id: &str, session: &str, doc: &str, judged: &str, ms: i64) -> String {
+    format!(
+        r#"{{"type":"judgment","event_id":"{id}","session_id":"{session}","doc_id":"{doc}",{judged},"timestamp":{ms}}}"#
+    )
+}
+
 /// A binary file, or any file of something else, is not an exposition of
 /// zeros: the replay fails, saying how many lines were rejected and why
 /// the first one was.
@@ -530,25 +548,11 @@ fn the_relevance_threshold_decides_what_binary_metrics_count() {
 fn late_judgments_are_amended_or_dropped_as_configured() {
     let t0 = 1_700_000_000_000i64;
     let lines = [
-        format!(
-            r#"{{"type":"impression","event_id":"i1","session_id":"L1","timestamp":{t0},"results":[{{"doc_id":"a"}},{{"doc_id":"b"}}],"dimensions":{{"ranker":"control","market":"us"}}}}"#
-        ),
-        format!(
-            r#"{{"type":"judgment","event_id":"j1","session_id":"L1","doc_id":"a","grade":0,"timestamp":{}}}"#,
-            t0 + 1_000
-        ),
-        format!(
-            r#"{{"type":"impression","event_id":"i2","session_id":"L2","timestamp":{},"results":[{{"doc_id":"x"}}],"dimensions":{{"ranker":"candidate","market":"us"}}}}"#,
-            t0 + 40_000
-        ),
-        format!(
-            r#"{{"type":"judgment","event_id":"j2","session_id":"L2","doc_id":"x","action":"click","timestamp":{}}}"#,
-            t0 + 41_000
-        ),
-        format!(
-            r#"{{"type":"judgment","event_id":"j3","session_id":"L1","doc_id":"b","action":"click","timestamp":{}}}"#,
-            t0 + 2_000
-        ),
+        impression_line("i1", "L1", t0, &["a", "b"], "control"),
+        judgment_line("j1", "L1", "a", r#""grade":0"#, t0 + 1_000),
+        impression_line("i2", "L2", t0 + 40_000, &["x"], "candidate"),
+        judgment_line("j2", "L2", "x", r#""action":"click""#, t0 + 41_000),
+        judgment_line("j3", "L1", "b", r#""action":"click""#, t0 + 2_000),
     ];
     let events = Scratch::new("late.jsonl", (lines.join("\n") + "\n").as_bytes());
     let control = r#"rankpulse_mrr{k="3",window="1h",ranker="control",market="us"}"#;
@@ -598,17 +602,9 @@ fn input_max_results_rejects_longer_impressions() {
 fn metrics_ideal_decides_what_ndcg_is_measured_against() {
     let t0 = 1_700_000_000_000i64;
     let lines = [
-        format!(
-            r#"{{"type":"impression","event_id":"i1","session_id":"L1","timestamp":{t0},"results":[{{"doc_id":"a"}},{{"doc_id":"b"}}],"dimensions":{{"ranker":"control","market":"us"}}}}"#
-        ),
-        format!(
-            r#"{{"type":"judgment","event_id":"j1","session_id":"L1","doc_id":"b","grade":1,"timestamp":{}}}"#,
-            t0 + 1_000
-        ),
-        format!(
-            r#"{{"type":"judgment","event_id":"j2","session_id":"L1","doc_id":"z","grade":3,"timestamp":{}}}"#,
-            t0 + 2_000
-        ),
+        impression_line("i1", "L1", t0, &["a", "b"], "control"),
+        judgment_line("j1", "L1", "b", r#""grade":1"#, t0 + 1_000),
+        judgment_line("j2", "L1", "z", r#""grade":3"#, t0 + 2_000),
     ];
     let events = Scratch::new("ideal.jsonl", (lines.join("\n") + "\n").as_bytes());
     let series = r#"rankpulse_ndcg{k="3",window="1h",ranker="control",market="us"}"#;
