@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Guard, free_port};
+use common::{Guard, free_port, metrics, sum_of, wait_until};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -85,4 +85,28 @@ fn json_logs_are_one_object_per_line() {
         assert!(object["fields"]["message"].is_string(), "no message: {line}");
     }
     assert!(levels.iter().any(|l| l == "WARN") && levels.iter().any(|l| l == "INFO"), "{levels:?}\n{log}");
+}
+
+/// `log.level` decides what is logged, and `RUST_LOG`, when set, wins over
+/// it (docs/operations.md). Against a closed port at `error`: once the
+/// outage is counted (its warning, and librdkafka's failed connection
+/// before it, would have been logged by then), the log holds no INFO or
+/// WARN line; the same run with `RUST_LOG=info` holds both.
+#[test]
+fn log_level_filters_the_log_and_rust_log_wins() {
+    for rust_log in [None, Some("info")] {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut env = vec![("RANKPULSE__LOG__LEVEL", "error"), ("RANKPULSE__HTTP__LISTEN", addr.as_str())];
+        env.extend(rust_log.map(|r| ("RUST_LOG", r)));
+        let mut daemon = daemon_against_a_closed_port(&env);
+        wait_until("the outage counted", Duration::from_secs(60), || {
+            sum_of(&metrics(&addr), "rankpulse_kafka_outages_total") >= 1.0
+        });
+        let log = stop_and_read_log(&mut daemon);
+        let has = |level: &str| log.lines().any(|l| l.contains(level));
+        match rust_log {
+            None => assert!(!has("INFO") && !has("WARN"), "log.level = error let more through:\n{log}"),
+            Some(_) => assert!(has("INFO") && has("WARN"), "RUST_LOG=info did not win over log.level:\n{log}"),
+        }
+    }
 }
