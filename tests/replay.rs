@@ -509,13 +509,8 @@ fn the_relevance_threshold_decides_what_binary_metrics_count() {
     let control = r#"ranker="control",market="us"}"#;
     let candidate = r#"ranker="candidate",market="us"}"#;
     // Lists with nothing relevant at the threshold, over every ranker.
-    let binary_none = |exposition: &str| -> f64 {
-        exposition
-            .lines()
-            .filter_map(|l| l.strip_prefix(r#"rankpulse_lists_no_relevant_total{kind="binary","#))
-            .map(|rest| rest.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-            .sum()
-    };
+    let binary_none =
+        |exposition: &str| rankpulse_testkit::sum_of(exposition, r#"rankpulse_lists_no_relevant_total{kind="binary","#);
     let (code, at1, err) = run("1");
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(value(&at1, &format!(r#"rankpulse_mrr{{k="1",window="1h",{candidate}"#)), 1.0);

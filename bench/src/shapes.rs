@@ -245,9 +245,10 @@ fn sum(exposition: &str, name: &str) -> f64 {
         .sum()
 }
 
-/// The quantile `q` of a Prometheus histogram's cumulative buckets
-/// (`name_bucket{le=...}` summed over series), by linear interpolation.
-fn histogram_quantile(exposition: &str, name: &str, q: f64) -> Option<f64> {
+/// A Prometheus histogram's cumulative buckets (`name_bucket{le=...}`
+/// summed over series) as (upper bound, count), sorted by bound, +Inf
+/// last; `None` when a bucket line cannot be read.
+fn histogram_buckets(exposition: &str, name: &str) -> Option<Vec<(f64, f64)>> {
     let prefix = format!("{name}_bucket{{");
     let mut buckets: std::collections::BTreeMap<String, f64> = Default::default();
     for line in exposition.lines().filter(|l| l.starts_with(&prefix)) {
@@ -260,23 +261,21 @@ fn histogram_quantile(exposition: &str, name: &str, q: f64) -> Option<f64> {
         .map(|(le, v)| (if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or(f64::NAN) }, v))
         .collect();
     b.sort_by(|x, y| x.0.total_cmp(&y.0));
-    quantile_of_buckets(&b, q)
+    Some(b)
+}
+
+/// The quantile `q` of a Prometheus histogram, by linear interpolation.
+fn histogram_quantile(exposition: &str, name: &str, q: f64) -> Option<f64> {
+    quantile_of_buckets(&histogram_buckets(exposition, name)?, q)
 }
 
 /// How many observations of the histogram `name` were above `bound` (one
 /// of its bucket bounds): its count less the bucket at `bound`.
 fn histogram_above(exposition: &str, name: &str, bound: f64) -> Option<f64> {
-    let (mut total, mut within) = (None, None);
-    for line in exposition.lines().filter(|l| l.starts_with(&format!("{name}_bucket{{"))) {
-        let le = line.split("le=\"").nth(1)?.split('"').next()?;
-        let v: f64 = line.rsplit(' ').next()?.parse().ok()?;
-        if le == "+Inf" {
-            *total.get_or_insert(0.0) += v;
-        } else if le.parse::<f64>().ok() == Some(bound) {
-            *within.get_or_insert(0.0) += v;
-        }
-    }
-    Some(total? - within?)
+    let b = histogram_buckets(exposition, name)?;
+    let total = b.iter().find(|(le, _)| le.is_infinite())?.1;
+    let within = b.iter().find(|(le, _)| *le == bound)?.1;
+    Some(total - within)
 }
 
 /// The quantile `q` of cumulative buckets (upper bound, count), sorted by
