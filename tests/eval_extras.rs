@@ -244,3 +244,37 @@ fn the_extra_flags_reach_the_evaluator() {
         assert_ne!(report, base, "{flags:?} changed nothing");
     }
 }
+
+/// `-v` and `-T` as trec_eval reads them (trec_eval.c: `-v` prints its
+/// version on stderr and exits 0; `-T` names the results format, of which
+/// trec_results is the only one rankpulse reads).
+#[test]
+fn eval_version_and_results_format_flags() {
+    let bin = env!("CARGO_BIN_EXE_rankpulse");
+    // -v needs no files and writes nothing on stdout.
+    let out = std::process::Command::new(bin).args(["eval", "-v"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains(env!("CARGO_PKG_VERSION")) && stderr.contains("trec_eval"), "{stderr}");
+
+    let pair = gauc_pair();
+    let run = |flags: &[&str]| {
+        let mut args = vec!["eval".to_string()];
+        args.extend(flags.iter().map(|f| f.to_string()));
+        args.extend([pair.qrels().display().to_string(), pair.run().display().to_string()]);
+        std::process::Command::new(bin).args(&args).output().unwrap()
+    };
+    let base = run(&[]);
+    assert!(base.status.success());
+    for flags in [&["-T", "trec_results"][..], &["--Results_format", "trec_results"]] {
+        let out = run(flags);
+        assert!(out.status.success(), "{flags:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.stdout, base.stdout, "{flags:?}");
+    }
+    // Any other results format is refused before reading, naming it.
+    let out = run(&["-T", "trec_other"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("trec_other"));
+}
