@@ -322,6 +322,22 @@ fn arms_are_compared_with_the_baseline_over_all_markets() {
         !out.contains(r#"rankpulse_compare_difference{ranker="control""#),
         "the baseline is not compared with itself"
     );
+    // Another baseline, level, power and effect (config file): control is
+    // now compared with v2, +0.2 with the same standard error, and
+    //   lists_needed = ⌈(z₀.₉₅ + z₀.₅)² · (s²a + s²b) / 0.1²⌉
+    //                = ⌈1.6448536² · 0.475 · 40/39 / 0.01⌉ = ⌈131.81⌉ = 132
+    // (alpha ignored: 188; power ignored: 302; effect ignored: 13,181).
+    let settings =
+        Scratch::new("arms-settings.toml", b"[compare]\nbaseline = \"v2\"\nalpha = 0.1\npower = 0.5\neffect = 0.1\n");
+    let events = Scratch::new("arms-settings.jsonl", lines.as_bytes());
+    let (code, out, err) = replay(&["--config", settings.0.to_str().unwrap()], &events.0);
+    assert_eq!(code, 0, "{err}");
+    let series =
+        |name: &str| format!(r#"rankpulse_compare_{name}{{ranker="control",metric="precision",k="1",window="1h"}}"#);
+    assert!((value(&out, &series("difference")) - 0.2).abs() < 1e-12, "{out}");
+    assert!((value(&out, &series("stderr")) - se).abs() < 1e-12);
+    assert_eq!(value(&out, &series("lists_needed")), 132.0);
+    assert!(!out.contains(r#"rankpulse_compare_difference{ranker="v2""#), "the baseline is not compared with itself");
     // An excluded arm (interleaved or randomized traffic) is not compared.
     let excluded = std::env::temp_dir().join(format!("rankpulse-arms-x-{}.toml", std::process::id()));
     let file = std::env::temp_dir().join(format!("rankpulse-arms-x-{}.jsonl", std::process::id()));
@@ -432,7 +448,7 @@ fn interleaved_lists_are_credited_to_their_teams() {
 /// IPS click-DCG@2: P1 1 + 2/log2(3), P2 2/log2(3), P4 1:
 /// (2 + 4/log2(3)) / 4.
 #[test]
-fn clicks_are_weighted_by_estimated_propensities() {
+fn clicks_are_weighted_by_estimated_or_configured_propensities() {
     let t0 = 1_700_000_000_000i64;
     let mut lines = Vec::new();
     let mut list = |s: &str, randomized: bool, clicked: &[&str]| {
@@ -475,6 +491,30 @@ fn clicks_are_weighted_by_estimated_propensities() {
     assert!(close(g("click_dcg_ips", 2), (2.0 + 4.0 / 3f64.log2()) / 4.0));
     assert_eq!(value(&out, &format!(r#"rankpulse_click_lists_total{{{v2}"#)), 4.0);
     assert_eq!(value(&out, &format!(r#"rankpulse_rank_clicks_total{{rank="2",{v2}"#)), 2.0);
+    // Configured propensities replace the estimate: θ = (1, 0.25), so a
+    // click at rank 2 weighs 4. clicks_ips@2: P1 1 + 4, P2 4, P3 0, P4 1 →
+    // 10/4 = 2.5, standard error sqrt(((2.5² + 1.5² + 2.5² + 1.5²)/4) / 3);
+    // click-DCG@2: (1 + 4/log2 3 + 4/log2 3 + 1)/4. With min_propensity 0.4
+    // the weight is at most 1/0.4 = 2.5: (1 + 2.5 + 2.5 + 0 + 1)/4 = 1.75
+    // (the estimate would give 1.5, no clipping 2.5).
+    let events = Scratch::new("ips-set.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let set = |toml: &str| {
+        let config = Scratch::new(&format!("ips-set-{}.toml", toml.len()), toml.as_bytes());
+        let (code, out, err) = replay(&["--config", config.0.to_str().unwrap()], &events.0);
+        assert_eq!(code, 0, "{toml}: {err}");
+        out
+    };
+    let base = "[metrics]\ncutoffs = [1, 2]\n[debias]\nmax_rank = 2\npropensities = [1.0, 0.25]\n";
+    let out = set(base);
+    let g = |out: &str, name: &str, k: u32| value(out, &format!(r#"rankpulse_{name}{{k="{k}",window="1h",{v2}"#));
+    assert_eq!(value(&out, r#"rankpulse_position_propensity{rank="2"}"#), 0.25, "{out}");
+    assert_eq!(g(&out, "clicks_ips", 2), 2.5);
+    assert!(close(g(&out, "clicks_ips_stderr", 2), (4.25f64 / 3.0).sqrt()));
+    assert!(close(g(&out, "click_dcg_ips", 2), (2.0 + 8.0 / 3f64.log2()) / 4.0));
+    assert_eq!(g(&out, "clicks_ips", 1), 0.5);
+    let out = set(&format!("{base}min_propensity = 0.4\n"));
+    assert_eq!(g(&out, "clicks_ips", 2), 1.75, "{out}");
+    assert_eq!(g(&out, "clicks", 2), 1.0);
     // Off by default: none of it.
     let file = dir.join(format!("rankpulse-ips-off-{}.jsonl", std::process::id()));
     std::fs::write(&file, lines.join("\n") + "\n").unwrap();
@@ -611,4 +651,58 @@ fn metrics_ideal_decides_what_ndcg_is_measured_against() {
         let got = value(&out, series);
         assert!((got - want).abs() < 1e-12, "{toml:?}: {got} != {want}");
     }
+}
+
+/// `windows.bucket` decides where a window's old edge falls. Lists at
+/// T + 50 s and T + 100 s (T a whole minute), so "now" is T + 100 s and the
+/// 1m window holds the buckets starting at or after T + 40 s (README):
+///   10 s buckets: T + 50 s and T + 100 s → 2 lists;
+///   1 m buckets:  T (before the edge) and T + 60 s → 1 list.
+/// The 5m window (edge T − 200 s) holds both either way.
+#[test]
+fn windows_bucket_decides_the_windows_old_edge() {
+    let t = 1_699_999_980_000i64;
+    assert_eq!(t % 60_000, 0);
+    let lines = [
+        impression_line("i1", "A", t + 50_000, &["a"], "control"),
+        impression_line("i2", "B", t + 100_000, &["a"], "control"),
+    ];
+    let events = Scratch::new("bucket.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let lists = |window: &str| format!(r#"rankpulse_lists{{window="{window}",ranker="control",market="us"}}"#);
+    for (toml, one_minute) in [("", 2.0), ("[windows]\nbucket = \"1m\"\n", 1.0)] {
+        let config = Scratch::new(&format!("bucket-{}.toml", toml.len()), toml.as_bytes());
+        let (code, out, err) = replay(&["--config", config.0.to_str().unwrap()], &events.0);
+        assert_eq!(code, 0, "{toml}: {err}");
+        assert_eq!(value(&out, &lists("1m")), one_minute, "{toml:?}\n{out}");
+        assert_eq!(value(&out, &lists("5m")), 2.0, "{toml:?}");
+    }
+}
+
+/// `dimensions.max_combinations = 2`: rankers r1, r2 and r3 in one market
+/// are three combinations; the third list is reported as `__other__` on
+/// every label and counted once.
+#[test]
+fn dimensions_max_combinations_folds_new_combinations_into_other() {
+    let t0 = 1_700_000_000_000i64;
+    let lines: Vec<String> = ["r1", "r2", "r3"]
+        .iter()
+        .enumerate()
+        .map(|(i, r)| impression_line(&format!("i{i}"), &format!("L{i}"), t0 + i as i64 * 1_000, &["a"], r))
+        .collect();
+    let events = Scratch::new("combinations.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let config = Scratch::new("combinations.toml", b"[dimensions]\nmax_combinations = 2\n");
+    let finalized = |labels: &str| format!("rankpulse_lists_finalized_total{{{labels}}}");
+    let overflow = "rankpulse_dimension_combinations_overflow_total";
+    let (code, out, err) = replay(&["--config", config.0.to_str().unwrap()], &events.0);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(value(&out, overflow), 1.0, "{out}");
+    assert_eq!(value(&out, &finalized(r#"ranker="__other__",market="__other__""#)), 1.0);
+    assert_eq!(value(&out, &finalized(r#"ranker="r1",market="us""#)), 1.0);
+    assert_eq!(value(&out, &finalized(r#"ranker="r2",market="us""#)), 1.0);
+    assert!(!out.contains(r#"ranker="r3""#), "{out}");
+    // The default (500) holds all three.
+    let (code, out, err) = replay(&[], &events.0);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(value(&out, overflow), 0.0, "{out}");
+    assert_eq!(value(&out, &finalized(r#"ranker="r3",market="us""#)), 1.0);
 }
