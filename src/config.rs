@@ -122,6 +122,44 @@ impl Serialize for Span {
     }
 }
 
+/// A moment, written in RFC 3339 (`"2000-01-01T00:00:00Z"`): the text as
+/// written, for `--print-config`, and its epoch milliseconds.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Moment {
+    pub text: String,
+    pub ms: i64,
+}
+
+impl fmt::Debug for Moment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::str::FromStr for Moment {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Moment, String> {
+        let text = s.trim();
+        let ms = crate::event::rfc3339_ms(text).ok_or_else(|| {
+            format!("{s:?} is not an RFC 3339 time between 1970 and 9999 like \"2000-01-01T00:00:00Z\"")
+        })?;
+        Ok(Moment { text: text.to_string(), ms })
+    }
+}
+
+impl<'de> Deserialize<'de> for Moment {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Moment, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Moment {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
 fn span(s: &str) -> Span {
     // Only called with the literals below, which parse.
     s.parse().unwrap_or(Span { text: s.to_string(), duration: Duration::from_secs(30) })
@@ -500,6 +538,10 @@ pub struct InputConfig {
     /// absent) are rejected (`future_timestamp`): one producer with a
     /// broken clock must not move a watermark or create a time bucket.
     pub max_future_skew: Span,
+    /// Events stamped earlier are rejected (`past_timestamp`): an epoch in
+    /// seconds, read as milliseconds, falls in January 1970 and would
+    /// otherwise stretch every session gap and window a thousandfold.
+    pub min_timestamp: Moment,
     /// Events one list takes; further events of it are rejected
     /// (`list_too_large`), so one hot key cannot hold unbounded memory.
     pub max_events_per_list: usize,
@@ -648,6 +690,7 @@ impl Default for InputConfig {
             max_message_bytes: 1 << 20,
             max_results: 200,
             max_future_skew: span("5m"),
+            min_timestamp: Moment { text: "2000-01-01T00:00:00Z".into(), ms: crate::pipeline::MIN_TIMESTAMP_MS },
             max_events_per_list: 10_000,
         }
     }
@@ -1073,6 +1116,7 @@ impl Config {
             bucket_ms: self.windows.bucket.ms(),
             longest_window_ms: self.windows.spans.iter().map(|s| s.ms()).max().unwrap_or(0),
             max_future_skew_ms: self.input.max_future_skew.ms(),
+            min_timestamp_ms: self.input.min_timestamp.ms,
             formats: self
                 .kafka
                 .formats
@@ -1287,6 +1331,22 @@ mod tests {
         }
         let e = Config::load_with_env(None, env(&[("RANKPULSE__COMPARE__ALPHA", "2")])).unwrap_err().to_string();
         assert!(e.starts_with("environment variable RANKPULSE__COMPARE__ALPHA: config key compare.alpha:"), "{e}");
+    }
+
+    /// `input.min_timestamp` is a moment in RFC 3339, from a file or the
+    /// environment; anything else is refused naming the key.
+    #[test]
+    fn min_timestamp_reads_rfc3339_and_refuses_anything_else() {
+        assert_eq!(Config::default().input.min_timestamp.ms, 946_684_800_000);
+        let c = from_toml("[input]\nmin_timestamp = \"1990-06-01T12:00:00+02:00\"\n").unwrap();
+        assert_eq!(c.pipeline_settings().min_timestamp_ms, 644_234_400_000);
+        let c =
+            Config::load_with_env(None, env(&[("RANKPULSE__INPUT__MIN_TIMESTAMP", "1970-01-01T00:00:00Z")])).unwrap();
+        assert_eq!(c.input.min_timestamp.ms, 0);
+        for bad in ["\"2000-01-01\"", "\"yesterday\"", "946684800000", "\"1969-12-31T23:59:59Z\""] {
+            let e = from_toml(&format!("[input]\nmin_timestamp = {bad}\n")).unwrap_err().to_string();
+            assert!(e.starts_with("config key input.min_timestamp:"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -269,7 +269,8 @@ mod tests {
     fn a_line_too_long_is_rejected_as_too_large() {
         let mut config = Config::default();
         config.input.max_message_bytes = 256;
-        let valid = r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":1,"timestamp":1}"#;
+        let valid =
+            r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":1,"timestamp":1700000000000}"#;
         // JSON allows trailing spaces: the same event, exactly as long as a message may be.
         let at_limit = format!("{valid:<256}");
         let input = format!("{}\n{at_limit}\r\n{at_limit} \n{at_limit}\n", "a".repeat(10_000));

@@ -4,8 +4,8 @@
 //! (`rankpulse::replay` of the same normal events) for exact equality:
 //!
 //! - `broken_clocks_change_nothing_then_restart_with_state`: events of year
-//!   9999 and of 1970 in every partition of both topics, before and in the
-//!   middle of the normal stream; then, with `state.dir`, a restart and more
+//!   9999, of 1970 (a zero clock, or seconds) and of 2001 in every partition
+//!   of both topics, before and in the middle of the normal stream; then, with `state.dir`, a restart and more
 //!   normal traffic: nothing poisoned survives the checkpoint.
 //! - `a_hot_key_among_normal_traffic_is_exact`: one list of 10,000 results
 //!   (50 pages) and 10,000 judgments among normal lists.
@@ -38,9 +38,11 @@ use std::time::Duration;
 
 const PARTITIONS: i32 = 4;
 const GAP: &str = "2s";
-/// Year 9999 (a broken clock) and 1970 (a zero timestamp).
+/// Year 9999 (a broken clock), 1970 (a zero clock, or an epoch in seconds:
+/// before `input.min_timestamp`) and 2001 (old but valid).
 const YEAR_9999_MS: i64 = 253_402_300_799_000;
 const YEAR_1970_MS: i64 = 1_000;
+const YEAR_2001_MS: i64 = 1_000_000_000_000;
 
 /// Fetches return within 10 ms, so the tests' small batches flow at once.
 fn spawn_daemon(broker: &str, http: &str, group: &str, env: &[(&str, &str)]) -> Guard {
@@ -143,18 +145,18 @@ fn broken_clocks_change_nothing_then_restart_with_state() {
     let group = format!("hostile-clocks-{}", std::process::id());
     let producer = producer(&bootstrap);
 
-    // Before the stream, and in its middle: 9999 and 1970 in every
+    // Before the stream, and in its middle: 9999, 1970 and 2001 in every
     // partition of both topics.
     let normal = events(1_500, now_ms() - 90_000, 41);
     let (first, second) = normal.split_at(normal.len() / 2);
     let mut hostile = Vec::new();
-    for (tag, ts) in [("a9999", YEAR_9999_MS), ("a1970", YEAR_1970_MS)] {
+    for (tag, ts) in [("a9999", YEAR_9999_MS), ("a1970", YEAR_1970_MS), ("a2001", YEAR_2001_MS)] {
         hostile.extend(skewed(tag, ts));
     }
     produce_skewed(&producer, &hostile);
     produce(&producer, first, None);
     let mut middle = Vec::new();
-    for (tag, ts) in [("b9999", YEAR_9999_MS), ("b1970", YEAR_1970_MS)] {
+    for (tag, ts) in [("b9999", YEAR_9999_MS), ("b1970", YEAR_1970_MS), ("b2001", YEAR_2001_MS)] {
         middle.extend(skewed(tag, ts));
     }
     produce_skewed(&producer, &middle);
@@ -166,10 +168,11 @@ fn broken_clocks_change_nothing_then_restart_with_state() {
     let cfg = config(&[]);
     let want = reference(&normal, &cfg);
     assert_eq!(compared(&m, "skewed"), compared(&want, "skewed"));
-    // Every 9999 event rejected; every 1970 judgment an orphan, every 1970
-    // impression a list counted since start and in no window.
-    let future = 2 * 2 * PARTITIONS as usize;
-    assert_eq!(sum_of(&m, r#"rankpulse_events_rejected_total{reason="future_timestamp"}"#), future as f64);
+    // Every 9999 and 1970 event rejected; every 2001 judgment an orphan,
+    // every 2001 impression a list counted since start and in no window.
+    let rejected = 2 * 2 * PARTITIONS as usize;
+    assert_eq!(sum_of(&m, r#"rankpulse_events_rejected_total{reason="future_timestamp"}"#), rejected as f64);
+    assert_eq!(sum_of(&m, r#"rankpulse_events_rejected_total{reason="past_timestamp"}"#), rejected as f64);
     let orphans = sum_of(&want, "rankpulse_orphan_lists_total") + 2.0 * f64::from(PARTITIONS);
     assert_eq!(sum_of(&m, "rankpulse_orphan_lists_total"), orphans);
     let in_windows: f64 = m
@@ -177,7 +180,7 @@ fn broken_clocks_change_nothing_then_restart_with_state() {
         .filter(|l| l.starts_with("rankpulse_lists{") && l.contains(r#"ranker="skewed""#))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    assert_eq!(in_windows, 0.0, "a 1970 list in a window");
+    assert_eq!(in_windows, 0.0, "a 2001 list in a window");
     assert_eq!(sum_of(&m, r#"rankpulse_lists_finalized_total{ranker="skewed""#), 2.0 * f64::from(PARTITIONS));
 
     // A restart from the checkpoint, then more normal traffic: its lists

@@ -150,7 +150,8 @@ fn a_file_without_a_valid_event_fails_with_its_first_reject() {
     assert!(err.contains(file.0.to_str().unwrap()), "{err}");
     assert!(err.contains("no line is a valid event: 3 line(s) rejected, the first (line 1) as invalid_utf8"), "{err}");
     // One valid event among them is enough: the rest are counted.
-    let valid = r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":1,"timestamp":1}"#;
+    let valid =
+        r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":1,"timestamp":1700000000000}"#;
     bytes.extend_from_slice(valid.as_bytes());
     let file = Scratch::new("one-valid", &bytes);
     let (code, out, err) = replay(&[], &file.0);
@@ -186,7 +187,9 @@ fn an_empty_input_fails() {
 fn a_line_past_the_message_limit_is_skipped_without_holding_it() {
     use std::io::{Read, Write};
     let judgment = |id: &str| {
-        format!(r#"{{"type":"judgment","event_id":"{id}","session_id":"s","doc_id":"d","grade":1,"timestamp":1}}"#)
+        format!(
+            r#"{{"type":"judgment","event_id":"{id}","session_id":"s","doc_id":"d","grade":1,"timestamp":1700000000000}}"#
+        )
     };
     let file = Scratch::new("long-line", b"");
     {
@@ -705,4 +708,38 @@ fn dimensions_max_combinations_folds_new_combinations_into_other() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(value(&out, overflow), 0.0, "{out}");
     assert_eq!(value(&out, &finalized(r#"ranker="r3",market="us""#)), 1.0);
+}
+
+/// Timestamps in epoch seconds where the contract says milliseconds: read
+/// as milliseconds they fall in January 1970, before `input.min_timestamp`
+/// (2000-01-01), and are rejected as `past_timestamp` rather than
+/// stretching every gap and window a thousandfold. A file of nothing else
+/// fails, naming the reason; `input.min_timestamp` set earlier takes them.
+#[test]
+fn timestamps_in_seconds_are_rejected_as_past() {
+    let seconds = 1_700_000_000i64;
+    let lines = [
+        impression_line("i1", "L1", seconds, &["a", "b"], "control"),
+        judgment_line("j1", "L1", "b", r#""grade":1"#, seconds + 1),
+    ];
+    let events = Scratch::new("seconds.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let (code, out, err) = replay(&[], &events.0);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(err.contains("2 line(s) rejected, the first (line 1) as past_timestamp"), "{err}");
+    // Among valid events they are counted, and no list of theirs exists.
+    let valid = impression_line("i2", "L2", 1_700_000_000_000, &["a"], "candidate");
+    let mixed = Scratch::new("seconds-mixed.jsonl", (lines.join("\n") + "\n" + &valid + "\n").as_bytes());
+    let (code, out, err) = replay(&[], &mixed.0);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="past_timestamp"}"#), 2.0, "{out}");
+    assert!(!out.contains(r#"ranker="control""#), "{out}");
+    // Moved back to the epoch, the bound takes them (as 1970 events).
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["replay", events.0.to_str().unwrap()])
+        .env("RANKPULSE__INPUT__MIN_TIMESTAMP", "1970-01-01T00:00:00Z")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(value(&text, r#"rankpulse_lists_finalized_total{ranker="control",market="us"}"#), 1.0, "{text}");
 }

@@ -68,6 +68,10 @@ pub enum RejectReason {
     /// The event's list already holds `input.max_events_per_list` events:
     /// decided by the assembler.
     ListTooLarge,
+    /// Event time before `input.min_timestamp`: an epoch in seconds (read
+    /// as milliseconds it falls in January 1970) or a clock reset to its
+    /// epoch. Decided by the pipeline, not the decoder.
+    PastTimestamp,
 }
 
 impl RejectReason {
@@ -504,6 +508,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawTimestamp<'a> {
         }
         d.deserialize_any(V)
     }
+}
+
+/// An RFC 3339 time as epoch milliseconds, as a native event's text
+/// `timestamp` is read; `None` if it is not one. For settings that name a
+/// moment (`input.min_timestamp`).
+pub fn rfc3339_ms(text: &str) -> Option<i64> {
+    iso::millis(text, false).filter(|ms| (0..=MAX_TIMESTAMP_MS).contains(ms))
 }
 
 /// Latest accepted event time: year 9999, so arithmetic on it cannot overflow.

@@ -65,6 +65,10 @@ impl Clock {
     }
 }
 
+/// `input.min_timestamp`'s default, 2000-01-01T00:00:00Z in epoch ms: any
+/// epoch in seconds up to the year 2286, read as milliseconds, is earlier.
+pub const MIN_TIMESTAMP_MS: i64 = 946_684_800_000;
+
 /// Everything a pipeline is built from: the part of the configuration the
 /// stages without I/O read. The daemon's configuration makes one
 /// (`Config::pipeline_settings`); the defaults are the configuration's.
@@ -86,6 +90,8 @@ pub struct PipelineSettings {
     pub longest_window_ms: i64,
     /// `input.max_future_skew`, ms.
     pub max_future_skew_ms: i64,
+    /// `input.min_timestamp`, epoch ms: earlier events are rejected.
+    pub min_timestamp_ms: i64,
     /// `[kafka.formats]`: the topics whose format is not rankpulse's own.
     pub formats: Vec<(String, Format)>,
     /// `debias.max_rank`: ranks of the position-debiased click metrics (0: off).
@@ -105,6 +111,7 @@ impl Default for PipelineSettings {
             bucket_ms: 10_000,
             longest_window_ms: 3_600_000,
             max_future_skew_ms: 300_000,
+            min_timestamp_ms: MIN_TIMESTAMP_MS,
             formats: Vec::new(),
             click_ranks: 0,
         }
@@ -198,6 +205,8 @@ pub struct Pipeline {
     budget: Arc<Mutex<DimensionBudget>>,
     /// `input.max_future_skew`, ms.
     max_future_skew_ms: i64,
+    /// `input.min_timestamp`, epoch ms.
+    min_timestamp_ms: i64,
     /// Newest event time accepted: where a replay's windows end.
     newest_event_ms: i64,
 }
@@ -232,6 +241,7 @@ impl Pipeline {
             counters: OpsCounters::default(),
             budget,
             max_future_skew_ms: settings.max_future_skew_ms,
+            min_timestamp_ms: settings.min_timestamp_ms,
             newest_event_ms: i64::MIN,
         }
     }
@@ -379,6 +389,12 @@ impl Pipeline {
         if ts > clock.reference_ms().saturating_add(self.max_future_skew_ms) {
             return Err(RejectReason::FutureTimestamp);
         }
+        // Far in the past is valid (a backfill), but not before any search
+        // log: an epoch in seconds would stretch every session gap and
+        // window a thousandfold, silently.
+        if ts < self.min_timestamp_ms {
+            return Err(RejectReason::PastTimestamp);
+        }
         self.newest_event_ms = self.newest_event_ms.max(ts);
         let window_now = match clock {
             Clock::Live { now_ms, .. } => now_ms,
@@ -524,7 +540,7 @@ mod tests {
 
     /// 3,000 lists over ten minutes, read live (each message a second or two
     /// after its event), with or without events of broken clocks in both
-    /// topics: year 9999, microseconds, ten minutes ahead and 1970, at the
+    /// topics: year 9999, microseconds, ten minutes ahead, seconds and 2001, at the
     /// start and every 500 messages. (An event within the skew moves the
     /// watermark like any other: that is what the skew allows.)
     fn run(hostile: bool) -> Pipeline {
@@ -535,7 +551,7 @@ mod tests {
             let now = BASE_MS + (i / 4) as i64 * 200 + 2_000;
             let clock = Clock::Live { now_ms: now, message_ms: Some(now) };
             if hostile && i % 500 == 0 {
-                for ts in [253_402_300_799_000, now * 1_000, now + 10 * 60_000, 0] {
+                for ts in [253_402_300_799_000, now * 1_000, now + 10 * 60_000, now / 1_000, 1_000_000_000_000] {
                     for (topic, e) in skewed(i, ts) {
                         let _ = p.ingest(topic, e.as_bytes(), clock, None);
                     }
@@ -581,13 +597,17 @@ mod tests {
             assert_eq!(c.orphans + c.late_amended + c.late_dropped + c.evicted, 0, "{c:?}");
         }
         // 24 rounds (12,000 messages) of 2 events each of year 9999 and ten
-        // minutes ahead, and of microseconds (past what the decoder takes
-        // as epoch milliseconds).
+        // minutes ahead, of microseconds (past what the decoder takes as
+        // epoch milliseconds), and of seconds (before input.min_timestamp).
         assert_eq!(
             hostile.counters.rejected,
-            BTreeMap::from([(RejectReason::InvalidTimestamp, 48), (RejectReason::FutureTimestamp, 96)])
+            BTreeMap::from([
+                (RejectReason::InvalidTimestamp, 48),
+                (RejectReason::FutureTimestamp, 96),
+                (RejectReason::PastTimestamp, 48)
+            ])
         );
-        // The 1970 lists count since start, in no window: no bucket.
+        // The 2001 lists count since start, in no window: no bucket.
         let skewed = hostile.accumulators.series.iter().find(|(d, _)| d[0] == "skewed").map(|(_, s)| s).unwrap();
         assert_eq!(skewed.lists(), 24);
         assert!(skewed.buckets.is_empty(), "{:?}", skewed.buckets.keys());
@@ -674,6 +694,37 @@ mod tests {
         p.drop_lists();
         assert_eq!(lists(&p), 1);
         assert_eq!(p.open_lists(), 0);
+    }
+
+    /// An epoch in seconds (now, and the year 2286) read as milliseconds
+    /// falls before 2000 and is rejected before it moves the watermark; a
+    /// backfill of 2001 is valid, and a configured bound moves the edge.
+    #[test]
+    fn events_before_min_timestamp_are_rejected_and_change_nothing() {
+        let mut config = PipelineSettings::default();
+        let mut p = Pipeline::new(&config);
+        let clock = Clock::replay();
+        for (ts, want) in [
+            (1_763_780_000, Err(RejectReason::PastTimestamp)),
+            (9_999_999_999, Err(RejectReason::PastTimestamp)),
+            (MIN_TIMESTAMP_MS - 1, Err(RejectReason::PastTimestamp)),
+            (MIN_TIMESTAMP_MS, Ok(())),
+            (1_000_000_000_000, Ok(())),
+        ] {
+            let [(topic, e), _] = skewed(0, ts);
+            assert_eq!(p.ingest(topic, e.as_bytes(), clock, None), want, "{ts}");
+            if want.is_err() {
+                assert_eq!((p.open_lists(), p.newest_event_ms), (0, i64::MIN), "{ts} changed something");
+            }
+        }
+        assert_eq!(p.counters.rejected[&RejectReason::PastTimestamp], 3);
+        assert_eq!(p.newest_event_ms, 1_000_000_000_000);
+        config.min_timestamp_ms = BASE_MS;
+        let mut p = Pipeline::new(&config);
+        let [(topic, e), _] = skewed(0, BASE_MS - 1);
+        assert_eq!(p.ingest(topic, e.as_bytes(), clock, None), Err(RejectReason::PastTimestamp));
+        let [(topic, e), _] = skewed(0, BASE_MS);
+        assert_eq!(p.ingest(topic, e.as_bytes(), clock, None), Ok(()));
     }
 
     #[test]
