@@ -156,7 +156,8 @@ struct ReplayArgs {
     /// (any JSON schema, read through the paths of [mapped] in the --config file).
     #[arg(long, default_value = "rankpulse", value_parser = parse_format)]
     format: rankpulse::event::Format,
-    /// Events files, one JSON event per line, read in turn into one pipeline; `-` for stdin.
+    /// Events files, one JSON event per line, merged by event time into one pipeline
+    /// (each file in its own order); `-` for stdin.
     #[arg(required = true, num_args = 1..)]
     files: Vec<PathBuf>,
 }

@@ -12,7 +12,7 @@
 
 use crate::config::Config;
 use crate::event::ubi::bulk_action;
-use crate::event::{Format, IgnoreReason, RejectReason};
+use crate::event::{Event, Format, IgnoreReason, RejectReason};
 use crate::pipeline::{Clock, Pipeline};
 use crate::publish::{Snapshot, render};
 use std::collections::BTreeMap;
@@ -56,67 +56,173 @@ pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<
     replay_inputs(config, Format::Rankpulse, [input])
 }
 
-/// Runs one pipeline over `inputs` in turn, each line a message of
-/// `format`. In the UBI formats, OpenSearch `_bulk` action lines
+/// Runs one pipeline over `inputs`, each line a message of `format`. In
+/// the UBI formats, OpenSearch `_bulk` action lines
 /// (`{"index":{"_index":"ubi_queries",…}}`) are skipped and counted
 /// (`rankpulse_events_ignored_total{reason="bulk_action_line"}`); with
 /// `ubi`, the `_index` of an action line (holding `queries` or `events`)
 /// says what the next line is, and a line after none is told by its
 /// fields (an event has an `action_name`).
+///
+/// Several inputs are merged by event time, as the daemon aligns its
+/// topics: the next event applied is always the oldest of the inputs'
+/// next events. A queries file followed by an events file (two exported
+/// indices) read one after the other would close every list before its
+/// clicks came. Each input is read in its own order, as a Kafka partition
+/// is: disorder within `session.gap` is absorbed, more is late.
 pub fn replay_inputs<R: BufRead>(
     config: &Config,
     format: Format,
     inputs: impl IntoIterator<Item = R>,
 ) -> std::io::Result<Replayed> {
     let mut pipeline = Pipeline::new(&config.pipeline_settings());
-    let clock = Clock::replay();
-    let mut line = Vec::new();
-    let (mut lines, mut accepted, mut first_reject, mut first_reject_input) = (0, 0, None, 0);
+    let mut run = Run::default();
     // One more byte than a message may have: the `\r` of a CRLF line.
     let limit = config.input.max_message_bytes.saturating_add(1);
-    let ubi = format.is_ubi();
-    for (index, mut input) in inputs.into_iter().enumerate() {
-        let mut number = 0;
-        // What the last `_bulk` action line said the next line is.
-        let mut next: Option<Format> = None;
-        loop {
-            let too_long = match read_line(&mut input, &mut line, limit)? {
-                Line::End => break,
-                Line::Read => false,
-                Line::TooLong => true,
-            };
-            number += 1;
-            let message = trim_line(&line);
-            if message.is_empty() && !too_long {
-                continue;
-            }
-            lines += 1;
-            if ubi
-                && !too_long
-                && let Some(target) = bulk_action(message)
-            {
-                pipeline.count_ignored(IgnoreReason::BulkActionLine);
-                next = (format == Format::Ubi).then(|| target.format());
-                continue;
-            }
-            let this = next.take().unwrap_or(format);
-            // Processing time is not used in a replay: it would make the result
-            // depend on how fast the file is read. Lists past their gap in
-            // event time are finalized by the ingest itself, as in the daemon.
-            let decoded = if too_long { Err(RejectReason::TooLarge) } else { pipeline.prepare_as(this, message) };
-            match pipeline.ingest_decoded(REPLAY_TOPIC, &decoded, clock, None) {
-                Ok(()) => accepted += 1,
-                Err(reason) => {
-                    if first_reject.is_none() {
-                        first_reject = Some((number, reason));
-                        first_reject_input = index;
-                    }
+    let mut inputs: Vec<Input<R>> = inputs
+        .into_iter()
+        .enumerate()
+        .map(|(index, reader)| Input {
+            reader,
+            index,
+            number: 0,
+            pending: None,
+            line: Vec::new(),
+            line_format: format,
+            head: None,
+        })
+        .collect();
+    if let [only] = inputs.as_mut_slice() {
+        // One input: its order is the order; each line decoded once.
+        while let Some(number) = only.advance(format, limit, &mut pipeline, &mut run)? {
+            let decoded = pipeline.prepare_as(only.line_format, trim_line(&only.line));
+            run.ingest(&mut pipeline, &decoded, only.index, number);
+        }
+    } else {
+        // Each input's next event, decoded for its time (and decoded again
+        // when applied: an event borrows its line).
+        for input in &mut inputs {
+            input.fill(format, limit, &mut pipeline, &mut run)?;
+        }
+        while let Some(input) = inputs.iter_mut().filter(|i| i.head.is_some()).min_by_key(|i| (i.head, i.index)) {
+            let decoded = pipeline.prepare_as(input.line_format, trim_line(&input.line));
+            let number = input.number;
+            run.ingest(&mut pipeline, &decoded, input.index, number);
+            input.fill(format, limit, &mut pipeline, &mut run)?;
+        }
+    }
+    pipeline.finalize_all();
+    let Run { lines, accepted, first_reject, first_reject_input } = run;
+    Ok(Replayed { pipeline, lines, accepted, first_reject, first_reject_input })
+}
+
+/// What a replay has counted so far.
+#[derive(Default)]
+struct Run {
+    lines: u64,
+    accepted: u64,
+    first_reject: Option<(u64, RejectReason)>,
+    first_reject_input: usize,
+}
+
+impl Run {
+    /// Applies one decoded line (input `index`, line `number`).
+    fn ingest(
+        &mut self,
+        pipeline: &mut Pipeline,
+        decoded: &Result<Event<'_>, RejectReason>,
+        index: usize,
+        number: u64,
+    ) {
+        // Processing time is not used in a replay: it would make the result
+        // depend on how fast the file is read. Lists past their gap in
+        // event time are finalized by the ingest itself, as in the daemon.
+        match pipeline.ingest_decoded(REPLAY_TOPIC, decoded, Clock::replay(), None) {
+            Ok(()) => self.accepted += 1,
+            Err(reason) => {
+                if self.first_reject.is_none() {
+                    self.first_reject = Some((number, reason));
+                    self.first_reject_input = index;
                 }
             }
         }
     }
-    pipeline.finalize_all();
-    Ok(Replayed { pipeline, lines, accepted, first_reject, first_reject_input })
+}
+
+/// One input of a replay, read a line at a time.
+struct Input<R> {
+    reader: R,
+    /// Position among the inputs given: reports name it, and it breaks ties.
+    index: usize,
+    /// Lines read so far, blank ones included (the last one's number).
+    number: u64,
+    /// What the last `_bulk` action line said the next line is.
+    pending: Option<Format>,
+    /// The message last read.
+    line: Vec<u8>,
+    /// The format `line` is read in: the replay's, or what an action line chose.
+    line_format: Format,
+    /// The event time of `line` when it is an event waiting to be applied
+    /// (merging only); `None` once the input is exhausted.
+    head: Option<i64>,
+}
+
+impl<R: BufRead> Input<R> {
+    /// Reads up to the next line that is a message: blank lines are
+    /// skipped, `_bulk` action lines counted and skipped, a line too long
+    /// rejected at once. Returns its line number, `None` at the end.
+    fn advance(
+        &mut self,
+        format: Format,
+        limit: usize,
+        pipeline: &mut Pipeline,
+        run: &mut Run,
+    ) -> std::io::Result<Option<u64>> {
+        let ubi = format.is_ubi();
+        loop {
+            let too_long = match read_line(&mut self.reader, &mut self.line, limit)? {
+                Line::End => return Ok(None),
+                Line::Read => false,
+                Line::TooLong => true,
+            };
+            self.number += 1;
+            if too_long {
+                run.lines += 1;
+                self.pending = None;
+                run.ingest(pipeline, &Err(RejectReason::TooLarge), self.index, self.number);
+                continue;
+            }
+            let message = trim_line(&self.line);
+            if message.is_empty() {
+                continue;
+            }
+            run.lines += 1;
+            if ubi && let Some(target) = bulk_action(message) {
+                pipeline.count_ignored(IgnoreReason::BulkActionLine);
+                self.pending = (format == Format::Ubi).then(|| target.format());
+                continue;
+            }
+            self.line_format = self.pending.take().unwrap_or(format);
+            return Ok(Some(self.number));
+        }
+    }
+
+    /// Reads up to the next event with a time: what cannot be merged (a
+    /// rejected line, an ignored event) is applied as it is read.
+    fn fill(&mut self, format: Format, limit: usize, pipeline: &mut Pipeline, run: &mut Run) -> std::io::Result<()> {
+        self.head = None;
+        while let Some(number) = self.advance(format, limit, pipeline, run)? {
+            let decoded = pipeline.prepare_as(self.line_format, trim_line(&self.line));
+            match &decoded {
+                Ok(event) if !matches!(event, Event::Ignored(_)) => {
+                    self.head = Some(event.timestamp_ms());
+                    return Ok(());
+                }
+                _ => run.ingest(pipeline, &decoded, self.index, number),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What [`read_line`] found.

@@ -58,6 +58,36 @@ fn a_ubi_export_replays_like_its_native_twin() {
     assert_eq!(sum_of(&ubi, "rankpulse_events_rejected_total{"), 0.0);
 }
 
+/// Two exported indices, one file each (every query, then every event,
+/// over 15 minutes of event time): read one after the other, every list
+/// would close long before its clicks came. Merged by event time, in
+/// either order given, they replay like the native twin.
+#[test]
+fn a_queries_file_and_an_events_file_are_merged_by_event_time() {
+    let t = ubi_mix(2_000, 23, BASE_MS, 900.0, 0);
+    let of = |topic: UbiTopic| -> Vec<Vec<u8>> {
+        t.ubi.iter().filter(|m| m.topic == topic).map(|m| m.payload.clone()).collect()
+    };
+    let native: Vec<Vec<u8>> = t.native.iter().map(|m| m.payload.clone()).collect();
+    let (queries, events, native_file) = (
+        temp("merge-queries.ndjson", &of(UbiTopic::Queries)),
+        temp("merge-events.ndjson", &of(UbiTopic::Events)),
+        temp("merge-native.jsonl", &native),
+    );
+    let (code, twin, err) = replay(&[], &[&native_file]);
+    assert_eq!(code, 0, "{err}");
+    assert!(sum_of(&twin, "rankpulse_lists{") > 1_000.0, "the lists are there to compare");
+    for files in [[queries.as_path(), events.as_path()], [events.as_path(), queries.as_path()]] {
+        let (code, ubi, err) = replay(&["--format", "ubi"], &files);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(lists_only(&ubi), lists_only(&twin), "{files:?}");
+        assert_eq!(sum_of(&ubi, "rankpulse_orphan_lists_total"), sum_of(&twin, "rankpulse_orphan_lists_total"));
+    }
+    for f in [&queries, &events, &native_file] {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
 /// Read with the wrong format, the same files are rejected line by line,
 /// and a file of nothing but rejects fails naming itself.
 #[test]
