@@ -186,6 +186,11 @@ impl<R: BufRead> Input<R> {
                 Line::TooLong => true,
             };
             self.number += 1;
+            // A byte order mark is the file's encoding, not its first
+            // event (editors on Windows write one).
+            if self.number == 1 && self.line.starts_with(BOM) {
+                self.line.drain(..BOM.len());
+            }
             if too_long {
                 run.lines += 1;
                 self.pending = None;
@@ -193,7 +198,8 @@ impl<R: BufRead> Input<R> {
                 continue;
             }
             let message = trim_line(&self.line);
-            if message.is_empty() {
+            // Blank: nothing but spaces, tabs or the `\r` of a CRLF.
+            if message.trim_ascii().is_empty() {
                 continue;
             }
             run.lines += 1;
@@ -224,6 +230,9 @@ impl<R: BufRead> Input<R> {
         Ok(())
     }
 }
+
+/// UTF-8's byte order mark.
+const BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// What [`read_line`] found.
 #[derive(Debug, PartialEq, Eq)]

@@ -278,3 +278,24 @@ fn eval_version_and_results_format_flags() {
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("trec_other"));
 }
+
+/// A UTF-8 byte order mark at the start of the judgments or the run is
+/// skipped: the report is the one without it (trec_eval would read it into
+/// the first topic id, and that topic would drop out of the means).
+#[test]
+fn a_byte_order_mark_at_the_start_changes_nothing() {
+    let qrels = "a 0 a1 1\na 0 a2 0\na 0 a3 1\nb 0 b1 1\nb 0 b2 0\n";
+    let run = "a Q0 a1 1 .9 r\na Q0 a2 2 .8 r\na Q0 a3 3 .7 r\nb Q0 b2 1 .9 r\nb Q0 b1 2 .8 r\n";
+    let o = EvalOptions { per_query: true, ..opts(&["map", "num_q"]) };
+    let plain = TempPair::new("bom-plain", qrels, run);
+    let want = eval(&o, &plain.qrels(), &plain.run());
+    assert!(want.contains("num_q                 \tall\t2\n"), "{want}");
+    for (name, q, r) in [
+        ("bom-qrels", format!("\u{feff}{qrels}"), run.to_string()),
+        ("bom-run", qrels.to_string(), format!("\u{feff}{run}")),
+        ("bom-both", format!("\u{feff}{qrels}"), format!("\u{feff}{run}")),
+    ] {
+        let pair = TempPair::new(name, &q, &r);
+        assert_eq!(eval(&o, &pair.qrels(), &pair.run()), want, "{name}");
+    }
+}

@@ -163,7 +163,12 @@ fn a_file_without_a_valid_event_fails_with_its_first_reject() {
 /// An empty input (a file, blank lines, an empty pipe) is refused too.
 #[test]
 fn an_empty_input_fails() {
-    for (name, bytes) in [("empty", &b""[..]), ("blank", &b"\n\r\n\n"[..])] {
+    for (name, bytes) in [
+        ("empty", &b""[..]),
+        ("blank", &b"\n\r\n\n"[..]),
+        ("spaces", &b" \t\n  \r\n\t"[..]),
+        ("bom", &b"\xef\xbb\xbf\r\n"[..]),
+    ] {
         let file = Scratch::new(name, bytes);
         let (code, out, err) = replay(&[], &file.0);
         assert_eq!((code, out.as_str()), (2, ""), "{name}: {err}");
@@ -742,4 +747,33 @@ fn timestamps_in_seconds_are_rejected_as_past() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(value(&text, r#"rankpulse_lists_finalized_total{ranker="control",market="us"}"#), 1.0, "{text}");
+}
+
+/// A UTF-8 byte order mark at the start of a file (as editors on Windows
+/// write one) is its encoding, not part of the first event: the file
+/// replays as without it, and so does a `_bulk` export whose first line
+/// is an action line. Elsewhere it is content, and the line is rejected.
+#[test]
+fn a_byte_order_mark_at_the_start_is_skipped() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
+    let text = std::fs::read(&fixture).unwrap();
+    let (code, plain, err) = replay(&[], &fixture);
+    assert_eq!(code, 0, "{err}");
+    let with_bom = Scratch::new("bom.jsonl", &[&b"\xef\xbb\xbf"[..], &text].concat());
+    let (code, out, err) = replay(&[], &with_bom.0);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, plain);
+    let query = r#"{"query_id":"q1","client_id":"c1","user_query":"tv","timestamp":"2023-11-14T22:13:20Z","query_response_hit_ids":["d1","d2"]}"#;
+    let bulk = format!("\u{feff}{{\"index\":{{\"_index\":\"ubi_queries\"}}}}\n{query}\n");
+    let bulk = Scratch::new("bom-bulk.ndjson", bulk.as_bytes());
+    let (code, out, err) = replay(&["--format", "ubi"], &bulk.0);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(value(&out, r#"rankpulse_events_ignored_total{reason="bulk_action_line"}"#), 1.0, "{out}");
+    assert_eq!(sum_rejected(&out), 0.0, "{out}");
+    // Not at the start of the file: the line is not JSON (3 rejects: it,
+    // and the fixture's own invalid line in each copy).
+    let inner = Scratch::new("bom-inner.jsonl", &[&text[..], &b"\xef\xbb\xbf"[..], &text].concat());
+    let (code, out, err) = replay(&[], &inner.0);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="invalid_json"}"#), 3.0, "{out}");
 }

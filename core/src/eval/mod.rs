@@ -224,9 +224,10 @@ pub fn run_files(
         (q.join().unwrap_or_else(|e| std::panic::resume_unwind(e)), r)
     });
     let (qrels_buf, run_buf) = (qrels_buf?, run_buf?);
+    let (qrels_text, run_text) = (trec::without_bom(&qrels_buf), trec::without_bom(&run_buf));
     let (rel_info, run) = std::thread::scope(|s| {
-        let q = s.spawn(|| parse_rel_info(opts.rel_format, qrels_path, &qrels_buf));
-        let r = trec::parse_run(run_path, &run_buf);
+        let q = s.spawn(|| parse_rel_info(opts.rel_format, qrels_path, qrels_text));
+        let r = trec::parse_run(run_path, run_text);
         (q.join().unwrap_or_else(|e| std::panic::resume_unwind(e)), r)
     });
     let (rel_info, run) = (rel_info?, run?);

@@ -72,6 +72,13 @@ pub fn read_input(path: &Path) -> Result<Input, TrecError> {
     Ok(Input::Mapped(map))
 }
 
+/// `buf` without a UTF-8 byte order mark at its start. trec_eval reads the
+/// mark as part of the first topic id, which then matches nothing and its
+/// topic drops out of every mean without a word (docs/metrics.md).
+pub fn without_bom(buf: &[u8]) -> &[u8] {
+    buf.strip_prefix(b"\xef\xbb\xbf").unwrap_or(buf)
+}
+
 /// One judged document. (Line numbers are not stored: error paths recover
 /// them from the position of `doc` in the file, see [`line_of`].)
 #[derive(Debug, Clone, Copy)]

@@ -31,7 +31,7 @@ pub struct Zscores {
 impl Zscores {
     pub fn read(path: &Path) -> Result<Zscores, ZError> {
         let buf = std::fs::read(path).map_err(|source| ZError::Read { path: path.to_path_buf(), source })?;
-        Zscores::parse(path, &buf)
+        Zscores::parse(path, super::trec::without_bom(&buf))
     }
 
     pub fn parse(path: &Path, buf: &[u8]) -> Result<Zscores, ZError> {
