@@ -35,7 +35,8 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What the generator produces.
@@ -231,8 +232,40 @@ fn invalid(rng: &mut Rng, n: u64) -> String {
     }
 }
 
-/// Produces traffic until `stop` resolves. Returns the lists generated.
-pub async fn generate(producer: &FutureProducer, traffic: &Traffic, stop: impl Future<Output = ()>) -> u64 {
+/// What became of the messages [`generate`] enqueued, as librdkafka
+/// reports each one: a producer that cannot reach its broker must say so,
+/// not report the lists it generated as produced.
+#[derive(Debug, Default)]
+pub struct Deliveries {
+    pub enqueued: AtomicU64,
+    pub delivered: AtomicU64,
+    pub failed: AtomicU64,
+    /// The first failure, for the report.
+    pub first_error: Mutex<Option<String>>,
+}
+
+impl Deliveries {
+    fn fail(&self, error: String) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
+        first.get_or_insert(error);
+    }
+
+    /// Enqueued messages not yet delivered or failed.
+    pub fn pending(&self) -> u64 {
+        let done = self.delivered.load(Ordering::Relaxed) + self.failed.load(Ordering::Relaxed);
+        self.enqueued.load(Ordering::Relaxed).saturating_sub(done)
+    }
+}
+
+/// Produces traffic until `stop` resolves, counting what becomes of each
+/// message in `deliveries`. Returns the lists generated.
+pub async fn generate(
+    producer: &FutureProducer,
+    traffic: &Traffic,
+    deliveries: &Arc<Deliveries>,
+    stop: impl Future<Output = ()>,
+) -> u64 {
     let mut rng = Rng::seed_from_u64(traffic.seed);
     let started = Instant::now();
     let period = Duration::from_millis(100);
@@ -254,23 +287,40 @@ pub async fn generate(producer: &FutureProducer, traffic: &Traffic, stop: impl F
             n += 1;
             let ubi = traffic.format != Format::Rankpulse;
             let (session, impression, judgments) = simulate(&mut rng, n, degraded, now_ms(), ubi);
-            send(producer, &traffic.impressions_topic, &session, impression);
+            send(producer, deliveries, &traffic.impressions_topic, &session, impression);
             for j in judgments {
-                send(producer, &traffic.judgments_topic, &session, j);
+                send(producer, deliveries, &traffic.judgments_topic, &session, j);
             }
             if rng.random::<f64>() < traffic.invalid_share {
-                send(producer, &traffic.judgments_topic, &session, invalid(&mut rng, n));
+                send(producer, deliveries, &traffic.judgments_topic, &session, invalid(&mut rng, n));
             }
         }
     }
     n
 }
 
-/// Enqueues without waiting for delivery (librdkafka batches and retries).
-fn send(producer: &FutureProducer, topic: &str, key: &str, payload: String) {
+/// Enqueues without waiting for delivery (librdkafka batches and
+/// retries); a task counts the delivery report when it comes.
+fn send(producer: &FutureProducer, deliveries: &Arc<Deliveries>, topic: &str, key: &str, payload: String) {
     let record = FutureRecord::to(topic).key(key).payload(&payload);
-    if let Err((e, _)) = producer.send_result(record) {
-        tracing::warn!("produce to {topic} failed: {e}");
+    deliveries.enqueued.fetch_add(1, Ordering::Relaxed);
+    match producer.send_result(record) {
+        Ok(report) => {
+            let deliveries = deliveries.clone();
+            tokio::spawn(async move {
+                match report.await {
+                    Ok(Ok(_)) => {
+                        deliveries.delivered.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Err((e, _))) => deliveries.fail(e.to_string()),
+                    Err(_) => deliveries.fail("the producer was dropped before delivery".into()),
+                }
+            });
+        }
+        Err((e, _)) => {
+            tracing::warn!("produce to {topic} failed: {e}");
+            deliveries.fail(e.to_string());
+        }
     }
 }
 
@@ -429,7 +479,7 @@ pub fn demo(options: DemoOptions, stop: impl Future<Output = ()>) -> anyhow::Res
             let traffic = options.traffic.clone();
             let mut rx = stop_rx.clone();
             tokio::spawn(async move {
-                generate(&producer, &traffic, async move {
+                generate(&producer, &traffic, &Arc::new(Deliveries::default()), async move {
                     let _ = rx.wait_for(|s| *s).await;
                 })
                 .await

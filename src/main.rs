@@ -345,7 +345,7 @@ fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
 }
 
 fn loadgen_command(args: LoadgenArgs) -> anyhow::Result<()> {
-    use rankpulse::demo::{Traffic, generate, producer};
+    use rankpulse::demo::{Deliveries, Traffic, generate, producer};
     let traffic = Traffic {
         impressions_topic: args.impressions_topic,
         judgments_topic: args.judgments_topic,
@@ -365,10 +365,41 @@ fn loadgen_command(args: LoadgenArgs) -> anyhow::Result<()> {
                 _ = async { match duration { Some(d) => tokio::time::sleep(std::time::Duration::from_secs(d)).await, None => std::future::pending().await } } => {}
             }
         };
-        let lists = generate(&producer, &traffic, stop).await;
-        // Deliver what is queued before exiting.
-        let _ = tokio::task::spawn_blocking(move || rdkafka::producer::Producer::flush(&producer, std::time::Duration::from_secs(10))).await;
-        tracing::info!("loadgen: produced {lists} lists");
+        let deliveries = std::sync::Arc::new(Deliveries::default());
+        let lists = generate(&producer, &traffic, &deliveries, stop).await;
+        // Deliver what is queued before exiting; then every report has come
+        // (delivered or failed), unless the broker never answered.
+        let flushed = tokio::task::spawn_blocking(move || {
+            rdkafka::producer::Producer::flush(&producer, std::time::Duration::from_secs(10))
+        })
+        .await?;
+        // The tasks counting reports run on this runtime: let them finish.
+        let counted = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while deliveries.pending() > 0 && flushed.is_ok() {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        });
+        let _ = counted.await;
+        let (delivered, failed, pending) = (
+            deliveries.delivered.load(std::sync::atomic::Ordering::Relaxed),
+            deliveries.failed.load(std::sync::atomic::Ordering::Relaxed),
+            deliveries.pending(),
+        );
+        tracing::info!("loadgen: produced {lists} lists: {delivered} messages delivered, {failed} failed, {pending} undelivered");
+        if failed > 0 || pending > 0 {
+            let first = deliveries.first_error.lock().map(|e| e.clone()).unwrap_or_default();
+            anyhow::bail!(
+                "{} of {} messages not delivered to {}{}",
+                failed + pending,
+                delivered + failed + pending,
+                args.brokers,
+                match (first, flushed) {
+                    (Some(e), _) => format!(" (first error: {e})"),
+                    (None, Err(e)) => format!(" within 10 s of stopping ({e}): is the broker reachable?"),
+                    (None, Ok(())) => String::new(),
+                }
+            );
+        }
         anyhow::Ok(())
     })
 }

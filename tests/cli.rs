@@ -170,3 +170,20 @@ fn print_config_shows_the_effective_config_and_reads_back() {
     let _ = std::fs::remove_file(&path);
     assert_eq!(again, printed);
 }
+
+/// `rankpulse loadgen` towards a port where no broker listens: nothing is
+/// delivered, and it says so and fails, rather than reporting the lists
+/// it generated as produced.
+#[test]
+fn loadgen_without_a_broker_fails_saying_nothing_was_delivered() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let brokers = format!("127.0.0.1:{port}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["loadgen", "--brokers", &brokers, "--rate", "20", "--duration", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("messages not delivered to {brokers}")), "{err}");
+    assert!(err.contains("0 messages delivered"), "{err}");
+}

@@ -253,6 +253,7 @@ async fn loadgen_produces_keyed_lists_and_the_invalid_share() {
         .unwrap_or_else(|| panic!("no count of lists in\n{log}"));
     // 2 s at 50 lists/s, a tick of 100 ms either way.
     assert!((90..=110).contains(&lists), "{lists} lists");
+    assert!(log.contains(" messages delivered, 0 failed, 0 undelivered"), "{log}");
 
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
