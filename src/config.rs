@@ -482,6 +482,10 @@ pub struct DimensionsConfig {
     /// alone within `max_values` still multiplies out (100 rankers × 100
     /// markets). Later new combinations report `__other__` on every label.
     pub max_combinations: usize,
+    /// Longest value a label takes, in bytes; a longer one is reported as
+    /// `__other__` and counted: a value is repeated on every series of its
+    /// combination (about 238), so one of a megabyte is a scrape of hundreds.
+    pub max_value_bytes: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -668,7 +672,12 @@ impl Default for JudgmentsConfig {
 
 impl Default for DimensionsConfig {
     fn default() -> Self {
-        DimensionsConfig { labels: vec!["ranker".into(), "market".into()], max_values: 100, max_combinations: 500 }
+        DimensionsConfig {
+            labels: vec!["ranker".into(), "market".into()],
+            max_values: 100,
+            max_combinations: 500,
+            max_value_bytes: 256,
+        }
     }
 }
 
@@ -975,6 +984,9 @@ impl Config {
         if self.dimensions.max_combinations == 0 {
             return Err(ConfigError::key("dimensions.max_combinations", "must be at least 1"));
         }
+        if self.dimensions.max_value_bytes == 0 {
+            return Err(ConfigError::key("dimensions.max_value_bytes", "must be at least 1"));
+        }
         if self.input.max_message_bytes < 64 {
             return Err(ConfigError::key("input.max_message_bytes", "must be at least 64"));
         }
@@ -1111,6 +1123,7 @@ impl Config {
             dimension_labels: self.dimensions.labels.clone(),
             max_dimension_values: self.dimensions.max_values,
             max_combinations: self.dimensions.max_combinations,
+            max_dimension_value_bytes: self.dimensions.max_value_bytes,
             conventions: self.conventions(),
             cutoffs: self.sorted_cutoffs(),
             bucket_ms: self.windows.bucket.ms(),

@@ -777,3 +777,31 @@ fn a_byte_order_mark_at_the_start_is_skipped() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="invalid_json"}"#), 3.0, "{out}");
 }
+
+/// `dimensions.max_value_bytes`: a ranker name of 257 bytes (past the
+/// default 256) is reported as `__other__` and counted on its label; one
+/// of 256 bytes is kept. At 300 (environment) both are kept.
+#[test]
+fn a_label_value_past_max_value_bytes_is_reported_as_other() {
+    let t0 = 1_700_000_000_000i64;
+    let (long, longest) = ("r".repeat(256), "r".repeat(257));
+    let lines =
+        [impression_line("i1", "L1", t0, &["a"], &long), impression_line("i2", "L2", t0 + 1_000, &["a"], &longest)];
+    let events = Scratch::new("long-value.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let finalized = |ranker: &str| format!(r#"rankpulse_lists_finalized_total{{ranker="{ranker}",market="us"}}"#);
+    let (code, out, err) = replay(&[], &events.0);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(value(&out, r#"rankpulse_dimension_overflow_total{label="ranker"}"#), 1.0, "{out}");
+    assert_eq!(value(&out, &finalized(&long)), 1.0);
+    assert_eq!(value(&out, &finalized("__other__")), 1.0);
+    assert!(!out.contains(&longest), "{out}");
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["replay", events.0.to_str().unwrap()])
+        .env("RANKPULSE__DIMENSIONS__MAX_VALUE_BYTES", "300")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(value(&text, &finalized(&longest)), 1.0, "{text}");
+    assert_eq!(value(&text, r#"rankpulse_dimension_overflow_total{label="ranker"}"#), 0.0);
+}

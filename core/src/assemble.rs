@@ -66,6 +66,12 @@ pub struct DimensionBudget {
     pub max_combinations: usize,
     /// Admitted combinations, as 128-bit hashes of the value tuples.
     pub combinations: FxHashSet<u128>,
+    /// Longer values are never admitted (0: no bound): a label value is
+    /// repeated on every series of its combination, and one of a megabyte
+    /// would make each scrape hundreds of megabytes. Not checkpointed: the
+    /// bound is the configuration's.
+    #[serde(skip)]
+    pub max_value_bytes: usize,
 }
 
 impl DimensionBudget {
@@ -75,7 +81,14 @@ impl DimensionBudget {
             admitted: vec![FxHashSet::default(); labels],
             max_combinations,
             combinations: FxHashSet::default(),
+            max_value_bytes: 0,
         }
+    }
+
+    /// With values longer than `bytes` never admitted (0: no bound).
+    pub fn with_max_value_bytes(mut self, bytes: usize) -> Self {
+        self.max_value_bytes = bytes;
+        self
     }
 
     /// Whether the combination `values` may be a series; admits it if
@@ -103,6 +116,9 @@ impl DimensionBudget {
     /// Whether `value` may appear as a label value at `label`; admits it if
     /// there is room.
     fn admit(&mut self, label: usize, value: &str) -> bool {
+        if self.max_value_bytes != 0 && value.len() > self.max_value_bytes {
+            return false;
+        }
         if self.admitted.len() <= label {
             self.admitted.resize_with(label + 1, FxHashSet::default);
         }

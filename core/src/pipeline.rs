@@ -78,9 +78,11 @@ pub struct PipelineSettings {
     pub assembly: AssemblyLimits,
     /// `dimensions.labels`, in their configured order.
     pub dimension_labels: Vec<String>,
-    /// `dimensions.max_values` and `dimensions.max_combinations`.
+    /// `dimensions.max_values`, `dimensions.max_combinations` and
+    /// `dimensions.max_value_bytes`.
     pub max_dimension_values: usize,
     pub max_combinations: usize,
+    pub max_dimension_value_bytes: usize,
     pub conventions: Conventions,
     /// `metrics.cutoffs`, ascending.
     pub cutoffs: Vec<usize>,
@@ -106,6 +108,7 @@ impl Default for PipelineSettings {
             dimension_labels: vec!["ranker".into(), "market".into()],
             max_dimension_values: 100,
             max_combinations: 500,
+            max_dimension_value_bytes: 256,
             conventions: Conventions::default(),
             cutoffs: vec![1, 3, 5, 10],
             bucket_ms: 10_000,
@@ -128,6 +131,7 @@ impl PipelineSettings {
     /// An empty budget of dimension values for an instance's shards.
     pub fn dimension_budget(&self) -> DimensionBudget {
         DimensionBudget::new(self.dimension_labels.len(), self.max_dimension_values, self.max_combinations)
+            .with_max_value_bytes(self.max_dimension_value_bytes)
     }
 }
 

@@ -331,6 +331,7 @@ impl Daemon {
             // The bounds are this configuration's, whatever the checkpoint's were.
             b.max_values = self.config.dimensions.max_values;
             b.max_combinations = self.config.dimensions.max_combinations;
+            b.max_value_bytes = self.config.dimensions.max_value_bytes;
         }
         for c in checkpoint.shards {
             let mut shard = Shard::new(&self.config, &self.budget);
