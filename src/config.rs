@@ -160,6 +160,32 @@ impl Serialize for Moment {
     }
 }
 
+/// A table of text values in which a bare number or boolean stands for its
+/// text (`10` for `"10"`); anything else is refused.
+fn scalars_as_text<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Scalar {
+        Text(String),
+        Integer(i64),
+        Float(f64),
+        Bool(bool),
+    }
+    let table = BTreeMap::<String, Scalar>::deserialize(d)?;
+    Ok(table
+        .into_iter()
+        .map(|(k, v)| {
+            let text = match v {
+                Scalar::Text(s) => s,
+                Scalar::Integer(i) => i.to_string(),
+                Scalar::Float(f) => f.to_string(),
+                Scalar::Bool(b) => b.to_string(),
+            };
+            (k, text)
+        })
+        .collect())
+}
+
 fn span(s: &str) -> Span {
     // Only called with the literals below, which parse.
     s.parse().unwrap_or(Span { text: s.to_string(), duration: Duration::from_secs(30) })
@@ -427,7 +453,10 @@ pub struct KafkaConfig {
     pub topics: Vec<String>,
     /// Topic → its format; topics not listed are rankpulse's own format.
     pub formats: BTreeMap<String, TopicFormat>,
-    /// Passed to librdkafka unchanged (TLS, SASL, tuning).
+    /// Passed to librdkafka unchanged (TLS, SASL, tuning). librdkafka
+    /// takes every value as text; a number or boolean written bare
+    /// (`"fetch.wait.max.ms" = 10`) is taken as its text.
+    #[serde(deserialize_with = "scalars_as_text")]
     pub properties: BTreeMap<String, String>,
     /// Invalid messages are copied here with the reason in a header, so they
     /// can be inspected and replayed; empty: not forwarded (still counted).
@@ -1220,7 +1249,7 @@ fn sets_key(var: &str, key: &str) -> bool {
 /// The typed configuration in `table`, or the failing key and why.
 fn deserialize(table: toml::Table) -> Result<Config, (String, String)> {
     serde_path_to_error::deserialize(toml::Value::Table(table))
-        .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))
+        .map_err(|e| (e.path().to_string(), e.into_inner().message().to_string()))
 }
 
 /// The error of the override `var=value` on the defaults alone, if any.
@@ -1362,12 +1391,32 @@ mod tests {
         }
     }
 
+    /// librdkafka properties written as bare numbers or booleans, as users
+    /// write them, reach librdkafka as their text; a table is refused.
+    #[test]
+    fn kafka_properties_take_bare_numbers_and_booleans() {
+        let c = from_toml(
+            "[kafka.properties]\n\"fetch.wait.max.ms\" = 10\n\"socket.keepalive.enable\" = false\n\"security.protocol\" = \"ssl\"\n",
+        )
+        .unwrap();
+        let p = &c.kafka.properties;
+        assert_eq!(p["fetch.wait.max.ms"], "10");
+        assert_eq!(p["socket.keepalive.enable"], "false");
+        assert_eq!(p["security.protocol"], "ssl");
+        let e = from_toml("[kafka.properties]\n\"a\" = { b = 1 }\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key kafka.properties"), "{e}");
+        let c = Config::load_with_env(None, env(&[("RANKPULSE__KAFKA__PROPERTIES__FETCH_WAIT_MAX_MS", "10")])).unwrap();
+        assert_eq!(c.kafka.properties["fetch.wait.max.ms"], "10");
+    }
+
     #[test]
     fn unknown_keys_and_bad_values_name_the_key() {
         let e = from_toml("[session]\ngapp = \"30s\"\n").unwrap_err().to_string();
         assert!(e.contains("session") && e.contains("unknown field `gapp`"), "{e}");
         let e = from_toml("[metrics]\ngain = \"exp\"\n").unwrap_err().to_string();
         assert!(e.starts_with("config key metrics.gain:"), "{e}");
+        // The key once: not again on a second line ("in `metrics.gain`").
+        assert_eq!(e.matches("metrics.gain").count(), 1, "{e}");
         let e = from_toml("[session]\ngap = \"soon\"\n").unwrap_err().to_string();
         assert!(e.starts_with("config key session.gap:"), "{e}");
         let e = from_toml("[metrics]\ncutoffs = [3, 3]\n").unwrap_err().to_string();
