@@ -440,7 +440,10 @@ fn state_command(command: StateCommand) -> anyhow::Result<()> {
                     i.records,
                     partitions(&|s| s.owned),
                     partitions(&|s| s.latest_owner),
-                    partitions(&|s| !s.owned),
+                    // Held: checkpointed for partitions it no longer owns (open lists
+                    // that wait for their partition). Not the negative pseudo-partition
+                    // that keeps the counters of partitions handed over.
+                    partitions(&|s| !s.owned && s.partition >= 0),
                     i.error.map(|e| format!("; cannot be restored: {e}")).unwrap_or_default()
                 );
             }
