@@ -76,7 +76,7 @@ pub fn replay_inputs<R: BufRead>(
     inputs: impl IntoIterator<Item = R>,
 ) -> std::io::Result<Replayed> {
     let mut pipeline = Pipeline::new(&config.pipeline_settings());
-    let mut run = Run::default();
+    let mut run = Run { clock: Clock::replay(), lines: 0, accepted: 0, first_reject: None, first_reject_input: 0 };
     // One more byte than a message may have: the `\r` of a CRLF line.
     let limit = config.input.max_message_bytes.saturating_add(1);
     let mut inputs: Vec<Input<R>> = inputs
@@ -112,13 +112,15 @@ pub fn replay_inputs<R: BufRead>(
         }
     }
     pipeline.finalize_all();
-    let Run { lines, accepted, first_reject, first_reject_input } = run;
+    let Run { lines, accepted, first_reject, first_reject_input, .. } = run;
     Ok(Replayed { pipeline, lines, accepted, first_reject, first_reject_input })
 }
 
 /// What a replay has counted so far.
-#[derive(Default)]
 struct Run {
+    /// Taken once: future times are checked against the wall clock when
+    /// the replay started (docs/operations.md).
+    clock: Clock,
     lines: u64,
     accepted: u64,
     first_reject: Option<(u64, RejectReason)>,
@@ -137,7 +139,7 @@ impl Run {
         // Processing time is not used in a replay: it would make the result
         // depend on how fast the file is read. Lists past their gap in
         // event time are finalized by the ingest itself, as in the daemon.
-        match pipeline.ingest_decoded(REPLAY_TOPIC, decoded, Clock::replay(), None) {
+        match pipeline.ingest_decoded(REPLAY_TOPIC, decoded, self.clock, None) {
             Ok(()) => self.accepted += 1,
             Err(reason) => {
                 if self.first_reject.is_none() {
@@ -214,13 +216,19 @@ impl<R: BufRead> Input<R> {
     }
 
     /// Reads up to the next event with a time: what cannot be merged (a
-    /// rejected line, an ignored event) is applied as it is read.
+    /// rejected line, an ignored event, an event whose time the guards
+    /// refuse) is applied as it is read. A broken clock's event of the year
+    /// 2100 must not hold the rest of its file back until every other file
+    /// is read.
     fn fill(&mut self, format: Format, limit: usize, pipeline: &mut Pipeline, run: &mut Run) -> std::io::Result<()> {
         self.head = None;
         while let Some(number) = self.advance(format, limit, pipeline, run)? {
             let decoded = pipeline.prepare_as(self.line_format, trim_line(&self.line));
             match &decoded {
-                Ok(event) if !matches!(event, Event::Ignored(_)) => {
+                Ok(event)
+                    if !matches!(event, Event::Ignored(_))
+                        && pipeline.time_verdict(event.timestamp_ms(), run.clock).is_ok() =>
+                {
                     self.head = Some(event.timestamp_ms());
                     return Ok(());
                 }

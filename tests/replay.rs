@@ -805,3 +805,42 @@ fn a_label_value_past_max_value_bytes_is_reported_as_other() {
     assert_eq!(value(&text, &finalized(&longest)), 1.0, "{text}");
     assert_eq!(value(&text, r#"rankpulse_dimension_overflow_total{label="ranker"}"#), 0.0);
 }
+
+/// The one-file path and the merge of several files read a file the same
+/// way (rejected lines, a byte order mark, blank lines, `_bulk` action
+/// lines and first-reject reports included): a file alone, and the same
+/// file beside an empty one, give the same exposition and the same error.
+#[test]
+fn one_file_alone_or_beside_an_empty_one_replays_the_same() {
+    let fixture =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl")).unwrap();
+    let native = Scratch::new("same-native.jsonl", &[&b"\xef\xbb\xbf\n \n"[..], &fixture].concat());
+    let query = r#"{"query_id":"q1","client_id":"c1","user_query":"tv","timestamp":1700000000000,"query_response_hit_ids":["d1","d2"]}"#;
+    let click = r#"{"action_name":"click","query_id":"q1","client_id":"c1","timestamp":1700000001000,"event_attributes":{"object":{"object_id":"d2"}}}"#;
+    let bulk = format!(
+        "{{\"index\":{{\"_index\":\"ubi_queries\"}}}}\n{query}\nnot json\n{{\"create\":{{\"_index\":\"ubi_events\"}}}}\n\n{click}\n"
+    );
+    let ubi = Scratch::new("same-ubi.ndjson", bulk.as_bytes());
+    let rejects = Scratch::new("same-rejects.jsonl", b"\n{\"type\":\"click\"}\nnot json\n");
+    let empty = Scratch::new("same-empty.jsonl", b"");
+    let run = |args: &[&str], files: &[&Path]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rankpulse")).arg("replay").args(args).args(files).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (args, file) in [(&[][..], &native), (&["--format", "ubi"][..], &ubi), (&[][..], &rejects)] {
+        let alone = run(args, &[&file.0]);
+        let beside = run(args, &[&file.0, &empty.0]);
+        assert_eq!(alone, beside, "{:?}", file.0);
+    }
+    let (code, out, _) = run(&["--format", "ubi"], &[&ubi.0]);
+    assert_eq!(code, Some(0));
+    assert_eq!(value(&out, r#"rankpulse_events_ignored_total{reason="bulk_action_line"}"#), 2.0, "{out}");
+    assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="invalid_json"}"#), 1.0);
+    let (code, _, err) = run(&[], &[&rejects.0]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("the first (line 2) as unknown_type"), "{err}");
+}

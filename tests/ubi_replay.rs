@@ -176,15 +176,23 @@ fn nested_query_attributes_are_dimensions_at_any_depth() {
 /// trailing their impressions) cut into files as Kafka would cut it, by
 /// key into 4 partitions, and by topic into impressions and judgments.
 /// Each cut, merged by event time, gives the exposition of the one file,
-/// byte for byte.
+/// byte for byte. Early in the stream sits an event of a broken clock (the
+/// year 2100): rejected in the one file, it must not hold the rest of its
+/// file back until the other files are read.
 #[test]
 fn a_stream_cut_by_key_or_by_topic_replays_like_the_whole() {
-    let messages = rankpulse_testkit::mix(0, 3_000, 31, BASE_MS, 100.0);
+    let mut messages = rankpulse_testkit::mix(0, 3_000, 31, BASE_MS, 100.0);
+    let broken = r#"{"type":"impression","event_id":"broken","session_id":"broken","timestamp":4102444800000,"results":[{"doc_id":"d"}],"dimensions":{"ranker":"control","market":"us"}}"#;
+    messages.insert(
+        10,
+        rankpulse_testkit::MixMessage { judgment: false, key: "broken".into(), payload: broken.as_bytes().to_vec() },
+    );
     let whole: Vec<Vec<u8>> = messages.iter().map(|m| m.payload.clone()).collect();
     let whole_file = temp("cut-whole.jsonl", &whole);
     let (code, want, err) = replay(&[], &[&whole_file]);
     assert_eq!(code, 0, "{err}");
     assert!(sum_of(&want, "rankpulse_lists_finalized_total{") > 2_900.0, "{want}");
+    assert_eq!(sum_of(&want, r#"rankpulse_events_rejected_total{reason="future_timestamp"}"#), 1.0);
     let partition = |key: &str| key.bytes().fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(usize::from(b))) % 4;
     let cuts: [(&str, Vec<usize>); 2] = [
         ("key", messages.iter().map(|m| partition(&m.key)).collect()),

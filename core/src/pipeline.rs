@@ -382,14 +382,11 @@ impl Pipeline {
 
     /// Applies an already decoded event; a rejected one (its time or its
     /// list past a bound) changes nothing and is not counted here.
-    fn apply(&mut self, topic: &str, event: &Event, clock: Clock, source: Option<Source>) -> Result<(), RejectReason> {
-        if let Event::Ignored(reason) = event {
-            self.count_ignored(*reason);
-            return Ok(());
-        }
-        let ts = event.timestamp_ms();
-        // Before anything sees the event: a broken clock must move no
-        // watermark, open no list and create no bucket.
+    /// Whether an event stamped `ts` passes the event-time guards: not
+    /// past `input.max_future_skew` after the clock's reference, not before
+    /// `input.min_timestamp`. A replay merging files asks before it lets an
+    /// event's time decide when the event is applied.
+    pub fn time_verdict(&self, ts: i64, clock: Clock) -> Result<(), RejectReason> {
         if ts > clock.reference_ms().saturating_add(self.max_future_skew_ms) {
             return Err(RejectReason::FutureTimestamp);
         }
@@ -399,6 +396,18 @@ impl Pipeline {
         if ts < self.min_timestamp_ms {
             return Err(RejectReason::PastTimestamp);
         }
+        Ok(())
+    }
+
+    fn apply(&mut self, topic: &str, event: &Event, clock: Clock, source: Option<Source>) -> Result<(), RejectReason> {
+        if let Event::Ignored(reason) = event {
+            self.count_ignored(*reason);
+            return Ok(());
+        }
+        let ts = event.timestamp_ms();
+        // Before anything sees the event: a broken clock must move no
+        // watermark, open no list and create no bucket.
+        self.time_verdict(ts, clock)?;
         self.newest_event_ms = self.newest_event_ms.max(ts);
         let window_now = match clock {
             Clock::Live { now_ms, .. } => now_ms,
