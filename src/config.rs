@@ -149,7 +149,17 @@ impl std::str::FromStr for Moment {
 
 impl<'de> Deserialize<'de> for Moment {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Moment, D::Error> {
-        let text = String::deserialize(d)?;
+        // Quoted, or a TOML date-time written bare (`2000-01-01T00:00:00Z`).
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Text(String),
+            Toml(toml::value::Datetime),
+        }
+        let text = match Written::deserialize(d)? {
+            Written::Text(text) => text,
+            Written::Toml(t) => t.to_string(),
+        };
         text.parse().map_err(serde::de::Error::custom)
     }
 }
@@ -170,9 +180,10 @@ fn scalars_as_text<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, S
         Integer(i64),
         Float(f64),
         Bool(bool),
+        Other(serde::de::IgnoredAny),
     }
     let table = BTreeMap::<String, Scalar>::deserialize(d)?;
-    Ok(table
+    table
         .into_iter()
         .map(|(k, v)| {
             let text = match v {
@@ -180,10 +191,18 @@ fn scalars_as_text<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, S
                 Scalar::Integer(i) => i.to_string(),
                 Scalar::Float(f) => f.to_string(),
                 Scalar::Bool(b) => b.to_string(),
+                // Most often an unquoted dotted name, which TOML reads as
+                // nested tables: `ssl.ca.location = "…"` is `ssl = { ca = … }`.
+                Scalar::Other(_) => {
+                    return Err(serde::de::Error::custom(format!(
+                        "{k:?} is not text, a number or a boolean; quote a property name with dots \
+                         (\"{k}.….…\" = \"…\", not {k}.….… = \"…\")"
+                    )));
+                }
             };
-            (k, text)
+            Ok((k, text))
         })
-        .collect())
+        .collect()
 }
 
 fn span(s: &str) -> Span {
@@ -1382,10 +1401,13 @@ mod tests {
         assert_eq!(Config::default().input.min_timestamp.ms, 946_684_800_000);
         let c = from_toml("[input]\nmin_timestamp = \"1990-06-01T12:00:00+02:00\"\n").unwrap();
         assert_eq!(c.pipeline_settings().min_timestamp_ms, 644_234_400_000);
+        // A TOML date-time written bare is the same moment.
+        let c = from_toml("[input]\nmin_timestamp = 1990-06-01T12:00:00+02:00\n").unwrap();
+        assert_eq!(c.input.min_timestamp.ms, 644_234_400_000);
         let c =
             Config::load_with_env(None, env(&[("RANKPULSE__INPUT__MIN_TIMESTAMP", "1970-01-01T00:00:00Z")])).unwrap();
         assert_eq!(c.input.min_timestamp.ms, 0);
-        for bad in ["\"2000-01-01\"", "\"yesterday\"", "946684800000", "\"1969-12-31T23:59:59Z\""] {
+        for bad in ["\"2000-01-01\"", "2000-01-01", "\"yesterday\"", "946684800000", "\"1969-12-31T23:59:59Z\""] {
             let e = from_toml(&format!("[input]\nmin_timestamp = {bad}\n")).unwrap_err().to_string();
             assert!(e.starts_with("config key input.min_timestamp:"), "{bad}: {e}");
         }
@@ -1403,8 +1425,8 @@ mod tests {
         assert_eq!(p["fetch.wait.max.ms"], "10");
         assert_eq!(p["socket.keepalive.enable"], "false");
         assert_eq!(p["security.protocol"], "ssl");
-        let e = from_toml("[kafka.properties]\n\"a\" = { b = 1 }\n").unwrap_err().to_string();
-        assert!(e.starts_with("config key kafka.properties"), "{e}");
+        let e = from_toml("[kafka.properties]\nssl.ca.location = \"/ca.pem\"\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key kafka.properties") && e.contains("quote a property name with dots"), "{e}");
         let c = Config::load_with_env(None, env(&[("RANKPULSE__KAFKA__PROPERTIES__FETCH_WAIT_MAX_MS", "10")])).unwrap();
         assert_eq!(c.kafka.properties["fetch.wait.max.ms"], "10");
     }

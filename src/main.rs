@@ -368,38 +368,39 @@ fn loadgen_command(args: LoadgenArgs) -> anyhow::Result<()> {
         let deliveries = std::sync::Arc::new(Deliveries::default());
         let lists = generate(&producer, &traffic, &deliveries, stop).await;
         // Deliver what is queued before exiting; then every report has come
-        // (delivered or failed), unless the broker never answered.
+        // (delivered or failed), unless the broker never answered. The
+        // producer lives until the report: dropping it purges its queue,
+        // which would turn "undelivered" into purge failures mid-count.
+        let flushing = producer.clone();
         let flushed = tokio::task::spawn_blocking(move || {
-            rdkafka::producer::Producer::flush(&producer, std::time::Duration::from_secs(10))
+            rdkafka::producer::Producer::flush(&flushing, std::time::Duration::from_secs(10))
         })
         .await?;
         // The tasks counting reports run on this runtime: let them finish.
-        let counted = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-            while deliveries.pending() > 0 && flushed.is_ok() {
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-        });
-        let _ = counted.await;
-        let (delivered, failed, pending) = (
+        if flushed.is_ok() {
+            let counted = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                while deliveries.pending() > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            });
+            let _ = counted.await;
+        }
+        let (delivered, failed) = (
             deliveries.delivered.load(std::sync::atomic::Ordering::Relaxed),
             deliveries.failed.load(std::sync::atomic::Ordering::Relaxed),
-            deliveries.pending(),
         );
+        let pending = deliveries.enqueued.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(delivered + failed);
         tracing::info!("loadgen: produced {lists} lists: {delivered} messages delivered, {failed} failed, {pending} undelivered");
         if failed > 0 || pending > 0 {
             let first = deliveries.first_error.lock().map(|e| e.clone()).unwrap_or_default();
-            anyhow::bail!(
-                "{} of {} messages not delivered to {}{}",
-                failed + pending,
-                delivered + failed + pending,
-                args.brokers,
-                match (first, flushed) {
-                    (Some(e), _) => format!(" (first error: {e})"),
-                    (None, Err(e)) => format!(" within 10 s of stopping ({e}): is the broker reachable?"),
-                    (None, Ok(())) => String::new(),
-                }
-            );
+            let why = match (flushed, first) {
+                (Err(e), _) => format!(" within 10 s of stopping ({e}): is the broker reachable?"),
+                (Ok(()), Some(e)) => format!(" (first error: {e})"),
+                (Ok(()), None) => String::new(),
+            };
+            anyhow::bail!("{} of {} messages not delivered to {}{why}", failed + pending, delivered + failed + pending, args.brokers);
         }
+        drop(producer);
         anyhow::Ok(())
     })
 }

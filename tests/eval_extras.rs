@@ -258,7 +258,9 @@ fn eval_version_and_results_format_flags() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains(env!("CARGO_PKG_VERSION")) && stderr.contains("trec_eval"), "{stderr}");
 
-    let pair = gauc_pair();
+    // Files of its own: gauc_pair()'s directory is removed by the test
+    // that uses it, maybe while this one runs.
+    let pair = TempPair::new("flags-t", "a 0 a1 1\na 0 a2 0\n", "a Q0 a1 1 .9 r\na Q0 a2 2 .8 r\n");
     let run = |flags: &[&str]| {
         let mut args = vec!["eval".to_string()];
         args.extend(flags.iter().map(|f| f.to_string()));

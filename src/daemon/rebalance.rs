@@ -327,11 +327,13 @@ impl Daemon {
         let Some(store) = &self.store else { return Ok(()) };
         let Some(checkpoint) = store.load_own()? else { return Ok(()) };
         if let Ok(mut b) = self.budget.lock() {
-            *b = checkpoint.budget;
-            // The bounds are this configuration's, whatever the checkpoint's were.
-            b.max_values = self.config.dimensions.max_values;
-            b.max_combinations = self.config.dimensions.max_combinations;
-            b.max_value_bytes = self.config.dimensions.max_value_bytes;
+            // The values admitted are the checkpoint's; every bound is this
+            // configuration's, whatever the checkpoint's were: the budget
+            // is built as at start, then given what was admitted.
+            let mut budget = self.config.pipeline_settings().dimension_budget();
+            budget.admitted = checkpoint.budget.admitted;
+            budget.combinations = checkpoint.budget.combinations;
+            *b = budget;
         }
         for c in checkpoint.shards {
             let mut shard = Shard::new(&self.config, &self.budget);
