@@ -5,7 +5,18 @@ use std::path::Path;
 use std::process::Command;
 
 fn replay(args: &[&str], file: &Path) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse")).arg("replay").args(args).arg(file).output().unwrap();
+    replay_env(&[], args, file)
+}
+
+/// [`replay`] with environment overrides (`RANKPULSE__…`).
+fn replay_env(env: &[(&str, &str)], args: &[&str], file: &Path) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .arg("replay")
+        .args(args)
+        .arg(file)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into(),
@@ -624,13 +635,8 @@ fn late_judgments_are_amended_or_dropped_as_configured() {
 #[test]
 fn input_max_results_rejects_longer_impressions() {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
-    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
-        .args(["replay", file.to_str().unwrap()])
-        .env("RANKPULSE__INPUT__MAX_RESULTS", "2")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, text, err) = replay_env(&[("RANKPULSE__INPUT__MAX_RESULTS", "2")], &[], &file);
+    assert_eq!(code, 0, "{err}");
     assert_eq!(value(&text, r#"rankpulse_events_rejected_total{reason="too_many_results"}"#), 1.0, "{text}");
     assert_eq!(value(&text, r#"rankpulse_lists{window="1h",ranker="candidate",market="us"}"#), 1.0);
     assert!(!text.contains(r#"rankpulse_lists{window="1h",ranker="control""#), "{text}");
@@ -739,13 +745,8 @@ fn timestamps_in_seconds_are_rejected_as_past() {
     assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="past_timestamp"}"#), 2.0, "{out}");
     assert!(!out.contains(r#"ranker="control""#), "{out}");
     // Moved back to the epoch, the bound takes them (as 1970 events).
-    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
-        .args(["replay", events.0.to_str().unwrap()])
-        .env("RANKPULSE__INPUT__MIN_TIMESTAMP", "1970-01-01T00:00:00Z")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, text, err) = replay_env(&[("RANKPULSE__INPUT__MIN_TIMESTAMP", "1970-01-01T00:00:00Z")], &[], &events.0);
+    assert_eq!(code, 0, "{err}");
     assert_eq!(value(&text, r#"rankpulse_lists_finalized_total{ranker="control",market="us"}"#), 1.0, "{text}");
 }
 
@@ -795,13 +796,8 @@ fn a_label_value_past_max_value_bytes_is_reported_as_other() {
     assert_eq!(value(&out, &finalized(&long)), 1.0);
     assert_eq!(value(&out, &finalized("__other__")), 1.0);
     assert!(!out.contains(&longest), "{out}");
-    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
-        .args(["replay", events.0.to_str().unwrap()])
-        .env("RANKPULSE__DIMENSIONS__MAX_VALUE_BYTES", "300")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, text, err) = replay_env(&[("RANKPULSE__DIMENSIONS__MAX_VALUE_BYTES", "300")], &[], &events.0);
+    assert_eq!(code, 0, "{err}");
     assert_eq!(value(&text, &finalized(&longest)), 1.0, "{text}");
     assert_eq!(value(&text, r#"rankpulse_dimension_overflow_total{label="ranker"}"#), 0.0);
 }
