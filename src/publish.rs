@@ -320,6 +320,12 @@ pub fn render(s: &Snapshot) -> String {
         &[],
         s.counters.combination_overflow as f64,
     );
+    f.counter(
+        &format!("{PREFIX}position_conflicts_total"),
+        "Results dropped because their list already showed another document at that position (two searches under one list key), since the process started",
+        &[],
+        s.counters.positions_taken as f64,
+    );
     f.gauge(&format!("{PREFIX}open_lists"), "Lists still collecting events", &[], s.open_lists as f64);
     if let Some(h) = s.health {
         f.gauge(

@@ -840,3 +840,31 @@ fn one_file_alone_or_beside_an_empty_one_replays_the_same() {
     assert_eq!(code, Some(2));
     assert!(err.contains("the first (line 2) as unknown_type"), "{err}");
 }
+
+/// Two searches of one session sent without `query_id` are one list (the
+/// key is the session alone): the second search's results at positions
+/// the first one holds are dropped and counted, so the merge is visible.
+/// With a `query_id` each they are two lists and nothing is counted.
+#[test]
+fn a_second_search_under_one_key_is_counted_as_position_conflicts() {
+    let lines = [
+        impression_line("i1", "S", 1_700_000_000_000, &["a", "b"], "control"),
+        impression_line("i2", "S", 1_700_000_005_000, &["x", "y", "z"], "control"),
+    ];
+    let merged = Scratch::new("conflicts.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let (code, out, err) = replay(&[], &merged.0);
+    assert_eq!(code, 0, "{err}");
+    // x and y find positions 1 and 2 taken; z takes position 3.
+    assert_eq!(value(&out, "rankpulse_position_conflicts_total"), 2.0, "{out}");
+    assert_eq!(value(&out, r#"rankpulse_lists_finalized_total{ranker="control",market="us"}"#), 1.0, "{out}");
+    let keyed: Vec<String> = lines
+        .iter()
+        .zip(["q1", "q2"])
+        .map(|(l, q)| l.replacen(r#""session_id":"S","#, &format!(r#""session_id":"S","query_id":"{q}","#), 1))
+        .collect();
+    let apart = Scratch::new("conflicts-keyed.jsonl", (keyed.join("\n") + "\n").as_bytes());
+    let (code, out, err) = replay(&[], &apart.0);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(value(&out, "rankpulse_position_conflicts_total"), 0.0, "{out}");
+    assert_eq!(value(&out, r#"rankpulse_lists_finalized_total{ranker="control",market="us"}"#), 2.0, "{out}");
+}

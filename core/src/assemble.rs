@@ -411,6 +411,10 @@ pub enum Closed<'a> {
     /// A new combination of dimension values past
     /// `dimensions.max_combinations`: every label became `__other__`.
     CombinationOverflow,
+    /// A result was dropped: its list already shows another document at
+    /// its position. Two searches under one key (a producer that sends no
+    /// `query_id`, or reuses one) merge into one list; this says so.
+    PositionTaken,
 }
 
 /// What the assembler reports about one event.
@@ -803,7 +807,14 @@ impl Assembler {
                     self.open_lists.note_impression(start, impression_rank(i), dims, i.randomized);
                     if let Some(big) = self.open_lists.big_mut(key) {
                         for r in &i.results {
-                            big.show(doc_hash(&r.doc_id), r.position, r.score.unwrap_or(f64::NAN), team_code(r.team));
+                            if !big.show(
+                                doc_hash(&r.doc_id),
+                                r.position,
+                                r.score.unwrap_or(f64::NAN),
+                                team_code(r.team),
+                            ) {
+                                sink(Closed::PositionTaken);
+                            }
                         }
                     }
                     return Applied::Applied;
@@ -842,7 +853,9 @@ impl Assembler {
         match event {
             Event::Impression(i) => {
                 let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
-                apply_impression(list, i, dims);
+                for _ in 0..apply_impression(list, i, dims) {
+                    sink(Closed::PositionTaken);
+                }
             }
             Event::Judgment(j) => apply_judgment(list, j),
             Event::Ignored(_) => {}
@@ -1155,7 +1168,9 @@ fn impression_time(rank: i64) -> i64 {
     rank & !NOT_DEFINING
 }
 
-fn apply_impression(list: &mut OpenList, impression: &Impression, dims: DimsId) {
+/// Returns how many results were dropped because another document holds
+/// their position.
+fn apply_impression(list: &mut OpenList, impression: &Impression, dims: DimsId) -> usize {
     list.randomized |= impression.randomized;
     // The earliest impression of the list that defines it decides its time
     // and dimensions (see `impression_rank`).
@@ -1167,19 +1182,23 @@ fn apply_impression(list: &mut OpenList, impression: &Impression, dims: DimsId) 
     // Sized once: growing by doubling would leave up to half of it unused
     // for the list's whole life.
     list.shown.reserve_exact(impression.results.len());
+    let mut taken = 0;
     for r in &impression.results {
+        let doc = doc_hash(&r.doc_id);
         // Pages and re-deliveries merge by position; the first document
         // seen at a position keeps it.
-        if list.shown.iter().any(|s| s.position == r.position) {
+        if let Some(held) = list.shown.iter().find(|s| s.position == r.position) {
+            taken += usize::from(held.doc != doc);
             continue;
         }
         list.shown.push(ShownDoc {
-            doc: doc_hash(&r.doc_id),
+            doc,
             position: r.position,
             score: r.score.unwrap_or(f64::NAN),
             team: team_code(r.team),
         });
     }
+    taken
 }
 
 fn apply_judgment(list: &mut OpenList, judgment: &Judgment) {
@@ -1286,6 +1305,7 @@ mod tests {
         LateDropped,
         DimensionOverflow(usize),
         CombinationOverflow,
+        PositionTaken,
     }
 
     impl From<Closed<'_>> for Got {
@@ -1300,6 +1320,7 @@ mod tests {
                 Closed::LateDropped => Got::LateDropped,
                 Closed::DimensionOverflow(label) => Got::DimensionOverflow(label),
                 Closed::CombinationOverflow => Got::CombinationOverflow,
+                Closed::PositionTaken => Got::PositionTaken,
             }
         }
     }
@@ -1363,6 +1384,34 @@ mod tests {
         judged.sort();
         assert_eq!(judged, [0, 2, 3]);
         assert_eq!(&*f.dims, ["a", MISSING_DIMENSION]);
+    }
+
+    #[test]
+    fn another_document_at_a_taken_position_is_dropped_and_counted() {
+        // Compact lists, and lists past BIG_RUN_WORDS (250 results), which
+        // index positions in a hash map: the same rule, the same count.
+        for size in [2u32, 250] {
+            let mut asm = Assembler::new(30_000, vec![]);
+            let docs: Vec<(String, u32)> = (1..=size).map(|p| (format!("d{p}"), p)).collect();
+            let docs: Vec<(&str, u32)> = docs.iter().map(|(d, p)| (d.as_str(), *p)).collect();
+            // Pages of at most 200 results (the decoder's limit).
+            let (first, rest) = docs.split_at(docs.len().min(200));
+            let events = vec![
+                imp("i1", "s", 1_000, first),
+                imp("i1b", "s", 1_000, rest),
+                // A page sent again under a new event id: the same
+                // documents at the same positions, nothing to count.
+                imp("i2", "s", 1_100, first),
+                // A second search of the session under the same key: two
+                // positions taken by other documents, one new position.
+                imp("i3", "s", 1_200, &[("x1", 1), ("x2", 2), ("x3", size + 1)]),
+            ];
+            let out = collect(&mut asm, &events);
+            let taken = out.iter().filter(|c| **c == Got::PositionTaken).count();
+            assert_eq!(taken, 2, "size {size}");
+            let f = out.iter().find_map(final_of).unwrap();
+            assert_eq!(f.shown.len(), size as usize + 1, "size {size}: the first document keeps each position");
+        }
     }
 
     #[test]

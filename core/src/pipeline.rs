@@ -166,6 +166,11 @@ pub struct OpsCounters {
     pub dimension_overflow: BTreeMap<usize, u64>,
     /// Impressions of a new combination past `dimensions.max_combinations`.
     pub combination_overflow: u64,
+    /// Results dropped because their list showed another document at
+    /// their position ([`Closed::PositionTaken`]). Since the process
+    /// started: not in checkpoints, whose format it would change.
+    #[serde(skip)]
+    pub positions_taken: u64,
 }
 
 impl OpsCounters {
@@ -190,6 +195,7 @@ impl OpsCounters {
             *self.dimension_overflow.entry(*k).or_default() += v;
         }
         self.combination_overflow += other.combination_overflow;
+        self.positions_taken += other.positions_taken;
     }
 }
 
@@ -522,6 +528,7 @@ fn fold(
         Closed::LateDropped => counters.late_dropped += 1,
         Closed::DimensionOverflow(label) => *counters.dimension_overflow.entry(label).or_default() += 1,
         Closed::CombinationOverflow => counters.combination_overflow += 1,
+        Closed::PositionTaken => counters.positions_taken += 1,
     }
 }
 

@@ -95,7 +95,8 @@ const BIG_RUN_WORDS: usize = 256;
 #[derive(Debug, Clone, Default)]
 pub struct BigList {
     shown: Vec<ShownDoc>,
-    positions: FxHashSet<u32>,
+    /// Index into `shown` by position.
+    positions: FxHashMap<u32, u32>,
     judged: Vec<(u64, Grade)>,
     /// Index into `judged` by document.
     judged_at: FxHashMap<u64, u32>,
@@ -113,6 +114,7 @@ impl BigList {
         };
         big.event_ids.extend(&list.event_ids);
         for s in &list.shown {
+            // A list's own results hold distinct positions.
             big.show(s.doc, s.position, s.score, s.team);
         }
         for &(doc, grade) in &list.judged {
@@ -136,10 +138,15 @@ impl BigList {
     }
 
     /// A result at a position not taken yet (the first document seen at a
-    /// position keeps it).
-    pub fn show(&mut self, doc: u64, position: u32, score: f64, team: u8) {
-        if self.positions.insert(position) {
-            self.shown.push(ShownDoc { doc, position, score, team });
+    /// position keeps it). False when another document holds the position.
+    pub fn show(&mut self, doc: u64, position: u32, score: f64, team: u8) -> bool {
+        match self.positions.entry(position) {
+            std::collections::hash_map::Entry::Occupied(at) => self.shown[*at.get() as usize].doc == doc,
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(self.shown.len() as u32);
+                self.shown.push(ShownDoc { doc, position, score, team });
+                true
+            }
         }
     }
 
