@@ -1256,6 +1256,32 @@ fn apply_env(
     Ok(())
 }
 
+/// Environment variables that look meant for the configuration but are not
+/// read, because only `RANKPULSE__SECTION__KEY` is: one underscore
+/// (`RANKPULSE_SESSION_GAP`) or a lower-case prefix (`rankpulse__session__gap`)
+/// followed by a section's name. Reported, not refused: a deployment may
+/// keep variables of its own under the same prefix (`RANKPULSE_IMAGE`), and
+/// only a section's name tells a meant override from those.
+pub fn lookalike_overrides(env: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
+    let defaults = toml::Table::try_from(Config::default()).unwrap_or_default();
+    let mut found: Vec<String> = env
+        .into_iter()
+        .map(|(var, _)| var)
+        .filter(|var| {
+            let upper = var.to_ascii_uppercase();
+            if var.starts_with(ENV_PREFIX) || !upper.starts_with("RANKPULSE_") {
+                return false;
+            }
+            let rest = upper["RANKPULSE_".len()..].trim_start_matches('_').to_ascii_lowercase();
+            defaults.keys().any(|section| {
+                rest.strip_prefix(section.as_str()).is_some_and(|after| after.starts_with('_') || after.is_empty())
+            })
+        })
+        .collect();
+    found.sort();
+    found
+}
+
 /// Whether the override `var` sets `key` (`mapped.time`), a key below it
 /// or the section holding it.
 fn sets_key(var: &str, key: &str) -> bool {
@@ -1368,6 +1394,24 @@ mod tests {
             let e = from_toml(text).unwrap_err().to_string();
             assert!(e.starts_with(&format!("config key {key}:")) && e.contains(value), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn variables_that_look_like_overrides_are_named() {
+        let vars = env(&[
+            ("RANKPULSE_SESSION_GAP", "45s"),
+            ("rankpulse__kafka__brokers", "b:9092"),
+            ("RANKPULSE_METRICS", "x"),
+            // Read, or not meant for the configuration.
+            ("RANKPULSE__SESSION__GAP", "45s"),
+            ("RANKPULSE_TANSU", "/bin/tansu"),
+            ("RANKPULSE_SESSIONS", "3"),
+            ("PATH", "/bin"),
+        ]);
+        assert_eq!(
+            lookalike_overrides(vars),
+            ["RANKPULSE_METRICS", "RANKPULSE_SESSION_GAP", "rankpulse__kafka__brokers"]
+        );
     }
 
     #[test]

@@ -410,6 +410,9 @@ fn state_command(command: StateCommand) -> anyhow::Result<()> {
         StateCommand::List(args) | StateCommand::Forget { args, .. } => args,
     };
     let config = Config::load(args.config.as_deref())?;
+    for warning in lookalike_warnings() {
+        eprintln!("rankpulse state: warning: {warning}");
+    }
     anyhow::ensure!(
         config.state.backend == rankpulse::config::StateBackend::Kafka,
         "state.backend is not \"kafka\": only the Kafka backend keeps checkpoints in state.topic"
@@ -464,6 +467,9 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     rankpulse::logging::init(&config.log);
+    for warning in lookalike_warnings() {
+        tracing::warn!("{warning}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(rankpulse::daemon::run(config, shutdown_signal()));
     // Do not wait for a consumer close that the daemon already gave up on.
@@ -488,6 +494,21 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!("first message at {} ms, last at {} ms (Unix time)", unix_ms(first), unix_ms(last));
     }
     Ok(())
+}
+
+/// What to say about environment variables that look like configuration
+/// overrides but are not read (see `config::lookalike_overrides`).
+fn lookalike_warnings() -> Vec<String> {
+    rankpulse::config::lookalike_overrides(std::env::vars())
+        .into_iter()
+        .map(|var| {
+            format!(
+                "environment variable {var} is not read: overrides are named {}SECTION__KEY, upper case, two underscores between parts (for example {}SESSION__GAP)",
+                rankpulse::config::ENV_PREFIX,
+                rankpulse::config::ENV_PREFIX
+            )
+        })
+        .collect()
 }
 
 /// Resolves on SIGINT or SIGTERM: the daemon's one cancellation path.
@@ -518,6 +539,9 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
     use rankpulse::replay::{ReplayError, replay_events_as};
     use std::io::{BufRead, Write};
     let config = Config::load(args.config.as_deref())?;
+    for warning in lookalike_warnings() {
+        eprintln!("rankpulse replay: warning: {warning}");
+    }
     config.require_mapped(args.format)?;
     let is_stdin = |f: &PathBuf| f.as_os_str() == "-";
     let name = |f: &PathBuf| if is_stdin(f) { "standard input".to_string() } else { f.display().to_string() };

@@ -868,3 +868,19 @@ fn a_second_search_under_one_key_is_counted_as_position_conflicts() {
     assert_eq!(value(&out, "rankpulse_position_conflicts_total"), 0.0, "{out}");
     assert_eq!(value(&out, r#"rankpulse_lists_finalized_total{ranker="control",market="us"}"#), 2.0, "{out}");
 }
+
+/// An override with one underscore is not read; replay says so on stderr
+/// rather than running silently with the default.
+#[test]
+fn a_lookalike_override_is_named_on_stderr() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
+    let (code, plain, _) = replay(&[], &fixture);
+    assert_eq!(code, 0);
+    let (code, out, err) = replay_env(&[("RANKPULSE_SESSION_GAP", "1s")], &[], &fixture);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, plain, "the variable changes nothing");
+    assert!(
+        err.contains("warning: environment variable RANKPULSE_SESSION_GAP is not read: overrides are named RANKPULSE__SECTION__KEY"),
+        "{err}"
+    );
+}
