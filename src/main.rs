@@ -545,6 +545,11 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
     config.require_mapped(args.format)?;
     let is_stdin = |f: &PathBuf| f.as_os_str() == "-";
     let name = |f: &PathBuf| if is_stdin(f) { "standard input".to_string() } else { f.display().to_string() };
+    // Two locks of standard input in one thread would wait on each other.
+    anyhow::ensure!(
+        args.files.iter().filter(|f| is_stdin(f)).count() <= 1,
+        "`-` (standard input) is given more than once"
+    );
     let mut inputs: Vec<Box<dyn BufRead>> = Vec::with_capacity(args.files.len());
     for file in &args.files {
         if is_stdin(file) {
@@ -559,8 +564,7 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
         Err((at, e)) => {
             let name = args.files.get(at).map(name).unwrap_or_default();
             match e {
-                ReplayError::Read(cause) if args.files.len() == 1 => anyhow::bail!("cannot read {name}: {cause}"),
-                ReplayError::Read(cause) => anyhow::bail!("cannot read the input: {cause}"),
+                ReplayError::Read(cause) => anyhow::bail!("cannot read {name}: {cause}"),
                 e => anyhow::bail!("{name}: {e}"),
             }
         }

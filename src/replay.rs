@@ -53,7 +53,7 @@ pub struct Replayed {
 
 /// Runs the pipeline over `input` (rankpulse's own format) and returns the final pipeline.
 pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<Replayed> {
-    replay_inputs(config, Format::Rankpulse, [input])
+    replay_inputs(config, Format::Rankpulse, [input]).map_err(|(_, e)| e)
 }
 
 /// Runs one pipeline over `inputs`, each line a message of `format`. In
@@ -70,11 +70,13 @@ pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<
 /// indices) read one after the other would close every list before its
 /// clicks came. Each input is read in its own order, as a Kafka partition
 /// is: disorder within `session.gap` is absorbed, more is late.
+///
+/// A read error comes with the index of the input that failed.
 pub fn replay_inputs<R: BufRead>(
     config: &Config,
     format: Format,
     inputs: impl IntoIterator<Item = R>,
-) -> std::io::Result<Replayed> {
+) -> Result<Replayed, (usize, std::io::Error)> {
     let mut pipeline = Pipeline::new(&config.pipeline_settings());
     let mut run = Run { clock: Clock::replay(), lines: 0, accepted: 0, first_reject: None, first_reject_input: 0 };
     // One more byte than a message may have: the `\r` of a CRLF line.
@@ -94,7 +96,8 @@ pub fn replay_inputs<R: BufRead>(
         .collect();
     if let [only] = inputs.as_mut_slice() {
         // One input: its order is the order; each line decoded once.
-        while let Some(number) = only.advance(format, limit, &mut pipeline, &mut run)? {
+        let at = only.index;
+        while let Some(number) = only.advance(format, limit, &mut pipeline, &mut run).map_err(|e| (at, e))? {
             let decoded = pipeline.prepare_as(only.line_format, trim_line(&only.line));
             run.ingest(&mut pipeline, &decoded, only.index, number);
         }
@@ -102,13 +105,13 @@ pub fn replay_inputs<R: BufRead>(
         // Each input's next event, decoded for its time (and decoded again
         // when applied: an event borrows its line).
         for input in &mut inputs {
-            input.fill(format, limit, &mut pipeline, &mut run)?;
+            input.fill(format, limit, &mut pipeline, &mut run).map_err(|e| (input.index, e))?;
         }
         while let Some(input) = inputs.iter_mut().filter(|i| i.head.is_some()).min_by_key(|i| (i.head, i.index)) {
             let decoded = pipeline.prepare_as(input.line_format, trim_line(&input.line));
             let number = input.number;
             run.ingest(&mut pipeline, &decoded, input.index, number);
-            input.fill(format, limit, &mut pipeline, &mut run)?;
+            input.fill(format, limit, &mut pipeline, &mut run).map_err(|e| (input.index, e))?;
         }
     }
     pipeline.finalize_all();
@@ -318,7 +321,7 @@ pub fn replay_events_as<R: BufRead>(
     format: Format,
     inputs: impl IntoIterator<Item = R>,
 ) -> Result<String, (usize, ReplayError)> {
-    let replayed = replay_inputs(config, format, inputs).map_err(|e| (0, ReplayError::Read(e)))?;
+    let replayed = replay_inputs(config, format, inputs).map_err(|(at, e)| (at, ReplayError::Read(e)))?;
     let at = replayed.first_reject_input;
     match replayed.first_reject {
         _ if replayed.accepted > 0 => Ok(exposition(config, &replayed.pipeline)),

@@ -884,3 +884,37 @@ fn a_lookalike_override_is_named_on_stderr() {
         "{err}"
     );
 }
+
+/// A read error names the input that failed, whichever of several it is;
+/// standard input given twice is refused (two locks of it in one thread
+/// waited on each other for ever).
+#[test]
+fn a_read_error_names_its_input_and_stdin_is_read_once() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
+    let dir = std::env::temp_dir();
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse")).arg("replay").arg(&fixture).arg(&dir).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("cannot read {}: Is a directory", dir.display())), "{err}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["replay", "-", "-"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("`replay - -` still running after 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("`-` (standard input) is given more than once"), "{err}");
+}
