@@ -170,7 +170,9 @@ fn parse_format(name: &str) -> Result<rankpulse::event::Format, String> {
 }
 
 #[derive(Args)]
-#[command(args_override_self = true)]
+// getopt_long, which trec_eval parses with, takes any unique prefix of a
+// long option (`--query` for `--query_eval_wanted`).
+#[command(args_override_self = true, infer_long_args = true)]
 struct EvalArgs {
     /// Average over every topic in the judgments; a topic missing from the run is scored as
     /// trec_eval does (one unjudged document).
@@ -248,7 +250,11 @@ fn parse_atol(value: &str) -> Result<i64, String> {
     let v = value.trim_start();
     let sign = usize::from(v.starts_with(['+', '-']));
     let digits = v[sign..].bytes().take_while(u8::is_ascii_digit).count();
-    v[..sign + digits].parse().map_err(|_| format!("{value:?} is not a number"))
+    if digits == 0 {
+        return Err(format!("{value:?} is not a number"));
+    }
+    // Past the range, saturated as glibc's `atol` does.
+    Ok(v[..sign + digits].parse().unwrap_or(if v.starts_with('-') { i64::MIN } else { i64::MAX }))
 }
 
 fn parse_rel_format(name: &str) -> Result<RelFormat, String> {

@@ -422,3 +422,80 @@ fn missing_file_and_bad_measure_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown measure \"bpreff\""));
 }
+
+/// Inputs trec_eval scores that rankpulse once refused or printed
+/// differently: a run of comments only under `-c` (every topic 0); `-Z`
+/// against means of `nan` and `-nan` and an infinite deviation, one line
+/// split by a vertical tab (printed `nan` / `-nan` as glibc does); options
+/// and parameters as getopt_long, atol and atof read them.
+#[test]
+fn odd_but_valid_command_lines_and_inputs_match_trec_eval() {
+    let dir = fixtures();
+    let nothing = [
+        "-c",
+        "-q",
+        "-m",
+        "num_q",
+        "-m",
+        "num_ret",
+        "-m",
+        "num_rel",
+        "-m",
+        "num_rel_ret",
+        "-m",
+        "map",
+        "-m",
+        "P.5",
+        "-m",
+        "ndcg_cut.10",
+        "-m",
+        "recip_rank",
+    ];
+    let out = rankpulse_eval(&nothing, &dir.join("nothing.qrels"), &dir.join("nothing.run"));
+    assert_same("nothing.nothing", &out, &dir.join("nothing.nothing.out"));
+    let zscores = dir.join("znan.zscores");
+    let z = ["-q", "-c", "-m", "map", "-m", "P.5", "-Z", zscores.to_str().unwrap()];
+    let out = rankpulse_eval(&z, &dir.join("znan.qrels"), &dir.join("znan.run"));
+    assert_same("znan.Z", &out, &dir.join("znan.Z.out"));
+    // Long options by unique prefix, -M past i64 (saturated, as atol),
+    // hexadecimal parameters (as atof).
+    let hex = [
+        "--query",
+        "--complete",
+        "-M",
+        "99999999999999999999",
+        "-m",
+        "ndcg.1=0x10,2=0x1p3",
+        "-m",
+        "set_F.0x0.8p1",
+        "-m",
+        "iprec_at_recall.0x0.8p0,0x.4",
+        "-m",
+        "Rprec_mult.0x2",
+        "-m",
+        "P.5",
+    ];
+    let out = rankpulse_eval(&hex, &dir.join("edge.qrels"), &dir.join("edge.run"));
+    assert_same("edge.hex", &out, &dir.join("edge.hex.out"));
+}
+
+/// When no topic is left to evaluate, nothing reaches stdout: a script
+/// reading the report gets no partial one beside the error (trec_eval
+/// prints nothing either).
+#[test]
+fn no_topic_to_evaluate_prints_no_report() {
+    let dir = fixtures();
+    for (args, needle) in [
+        (&["-c", "-m", "map", "-D", "0.99"][..], "topic \"99\" (-D) is not among the topics evaluated"),
+        (&["-D", "0.99"][..], "topic \"99\" (-D)"),
+        (&[][..], "no topic has both results"),
+    ] {
+        let run = if args.is_empty() { "nothing.run" } else { "edge.run" };
+        let qrels = if args.is_empty() { "nothing.qrels" } else { "edge.qrels" };
+        let out = rankpulse_eval(args, &dir.join(qrels), &dir.join(run));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{args:?}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}

@@ -594,13 +594,19 @@ fn atol(v: &str) -> Option<i64> {
     if digits == 0 {
         return None;
     }
-    v[..sign_len + digits].parse().ok()
+    // Past the range, saturated as glibc's `atol` does.
+    Some(v[..sign_len + digits].parse().unwrap_or(if v.starts_with('-') { i64::MIN } else { i64::MAX }))
 }
 
 /// A number as C's `atof` reads it: the longest numeric prefix (`.10`,
-/// `-1`, `2.0`, `1e-3`); `None` when there is none.
+/// `-1`, `2.0`, `1e-3`, hexadecimal `0x10` or `0x0.8p0`); `None` when
+/// there is none, or when it is not finite (`inf`, `nan`, `1e400`: no
+/// measure has a meaning for them).
 fn parse_double(v: &str) -> Option<f64> {
     let v = v.trim_start();
+    if let Some(x) = parse_hex_double(v) {
+        return Some(x).filter(|x| x.is_finite());
+    }
     let b = v.as_bytes();
     let mut end = usize::from(v.starts_with(['+', '-']));
     let int = b[end..].iter().take_while(|c| c.is_ascii_digit()).count();
@@ -622,6 +628,53 @@ fn parse_double(v: &str) -> Option<f64> {
         }
     }
     v[..end].parse::<f64>().ok().filter(|x| x.is_finite())
+}
+
+/// The hexadecimal form `strtod` reads: `[sign]0x` hex digits, an optional
+/// `.` and more, an optional binary exponent `p[sign]digits`; the longest
+/// such prefix. `None` when `v` does not start with one.
+fn parse_hex_double(v: &str) -> Option<f64> {
+    let b = v.as_bytes();
+    let negative = b.first() == Some(&b'-');
+    let mut i = usize::from(matches!(b.first(), Some(b'+' | b'-')));
+    if !matches!(b.get(i..i + 2), Some([b'0', b'x' | b'X'])) {
+        return None;
+    }
+    i += 2;
+    let mut mantissa = 0f64;
+    let mut exponent: i64 = 0;
+    let mut digits = 0;
+    let mut point = false;
+    while let Some(&c) = b.get(i) {
+        if c == b'.' && !point {
+            point = true;
+        } else if let Some(d) = (c as char).to_digit(16) {
+            // Exact while the mantissa fits in 53 bits; past that the
+            // lower digits only round, as they would in strtod.
+            mantissa = mantissa * 16.0 + f64::from(d);
+            exponent -= if point { 4 } else { 0 };
+            digits += 1;
+        } else {
+            break;
+        }
+        i += 1;
+    }
+    if digits == 0 {
+        // `0x` alone: strtod reads the `0`.
+        return Some(if negative { -0.0 } else { 0.0 });
+    }
+    if matches!(b.get(i), Some(b'p' | b'P')) {
+        let mut e = i + 1;
+        let exp_negative = b.get(e) == Some(&b'-');
+        e += usize::from(matches!(b.get(e), Some(b'+' | b'-')));
+        let len = b[e.min(b.len())..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if len > 0 {
+            let p: i64 = v[e..e + len].parse().unwrap_or(i64::MAX / 2).min(100_000);
+            exponent += if exp_negative { -p } else { p };
+        }
+    }
+    let value = mantissa * 2f64.powi(exponent.clamp(-2_000, 2_000) as i32);
+    Some(if negative { -value } else { value })
 }
 
 /// trec_eval's `append_double`: `name_%3.2f`, cut to the name plus nine
@@ -695,5 +748,31 @@ mod tests {
         assert!(matches!(Plan::parse(&["P."]), Err(MeasureError::Empty(_))));
         assert!(matches!(Plan::parse(&["ndcg.1"]), Err(MeasureError::BadPair { .. })));
         assert!(matches!(Plan::parse(&["utility.1,2"]), Err(MeasureError::Count { .. })));
+    }
+
+    #[test]
+    fn parameters_read_as_strtod_reads_them() {
+        // Values by the C standard's hexadecimal form: digits in base 16,
+        // `p` a power of two (edge.hex.out checks them against trec_eval).
+        for (text, value) in [
+            ("0x10", 16.0),
+            ("0x0.8p0", 0.5),
+            ("-0x1p-1", -0.5),
+            ("0x.4", 0.25),
+            ("0X1P3", 8.0),
+            ("0x1p", 1.0),
+            ("0x", 0.0),
+            ("0xg", 0.0),
+            ("0x2junk", 2.0),
+            (".5", 0.5),
+            ("2.5e1x", 25.0),
+        ] {
+            assert_eq!(parse_double(text), Some(value), "{text}");
+        }
+        for text in ["x", "inf", "nan", "1e400", "0x1p99999", ""] {
+            assert_eq!(parse_double(text), None, "{text}");
+        }
+        assert_eq!(atol("99999999999999999999"), Some(i64::MAX));
+        assert_eq!(atol("-99999999999999999999"), Some(i64::MIN));
     }
 }

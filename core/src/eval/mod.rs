@@ -126,6 +126,8 @@ pub enum EvalError {
     EmptyQrels(PathBuf),
     #[error("no topic has both results in {run} and judgments in {qrels}")]
     NoTopics { qrels: PathBuf, run: PathBuf },
+    #[error("topic {topic:?} (-D) is not among the topics evaluated")]
+    NoSuchTopic { topic: String },
     #[error("--max-grade must be between 1 and 30, got {0}")]
     MaxGrade(Grade),
     #[error("-l must be 0 or more, got {0} (a negative level would count unjudged documents as relevant)")]
@@ -239,7 +241,9 @@ pub fn run_files(
     if rel_info.names().is_empty() {
         return Err(EvalError::EmptyQrels(qrels_path.to_path_buf()));
     }
-    if run.topics.items.is_empty() {
+    // A run of comments or blank lines only is a run that found nothing:
+    // trec_eval evaluates it under -c (every measure 0).
+    if run_text.is_empty() {
         return Err(EvalError::EmptyRun(run_path.to_path_buf()));
     }
     // Like trec_eval, a document retrieved twice is an error only where it
@@ -266,9 +270,14 @@ pub fn run_files(
             max_grade: opts.max_grade,
         });
     }
+    // Nothing is written before this is known: a script reading the
+    // report must not get the start of one and an error.
     let mut summary = evaluate(opts, &plan, &rel_info, &run, zscores.as_ref(), out)?;
     if summary.topics == 0 {
-        return Err(EvalError::NoTopics { qrels: qrels_path.to_path_buf(), run: run_path.to_path_buf() });
+        return Err(match &opts.only_topic {
+            Some(topic) => EvalError::NoSuchTopic { topic: topic.clone() },
+            None => EvalError::NoTopics { qrels: qrels_path.to_path_buf(), run: run_path.to_path_buf() },
+        });
     }
     summary.notes.extend(plan.notes);
     Ok(summary)
@@ -487,6 +496,10 @@ fn evaluate(
         .filter(|(t, _)| opts.only_topic.as_deref().is_none_or(|q| q.as_bytes() == names[*t]))
         .collect();
     topics.sort_unstable_by(|a, b| names[a.0].cmp(names[b.0]));
+    if topics.is_empty() {
+        // The caller reports the error; nothing is written.
+        return Ok(EvalSummary::default());
+    }
 
     let cx = Context {
         opts,
@@ -656,12 +669,26 @@ fn push_line(text: &mut Vec<u8>, name: &str, qid: &[u8], value: &[u8]) {
     text.push(b'\n');
 }
 
+/// A value as C's `printf("%6.4f")` prints it: Rust writes a NaN as `NaN`,
+/// glibc as `nan`, or `-nan` when its sign bit is set (a z-score against a
+/// `-nan` mean in a `-Z` file).
+pub(crate) struct CFixed(pub f64);
+
+impl std::fmt::Display for CFixed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            v if v.is_nan() => write!(f, "{:>6}", if v.is_sign_negative() { "-nan" } else { "nan" }),
+            v => write!(f, "{v:6.4}"),
+        }
+    }
+}
+
 /// trec_eval's value line: `%ld` for counts, `%6.4f` otherwise; under `-Z`
 /// every value is a `%6.4f` z-score and the name gets a `Z`.
 fn push_value(text: &mut Vec<u8>, name: &str, qid: &[u8], value: f64, long: bool, z: bool) {
     let _ = if z { write!(text, "Z{name:<22}\t") } else { write!(text, "{name:<22}\t") };
     text.extend_from_slice(qid);
-    let _ = if long && !z { writeln!(text, "\t{}", value as i64) } else { writeln!(text, "\t{value:6.4}") };
+    let _ = if long && !z { writeln!(text, "\t{}", value as i64) } else { writeln!(text, "\t{}", CFixed(value)) };
 }
 
 fn write_topic(

@@ -152,7 +152,7 @@ pub fn summarize(sums: &[f64; N], num_topics: usize) -> [f64; N] {
 /// Measure `i`'s value as trec_eval prints it, per topic and in the
 /// summary: `%ld` of the value truncated for counts, `%6.4f` otherwise.
 pub fn format_value(i: usize, value: f64) -> String {
-    if is_count(i) { format!("{}", value as i64) } else { format!("{value:6.4}") }
+    if is_count(i) { format!("{}", value as i64) } else { super::CFixed(value).to_string() }
 }
 
 /// Why a judgments file is refused.

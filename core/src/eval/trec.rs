@@ -230,7 +230,7 @@ static SPACE: [bool; 256] = {
 };
 
 #[inline(always)]
-fn is_space(b: u8) -> bool {
+pub(crate) fn is_space(b: u8) -> bool {
     SPACE[b as usize]
 }
 
@@ -349,7 +349,11 @@ pub(crate) fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Parses a decimal integer grade: optional sign, then digits only.
+/// Parses a decimal integer grade: optional sign, then digits only, any
+/// number of them (`00000000001` is 1, as trec_eval's `atol` reads it).
+/// Past the grade's range a value saturates: every negative grade means
+/// "judged, not relevant" however low it is, and a positive one that
+/// large is refused by the caller as above the highest grade.
 #[inline]
 pub(crate) fn parse_grade(field: &[u8]) -> Option<Grade> {
     let (negative, digits) = match field.first()? {
@@ -357,17 +361,12 @@ pub(crate) fn parse_grade(field: &[u8]) -> Option<Grade> {
         b'+' => (false, &field[1..]),
         _ => (false, field),
     };
-    if digits.is_empty() || digits.len() > 10 {
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let mut value: i64 = 0;
-    for &b in digits {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        value = value * 10 + i64::from(b - b'0');
-    }
-    Grade::try_from(if negative { -value } else { value }).ok()
+    let value = digits.iter().fold(0i64, |v, &b| v.saturating_mul(10).saturating_add(i64::from(b - b'0')));
+    let value = if negative { -value } else { value };
+    Some(value.clamp(i64::from(Grade::MIN), i64::from(Grade::MAX)) as Grade)
 }
 
 /// Powers of ten that are exact in f64.
@@ -440,7 +439,7 @@ pub fn parse_qrels<'a>(path: &Path, buf: &'a [u8]) -> Result<Qrels<'a>, TrecErro
             return Err(TrecError::line(
                 path,
                 line_no,
-                format!("relevance {grade} is above {MAX_QRELS_GRADE} (trec_eval documents grades below 128)"),
+                format!("relevance {} is above {MAX_QRELS_GRADE} (trec_eval documents grades below 128)", show(f[3])),
             ));
         }
         topics.intern(f[0], items.len());
@@ -592,6 +591,18 @@ mod tests {
         let err = parse_qrels(p(), b"1 0 a 65536\n").unwrap_err().to_string();
         assert!(err.contains("x:1: relevance 65536 is above 65535"), "{err}");
         assert!(parse_qrels(p(), b"1 0 a 65535\n").is_ok());
+        let err = parse_qrels(p(), b"1 0 a 99999999999999999999999\n").unwrap_err().to_string();
+        assert!(err.contains("x:1: relevance 99999999999999999999999 is above 65535"), "{err}");
+        // Read as trec_eval's atol reads them: any number of digits, and
+        // a negative grade below i32 is as negative as any.
+        for (text, grade) in [("00000000001", 1), ("-00000000000", 0), ("-99999999999", Grade::MIN)] {
+            let line = format!("1 0 a {text}\n");
+            let qrels = parse_qrels(p(), line.as_bytes()).unwrap();
+            assert_eq!(qrels.items[0].grade, grade, "{text}");
+        }
+        for bad in ["1x", "-", "+", "1.0", "--1"] {
+            assert!(parse_qrels(p(), format!("1 0 a {bad}\n").as_bytes()).is_err(), "{bad}");
+        }
         let err = parse_qrels(p(), b"1 0 a high\n").unwrap_err().to_string();
         assert!(err.contains("x:1: relevance \"high\""), "{err}");
         let err = parse_run(p(), b"1 Q0 a 1 nan r\n").unwrap_err().to_string();

@@ -37,7 +37,9 @@ impl Zscores {
     pub fn parse(path: &Path, buf: &[u8]) -> Result<Zscores, ZError> {
         let mut z = Zscores::default();
         for (i, line) in buf.split(|&b| b == b'\n').enumerate() {
-            if line.iter().all(u8::is_ascii_whitespace) {
+            // C's isspace, as trec_eval splits (a vertical tab included).
+            let is_space = |b: &u8| super::trec::is_space(*b);
+            if line.iter().all(is_space) {
                 continue;
             }
             let bad = || ZError::Line {
@@ -45,7 +47,7 @@ impl Zscores {
                 line: i + 1,
                 found: String::from_utf8_lossy(line).trim().to_string(),
             };
-            let fields: Vec<&[u8]> = line.split(u8::is_ascii_whitespace).filter(|f| !f.is_empty()).collect();
+            let fields: Vec<&[u8]> = line.split(is_space).filter(|f| !f.is_empty()).collect();
             let [qid, measure, mean, stddev] = fields[..] else {
                 return Err(bad());
             };
