@@ -517,25 +517,34 @@ fn lookalike_warnings() -> Vec<String> {
         .collect()
 }
 
-/// Resolves on SIGINT or SIGTERM: the daemon's one cancellation path.
+/// Resolves on SIGINT, SIGTERM or SIGHUP: the daemon's one cancellation
+/// path. SIGHUP too, because its default action ends the process at once
+/// (no checkpoint, no commit) when a terminal closes or a supervisor sends
+/// it; rankpulse has no configuration to reload.
 async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+    let unix_signal = |kind| async move {
+        match tokio::signal::unix::signal(kind) {
             Ok(mut s) => {
                 s.recv().await;
             }
             Err(_) => std::future::pending::<()>().await,
         }
     };
+    #[cfg(unix)]
+    let (term, hangup) = (
+        unix_signal(tokio::signal::unix::SignalKind::terminate()),
+        unix_signal(tokio::signal::unix::SignalKind::hangup()),
+    );
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
+    let (term, hangup) = (std::future::pending::<()>(), std::future::pending::<()>());
     tokio::select! {
         _ = ctrl_c => {}
         _ = term => {}
+        _ = hangup => {}
     }
     tracing::info!("shutting down: stop fetching, finalize, commit");
 }

@@ -110,3 +110,46 @@ fn log_level_filters_the_log_and_rust_log_wins() {
         }
     }
 }
+
+/// SIGHUP (a closed terminal, a supervisor) is the ordered shutdown, not
+/// the instant death that is its default action; and an HTTP client that
+/// never finishes its request does not hold the exit: the server is given
+/// a moment, then dropped.
+#[test]
+fn sighup_with_a_half_sent_request_still_exits_in_order() {
+    use std::io::Write;
+    let http = free_port();
+    let mut daemon = Guard(
+        Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+            .arg("run")
+            .env("RANKPULSE__KAFKA__BROKERS", format!("127.0.0.1:{}", free_port()))
+            .env("RANKPULSE__HTTP__LISTEN", format!("127.0.0.1:{http}"))
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rankpulse run"),
+    );
+    let addr = format!("127.0.0.1:{http}");
+    wait_until("/healthz to answer", Duration::from_secs(30), || {
+        common::http_get(&addr, "/healthz").is_ok_and(|(status, _)| status == 200)
+    });
+    let mut slow = std::net::TcpStream::connect(&addr).unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let ok = Command::new("kill").args(["-HUP", &daemon.0.id().to_string()]).status().unwrap();
+    assert!(ok.success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = daemon.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "rankpulse did not exit within 10 s of SIGHUP");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut log = String::new();
+    daemon.0.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(log.contains("shutting down"), "{log}");
+    assert!(log.contains("HTTP connections still open"), "{log}");
+    drop(slow);
+}

@@ -15,6 +15,9 @@ use std::time::Duration;
 /// Longest a final synchronous commit may take at shutdown.
 const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Longest HTTP connections may take to finish at shutdown.
+const HTTP_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Longest the dead-letter copies may take to be acknowledged at shutdown.
 const DEAD_LETTER_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -103,9 +106,15 @@ pub(super) async fn shut_down(
         summary.committed.insert(tp.clone(), *c);
     }
     summary.final_exposition = published.exposition().as_str().to_owned();
-    // 5. Stop HTTP.
+    // 5. Stop HTTP: requests in flight get a moment to finish, but a
+    // client that never completes its request (or never closes) must not
+    // hold the process: the server is dropped after that moment.
     let _ = http_stop.send(());
-    let _ = http.await;
+    let mut http = http;
+    if tokio::time::timeout(HTTP_DRAIN_TIMEOUT, &mut http).await.is_err() {
+        http.abort();
+        tracing::warn!("HTTP connections still open {HTTP_DRAIN_TIMEOUT:?} after shutdown began; closed");
+    }
     // Closing the consumer leaves the group; with the broker unreachable
     // librdkafka can block on it, so it gets a bounded time off the runtime.
     drop(daemon);
