@@ -180,6 +180,15 @@ struct Daemon {
     /// hand-over, or fenced while still assigned): held, paused at the
     /// consumer, until a retried hand-over succeeds.
     taking_over: takeover::TakingOver,
+    /// Revoked (or fenced) partitions whose shards could not be put back
+    /// to the last checkpoint (it could not be read: the state topic
+    /// unreachable). Frozen as they were, they hold what nothing durable
+    /// covers, so no checkpoint is written while any waits.
+    restore_pending: BTreeSet<i32>,
+    /// When the checkpoint is read again for them, and the delay after.
+    restore_retry: Option<(std::time::Instant, std::time::Duration)>,
+    /// That read, in flight.
+    restore_read: Option<std::thread::JoinHandle<Result<Option<crate::state::Checkpoint>, crate::state::StateError>>>,
     /// How long the loop kept fetched messages waiting.
     loop_gaps: LoopGaps,
     /// For the run's summary (throughput measurements).
@@ -225,6 +234,9 @@ impl Daemon {
             unhandled_done: None,
             fenced: BTreeSet::new(),
             taking_over: takeover::TakingOver::default(),
+            restore_pending: BTreeSet::new(),
+            restore_retry: None,
+            restore_read: None,
             loop_gaps: LoopGaps::default(),
             first_message_at: None,
             max_topic_drift_ms,

@@ -17,6 +17,9 @@
 //!   the broker stopped (SIGSTOP) for 20 s while events flow, with the
 //!   default configuration (no `state.dir`): the stall is an outage after
 //!   `session.timeout.ms`, and the counters are exact.
+//! - `a_broker_frozen_for_80_s_with_state_in_kafka_changes_nothing`: the
+//!   same with `state.backend = "kafka"` for 80 s: the checkpoints' topic
+//!   is out of reach too; the daemon stays up and shows the outage.
 //! - `partitions_handed_over_without_state_are_counted_by_their_new_owner_only`:
 //!   a second instance joins while every list is open (no `state.dir`);
 //!   the first neither finalizes nor publishes the lists it handed over, so
@@ -349,14 +352,36 @@ fn a_flood_of_dimension_combinations_is_capped() {
 #[test]
 #[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
 fn a_broker_frozen_for_20_s_mid_stream_changes_nothing_without_state() {
+    // The default configuration (no state.dir), with the tier's short gap.
+    frozen_broker(&[], "hostile-frozen", Duration::from_secs(20));
+}
+
+/// With the state in Kafka the same broker also holds the checkpoints:
+/// frozen for 80 s, past what librdkafka's calls on the state topic wait
+/// (30 s each), the partitions are revoked (session timeout) and their
+/// checkpoint cannot be read back. The daemon stays up, shows the outage,
+/// and resumes exactly.
+#[test]
+#[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
+fn a_broker_frozen_for_80_s_with_state_in_kafka_changes_nothing() {
+    let env = [
+        ("RANKPULSE__STATE__BACKEND", "kafka"),
+        ("RANKPULSE__STATE__TOPIC", "rankpulse-state-frozen"),
+        ("RANKPULSE__STATE__INSTANCE", "frozen-a"),
+    ];
+    frozen_broker(&env, "hostile-frozen-state", Duration::from_secs(80));
+}
+
+/// Freezes the broker (SIGSTOP) for `freeze` mid-stream under a daemon of
+/// configuration `env`; its counters must equal the batch engine's.
+fn frozen_broker(env: &[(&str, &str)], group: &str, freeze: Duration) {
     let tansu = common::tansu_binary();
     let port = free_port();
     let broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
     let bootstrap = format!("127.0.0.1:{port}");
     let http = format!("127.0.0.1:{}", free_port());
-    let group = format!("hostile-frozen-{}", std::process::id());
-    // The default configuration (no state.dir), with the tier's short gap.
-    let mut daemon = spawn_daemon(&bootstrap, &http, &group, &[]);
+    let group = format!("{group}-{}", std::process::id());
+    let mut daemon = spawn_daemon(&bootstrap, &http, &group, env);
     wait_until("the daemon to join its group", Duration::from_secs(90), || ready(&http));
     let evs = events(3_000, now_ms() - 120_000, 53);
     // The broker freezes right after an impression whose judgments it has
@@ -387,17 +412,22 @@ fn a_broker_frozen_for_20_s_mid_stream_changes_nothing_without_state() {
             std::thread::sleep(Duration::from_millis(500));
         }
     });
-    // Past session.timeout.ms (10 s) of silence: an outage.
-    wait_until("the frozen broker seen as an outage", Duration::from_secs(19), || {
+    // Past session.timeout.ms (10 s) of silence: an outage. With the state
+    // in Kafka, the exposition shows it once a checkpoint has failed.
+    // (A revoke waits for the write in flight, then reads the checkpoint
+    // back: 30 s each against a frozen broker.)
+    let seen = if env.is_empty() { Duration::from_secs(19) } else { freeze - Duration::from_secs(2) };
+    wait_until("the frozen broker seen as an outage", seen, || {
         let m = metrics(&http);
         sum_of(&m, "rankpulse_kafka_connected") == 0.0 && sum_of(&m, "rankpulse_kafka_outages_total") >= 1.0
     });
     assert_eq!(http_get(&http, "/readyz").unwrap().0, 503);
-    std::thread::sleep(Duration::from_secs(20).saturating_sub(frozen.elapsed()));
+    std::thread::sleep(freeze.saturating_sub(frozen.elapsed()));
+    assert!(daemon.0.try_wait().unwrap().is_none(), "the daemon exited during the outage");
     assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
     feeder.join().unwrap();
     let m = settle(&http, evs.len() as f64);
-    let want = reference(&evs, &config(&[]));
+    let want = reference(&evs, &config(env));
     assert_eq!(compared(&m, "none"), compared(&want, "none"));
     assert_eq!(sum_of(&m, "rankpulse_orphan_lists_total"), sum_of(&want, "rankpulse_orphan_lists_total"));
     assert_eq!(sum_of(&m, "rankpulse_late_judgments_total"), 0.0);

@@ -42,6 +42,7 @@ use std::time::Duration;
 const DEAD_LETTER_SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What an exposition shows besides the accumulators, as of the job.
+#[derive(Clone)]
 pub(super) struct View {
     pub now_ms: i64,
     pub counters: OpsCounters,
@@ -62,6 +63,9 @@ pub(super) enum Job {
         barrier: Option<(Arc<DeliveryTracker>, u64)>,
         view: View,
     },
+    /// A checkpoint was due but cannot be taken (shards wait for the last
+    /// one to be read back): counted as failed, the health published.
+    Unwritable { view: View },
 }
 
 /// One shard as a checkpoint holds it, before encoding.
@@ -174,6 +178,9 @@ struct Worker {
     checkpoints: u64,
     checkpoint_failures: u64,
     last_checkpoint_seconds: Option<f64>,
+    /// What the last durable checkpoint's exposition showed besides the
+    /// accumulators (see [`Worker::publish_health`]).
+    durable_view: Option<View>,
 }
 
 impl Worker {
@@ -188,6 +195,7 @@ impl Worker {
             checkpoints: 0,
             checkpoint_failures: 0,
             last_checkpoint_seconds: None,
+            durable_view: None,
         }
     }
 
@@ -203,6 +211,11 @@ impl Worker {
                 }
                 Job::Checkpoint { checkpoint, shards, barrier, view } => {
                     self.checkpoint(*checkpoint, shards, barrier, view)
+                }
+                Job::Unwritable { view } => {
+                    self.checkpoint_failures += 1;
+                    self.publish_health(view);
+                    Done::NotWritten
                 }
             };
             if outbox.send(done).is_err() {
@@ -227,6 +240,7 @@ impl Worker {
         {
             tracing::warn!("dead-letter copies not acknowledged; checkpoint postponed");
             self.checkpoint_failures += 1;
+            self.publish_health(view);
             return Done::NotWritten;
         }
         let mut total = Accumulators::new(self.total.cutoffs, self.total.bucket_ms);
@@ -252,14 +266,35 @@ impl Worker {
             Err(e) => {
                 tracing::error!("{e}");
                 self.checkpoint_failures += 1;
+                self.publish_health(view);
                 return Done::NotWritten;
             }
         }
         self.checkpoints += 1;
         self.last_checkpoint_seconds = Some(checkpoint.written_ms as f64 / 1000.0);
         self.total = total;
+        self.durable_view = Some(view.clone());
         self.publish(view);
         Done::Written { written_ms: checkpoint.written_ms }
+    }
+
+    /// After a checkpoint that was not written: the exposition keeps what
+    /// the last durable one showed (counters must not run ahead of what a
+    /// restart restores), with the health of now, so that an outage of the
+    /// state topic shows (`rankpulse_kafka_connected`,
+    /// `rankpulse_checkpoint_failures_total`) and its alerts can fire.
+    fn publish_health(&mut self, view: View) {
+        let durable = match &self.durable_view {
+            Some(d) => View { now_ms: view.now_ms, health: view.health, ..d.clone() },
+            None => View {
+                now_ms: view.now_ms,
+                counters: OpsCounters::default(),
+                open_lists: 0,
+                partitions: BTreeMap::new(),
+                health: view.health,
+            },
+        };
+        self.publish(durable);
     }
 
     fn publish(&mut self, mut view: View) {

@@ -109,23 +109,44 @@ impl Daemon {
         let fenced = std::mem::take(&mut self.fenced);
         let mut partitions = partitions;
         partitions.extend(fenced.iter().copied());
-        let mut own: BTreeMap<i32, ShardCheckpoint> = match &self.store {
-            Some(store) => match store.load_own()? {
-                Some(c) => c.shards.into_iter().map(|s| (s.partition, s)).collect(),
-                None => BTreeMap::new(),
+        // `None`: the checkpoint could not be read back (the state topic
+        // unreachable): the shards wait for it (`restore_pending`).
+        // Without checkpoints the shards stay as they are.
+        let own: Option<BTreeMap<i32, ShardCheckpoint>> = match &self.store {
+            Some(store) => match store.load_own() {
+                Ok(c) => Some(c.map(|c| c.shards.into_iter().map(|s| (s.partition, s)).collect()).unwrap_or_default()),
+                Err(e) if e.is_transient() => {
+                    tracing::error!(
+                        "cannot read this instance's checkpoint back for partitions {partitions:?} \
+                         (their shards stay frozen, and no checkpoint is written, until a retry succeeds): {e}"
+                    );
+                    None
+                }
+                Err(e) => return Err(e.into()),
             },
-            None => BTreeMap::new(),
+            None => Some(BTreeMap::new()),
         };
+        match own {
+            _ if self.store.is_none() => {}
+            Some(own) => {
+                // Shards that waited for this read get it too.
+                let waiting = std::mem::take(&mut self.restore_pending);
+                self.restore_shards(own, partitions.iter().chain(&waiting).copied());
+            }
+            None => {
+                self.restore_pending.extend(partitions.iter().copied());
+                if self.restore_retry.is_none() {
+                    let first = takeover::FIRST_RETRY;
+                    self.restore_retry = Some((std::time::Instant::now() + first, first));
+                }
+            }
+        }
         for p in partitions {
             // A held partition revoked: its pause is lifted, its shard
             // frozen as any revoked one.
             self.taking_over.release(p, None);
-            if self.store.is_some() {
-                let mut shard = Shard::new(&self.config, &self.budget);
-                if let Some(c) = own.remove(&p) {
-                    shard.restore(c, true);
-                }
-                self.shards.insert(p, shard);
+            if self.store.is_some() && !self.shards.contains_key(&p) {
+                self.shards.insert(p, Shard::new(&self.config, &self.budget));
             }
             if let Some(shard) = self.shards.get_mut(&p) {
                 shard.owned = false;
@@ -148,6 +169,84 @@ impl Daemon {
             self.hold(&still, &tps, self.config.state.interval.duration);
         }
         self.share_open_list_cap();
+        Ok(())
+    }
+
+    /// Puts the shards of `partitions` back to `own`, this instance's last
+    /// checkpoint: what they did since was never published nor committed.
+    fn restore_shards(&mut self, mut own: BTreeMap<i32, ShardCheckpoint>, partitions: impl Iterator<Item = i32>) {
+        for p in partitions {
+            let mut shard = Shard::new(&self.config, &self.budget);
+            if let Some(c) = own.remove(&p) {
+                shard.restore(c, true);
+            }
+            shard.owned = false;
+            self.shards.insert(p, shard);
+        }
+        self.restore_pending.clear();
+        self.restore_retry = None;
+    }
+
+    /// Puts the shards waiting for the last checkpoint back to it now, if
+    /// any wait: before a hand-over, whose `take` goes on from a shard's
+    /// own state (a waiting one is ahead of anything durable). False when
+    /// they still wait (the checkpoint is still unreadable).
+    pub(super) fn restore_now(&mut self) -> bool {
+        if self.restore_pending.is_empty() {
+            return true;
+        }
+        let Some(store) = self.store.clone() else { return true };
+        match store.load_own() {
+            Ok(c) => {
+                let own = c.map(|c| c.shards.into_iter().map(|s| (s.partition, s)).collect()).unwrap_or_default();
+                let waiting = self.restore_pending.clone();
+                self.restore_shards(own, waiting.into_iter());
+                true
+            }
+            Err(e) => {
+                tracing::error!("cannot read this instance's checkpoint back: {e}");
+                false
+            }
+        }
+    }
+
+    /// Reads the checkpoint back for shards a revoke could not restore
+    /// (`restore_pending`), when its retry is due: doubling delays from
+    /// 1 s, at most `state.interval`. The read runs on a thread of its own
+    /// (it waits up to 30 s on an unreachable state topic) and its result
+    /// is taken at a later tick: the loop and the ticks go on meanwhile.
+    pub(super) fn retry_restore(&mut self) -> Result<(), DaemonError> {
+        if let Some(read) = self.restore_read.take_if(|r| r.is_finished()) {
+            let delay = self.restore_retry.map_or(takeover::FIRST_RETRY, |(_, d)| d);
+            match read.join() {
+                // Nothing waits any more: a revoke or an assignment read
+                // the checkpoint meanwhile.
+                _ if self.restore_pending.is_empty() => {}
+                Ok(Ok(c)) => {
+                    let own = c.map(|c| c.shards.into_iter().map(|s| (s.partition, s)).collect()).unwrap_or_default();
+                    let waiting = self.restore_pending.clone();
+                    tracing::info!("partitions {waiting:?}: back to this instance's last checkpoint");
+                    self.restore_shards(own, waiting.into_iter());
+                    self.share_open_list_cap();
+                }
+                Ok(Err(e)) if !e.is_transient() => return Err(e.into()),
+                outcome => {
+                    let next = (delay * 2).min(self.config.state.interval.duration.max(takeover::FIRST_RETRY));
+                    let why = match outcome {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "the read panicked".to_string(),
+                    };
+                    tracing::warn!("checkpoint still unreadable (next try in {next:?}): {why}");
+                    self.restore_retry = Some((std::time::Instant::now() + next, next));
+                }
+            }
+        }
+        let Some((at, _)) = self.restore_retry else { return Ok(()) };
+        if self.restore_pending.is_empty() || self.restore_read.is_some() || std::time::Instant::now() < at {
+            return Ok(());
+        }
+        let Some(store) = self.store.clone() else { return Ok(()) };
+        self.restore_read = Some(std::thread::spawn(move || store.load_own()));
         Ok(())
     }
 
@@ -175,6 +274,11 @@ impl Daemon {
             }
         }
         let mut candidates: BTreeMap<i32, ShardCheckpoint> = BTreeMap::new();
+        if !self.restore_now() {
+            tracing::error!("partitions {partitions:?} are held until the checkpoint is read back");
+            self.hold(&partitions, tps, takeover::FIRST_RETRY);
+            return;
+        }
         if let Some(store) = &self.store {
             match store.hand_over(&partitions) {
                 Ok(found) => candidates = found,
@@ -605,6 +709,60 @@ mod tests {
         assert_eq!(total(&a) + total(&b), 10, "each event counted once");
         assert!(matches!(checkpoint(&mut b), Done::Written { .. }));
         assert_eq!(b.shards[&0].pipeline.open_lists(), 10);
+    }
+
+    /// A revoke whose read of the checkpoint back fails (the state topic
+    /// unreachable: a broker outage) does not stop the daemon: the shard
+    /// stays frozen as it was, ahead of the checkpoint (8 events, 5
+    /// durable), no checkpoint is written meanwhile (it would make the 3
+    /// look durable), and a retry puts the shard back to the checkpoint's 5.
+    /// Assigned again while waiting, the shard goes back to the checkpoint
+    /// before the hand-over, not on from its frozen state.
+    #[test]
+    fn a_revoke_that_cannot_read_the_checkpoint_back_waits_for_it() {
+        use super::super::publisher::Done;
+        let p0 = [(IMPRESSIONS.to_string(), 0)];
+        for assigned_again in [false, true] {
+            let cluster = state_cluster("rankpulse-state-unreadable");
+            let mut a = kafka_daemon(&cluster, "rankpulse-state-unreadable", "a");
+            a.assign(&p0);
+            feed(&mut a, 0..5);
+            assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+            feed(&mut a, 5..8);
+            // The revoke's read fails, and the first retry's.
+            kafka_store(&a).fail_scans(if assigned_again { 1 } else { 2 });
+            a.revoke(BTreeSet::from([0])).expect("an unreachable state topic is not fatal");
+            assert!(!a.shards[&0].owned);
+            assert_eq!(events(&a.shards[&0]), 8, "frozen as it was");
+            assert!(matches!(checkpoint(&mut a), Done::NotWritten), "nothing written while it waits");
+            if assigned_again {
+                // Back to the checkpoint first, then taken from the
+                // hand-over: 5 durable events, going on from offset 5.
+                a.assign(&p0);
+                assert!(a.shards[&0].owned);
+                assert_eq!(a.shards[&0].next_offsets[IMPRESSIONS], 5);
+                assert_eq!(events(&a.shards[&0]), 5);
+            } else {
+                // Each retry reads on a thread; its result is taken at a
+                // later tick.
+                let retry = |a: &mut Daemon| {
+                    a.restore_retry = Some((std::time::Instant::now(), takeover::FIRST_RETRY));
+                    a.retry_restore().unwrap();
+                    let read = a.restore_read.as_ref().expect("a read started");
+                    while !read.is_finished() {
+                        std::thread::yield_now();
+                    }
+                    a.retry_restore().unwrap();
+                };
+                retry(&mut a);
+                assert_eq!(events(&a.shards[&0]), 8, "the second read fails too");
+                retry(&mut a);
+                assert_eq!(events(&a.shards[&0]), 5, "back to the checkpoint");
+                assert!(!a.shards[&0].owned);
+            }
+            assert!(a.restore_pending.is_empty());
+            assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+        }
     }
 
     /// A hand-over whose claim is written but whose read fails leaves the

@@ -212,6 +212,10 @@ impl Daemon {
         if let Some(done) = self.publisher.wait() {
             self.settle(done)?;
         }
+        if !self.restore_now() {
+            self.taking_over.failed(&due, now, self.config.state.interval.duration);
+            return Ok(());
+        }
         match store.hand_over(&due) {
             Ok(mut found) => {
                 let tps: Vec<(String, i32)> = due

@@ -59,6 +59,7 @@ impl Daemon {
         // Before the commit: it may settle the checkpoint in flight, whose
         // offsets the commit then releases.
         self.retry_hand_over()?;
+        self.retry_restore()?;
         self.sync_consumer(consumer);
         self.commit(consumer);
         self.retire_handed_over(consumer);
@@ -105,6 +106,15 @@ impl Daemon {
     /// its offsets are committed when it reports so ([`Self::note_done`]).
     pub(super) fn request_checkpoint(&mut self) {
         let Some(store) = &self.store else { return };
+        if !self.restore_pending.is_empty() {
+            // Their shards are ahead of anything durable: written, a
+            // restart or a hand-over would take them as covered.
+            self.unhandled_done = None;
+            self.pending_commit = None;
+            let view = self.view();
+            self.publisher.send(Job::Unwritable { view });
+            return;
+        }
         let checkpoint = Checkpoint {
             fingerprint: store.fingerprint().to_string(),
             instance: store.instance().to_string(),

@@ -54,6 +54,15 @@ pub enum Origin {
     },
 }
 
+impl StateError {
+    /// A failure to reach the store (the state topic's brokers, the
+    /// directory's file system) rather than something wrong in it: worth
+    /// retrying, not a reason to stop.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StateError::Kafka { .. } | StateError::Io { .. })
+    }
+}
+
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
