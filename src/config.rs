@@ -68,6 +68,8 @@ pub enum ConfigError {
     Syntax { path: PathBuf, message: String },
     #[error("config key {key}: {message}")]
     Key { key: String, message: String },
+    #[error("config key {key}: {message} (config file {path})")]
+    FileKey { path: PathBuf, key: String, message: String },
     #[error("environment variable {var}: {message}")]
     Env { var: String, message: String },
     #[error("environment variable {var}: config key {key}: {message}")]
@@ -796,6 +798,12 @@ impl Config {
             }
             None => toml::Table::new(),
         };
+        // Which keys the file set, for errors that name it.
+        let from_file = path.map(|path| (path, table.clone()));
+        let blame = |key: String, message: String| match &from_file {
+            Some((path, file)) if sets(file, &key) => ConfigError::FileKey { path: path.to_path_buf(), key, message },
+            _ => ConfigError::Key { key, message },
+        };
         // The built-in defaults tell which keys hold text (see `apply_env`).
         let defaults = toml::Table::try_from(Config::default()).unwrap_or_default();
         let mut overrides = Vec::new();
@@ -810,13 +818,13 @@ impl Config {
             overrides
                 .iter()
                 .find_map(|(var, value)| env_key_error(&defaults, var, value))
-                .unwrap_or(ConfigError::Key { key, message })
+                .unwrap_or_else(|| blame(key, message))
         })?;
         config.validate().map_err(|e| match e {
             // A bad value an override set is the override's.
             ConfigError::Key { key, message } => match overrides.iter().find(|(var, _)| sets_key(var, &key)) {
                 Some((var, _)) => ConfigError::EnvKey { var: var.clone(), key, message },
-                None => ConfigError::Key { key, message },
+                None => blame(key, message),
             },
             other => other,
         })?;
@@ -1210,7 +1218,7 @@ impl Config {
 /// librdkafka properties that carry secrets.
 pub fn is_secret_property(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    ["password", "secret", "token", "key.pem", "private", "jaas"].iter().any(|s| k.contains(s))
+    ["password", "secret", "token", "key.pem", "private", "jaas", "oauthbearer.config"].iter().any(|s| k.contains(s))
 }
 
 /// Sets `RANKPULSE__A__B__C=value` at path a.b.c. Keys are lower-cased
@@ -1245,6 +1253,19 @@ fn apply_env(
     // kafka.properties values are strings for librdkafka.
     let text_key = (parts[0] == "kafka" && parts[1] == "properties") || is_text_key(defaults, &parts);
     let parsed = if text_key { toml::Value::String(value.to_string()) } else { parsed };
+    // Meant as a list or a table but not TOML ("[1, x]"): taken as text,
+    // the key would only say it expected a sequence.
+    if let toml::Value::String(text) = &parsed
+        && !text_key
+        && let Some(open) = text.trim_start().chars().next().filter(|c| matches!(c, '[' | '{'))
+        && let Err(e) = format!("v = {value}").parse::<toml::Table>()
+    {
+        let what = if open == '[' { "an array" } else { "an inline table" };
+        return Err(ConfigError::Env {
+            var: var.to_string(),
+            message: format!("{value:?} is not {what} in TOML: {}", e.message()),
+        });
+    }
     let mut node = table;
     for part in &parts[..parts.len() - 1] {
         let entry = node.entry(part.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
@@ -1273,13 +1294,28 @@ pub fn lookalike_overrides(env: impl IntoIterator<Item = (String, String)>) -> V
                 return false;
             }
             let rest = upper["RANKPULSE_".len()..].trim_start_matches('_').to_ascii_lowercase();
-            defaults.keys().any(|section| {
-                rest.strip_prefix(section.as_str()).is_some_and(|after| after.starts_with('_') || after.is_empty())
+            // `mapped` has no default, so no key in the defaults.
+            defaults.keys().map(String::as_str).chain(["mapped"]).any(|section| {
+                rest.strip_prefix(section).is_some_and(|after| after.starts_with('_') || after.is_empty())
             })
         })
         .collect();
     found.sort();
     found
+}
+
+/// Whether `table` (a config file's) sets `key` (`session.gap`,
+/// `metrics.cutoffs[1]`), a key below it or the section holding it.
+fn sets(table: &toml::Table, key: &str) -> bool {
+    let mut node = table;
+    for part in key.split('.').map(|p| p.split('[').next().unwrap_or(p)).filter(|p| !p.is_empty()) {
+        match node.get(part) {
+            Some(toml::Value::Table(t)) => node = t,
+            Some(_) => return true,
+            None => return false,
+        }
+    }
+    true
 }
 
 /// Whether the override `var` sets `key` (`mapped.time`), a key below it
@@ -1481,8 +1517,22 @@ mod tests {
         assert!(e.contains("session") && e.contains("unknown field `gapp`"), "{e}");
         let e = from_toml("[metrics]\ngain = \"exp\"\n").unwrap_err().to_string();
         assert!(e.starts_with("config key metrics.gain:"), "{e}");
+        // A key the file set names the file; a bad value set by the
+        // environment names the variable instead.
+        assert!(e.ends_with(")") && e.contains("(config file ") && e.contains("rankpulse-config-"), "{e}");
+        assert_eq!(e.matches("metrics.gain").count(), 1, "{e}");
+        let e = from_toml("[session]\ngap = \"30s\"\n[metrics]\ncutoffs = [0]\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key metrics.cutoffs") && e.contains("(config file "), "{e}");
+        let e = Config::load_with_env(None, env(&[("RANKPULSE__METRICS__GAIN", "exp")])).unwrap_err().to_string();
+        assert!(!e.contains("config file"), "{e}");
         // The key once: not again on a second line ("in `metrics.gain`").
         assert_eq!(e.matches("metrics.gain").count(), 1, "{e}");
+        // A list that is not TOML says so, not "expected a sequence".
+        let e = Config::load_with_env(None, env(&[("RANKPULSE__METRICS__CUTOFFS", "[1, x]")])).unwrap_err().to_string();
+        assert!(
+            e.starts_with("environment variable RANKPULSE__METRICS__CUTOFFS: \"[1, x]\" is not an array in TOML"),
+            "{e}"
+        );
         let e = from_toml("[session]\ngap = \"soon\"\n").unwrap_err().to_string();
         assert!(e.starts_with("config key session.gap:"), "{e}");
         let e = from_toml("[metrics]\ncutoffs = [3, 3]\n").unwrap_err().to_string();

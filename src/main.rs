@@ -502,6 +502,17 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether SIGHUP is ignored by the process as started (`nohup`).
+#[cfg(unix)]
+fn sighup_ignored() -> bool {
+    // SAFETY: a null new action only reads the current one into `old`,
+    // a plain struct owned here.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
 /// What to say about environment variables that look like configuration
 /// overrides but are not read (see `config::lookalike_overrides`).
 fn lookalike_warnings() -> Vec<String> {
@@ -520,7 +531,8 @@ fn lookalike_warnings() -> Vec<String> {
 /// Resolves on SIGINT, SIGTERM or SIGHUP: the daemon's one cancellation
 /// path. SIGHUP too, because its default action ends the process at once
 /// (no checkpoint, no commit) when a terminal closes or a supervisor sends
-/// it; rankpulse has no configuration to reload.
+/// it; rankpulse has no configuration to reload. Unless it was started
+/// with SIGHUP ignored (`nohup`): then it stays ignored.
 async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
@@ -537,7 +549,15 @@ async fn shutdown_signal() {
     #[cfg(unix)]
     let (term, hangup) = (
         unix_signal(tokio::signal::unix::SignalKind::terminate()),
-        unix_signal(tokio::signal::unix::SignalKind::hangup()),
+        // Started under `nohup` (SIGHUP ignored), a closed terminal must
+        // not stop it: listening would replace the ignore.
+        async move {
+            if !sighup_ignored() {
+                unix_signal(tokio::signal::unix::SignalKind::hangup()).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        },
     );
     #[cfg(not(unix))]
     let (term, hangup) = (std::future::pending::<()>(), std::future::pending::<()>());

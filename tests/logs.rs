@@ -118,18 +118,26 @@ fn log_level_filters_the_log_and_rust_log_wins() {
 #[test]
 fn sighup_with_a_half_sent_request_still_exits_in_order() {
     use std::io::Write;
+    use std::os::unix::process::CommandExt;
     let http = free_port();
-    let mut daemon = Guard(
-        Command::new(env!("CARGO_BIN_EXE_rankpulse"))
-            .arg("run")
-            .env("RANKPULSE__KAFKA__BROKERS", format!("127.0.0.1:{}", free_port()))
-            .env("RANKPULSE__HTTP__LISTEN", format!("127.0.0.1:{http}"))
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rankpulse run"),
-    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rankpulse"));
+    command
+        .arg("run")
+        .env("RANKPULSE__KAFKA__BROKERS", format!("127.0.0.1:{}", free_port()))
+        .env("RANKPULSE__HTTP__LISTEN", format!("127.0.0.1:{http}"))
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SIGHUP as a terminal's child gets it, whatever this test inherited
+    // (under `nohup` it is ignored, and rankpulse then keeps ignoring it).
+    // SAFETY: only resets a signal disposition between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut daemon = Guard(command.spawn().expect("start rankpulse run"));
     let addr = format!("127.0.0.1:{http}");
     wait_until("/healthz to answer", Duration::from_secs(30), || {
         common::http_get(&addr, "/healthz").is_ok_and(|(status, _)| status == 200)

@@ -288,6 +288,13 @@ impl Pipeline {
         self.assembler.restore(lists);
     }
 
+    /// Takes `from`'s counters that checkpoints do not hold (counted since
+    /// the process started): a shard rebuilt from a checkpoint keeps them,
+    /// or they would go back.
+    pub fn keep_process_counters(&mut self, from: &Pipeline) {
+        self.counters.positions_taken = from.counters.positions_taken;
+    }
+
     /// Adds another pipeline's sums (accumulators and counters) to this
     /// one's: a retired partition's shard keeps what it counted.
     pub fn merge_sums(&mut self, other: &Pipeline) {

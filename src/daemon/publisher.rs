@@ -206,6 +206,11 @@ impl Worker {
                     for a in &taken {
                         self.total.merge(a);
                     }
+                    if self.store.is_some() {
+                        // With a store this is the state restored at start:
+                        // durable, what a failed checkpoint keeps showing.
+                        self.durable_view = Some(view.clone());
+                    }
                     self.publish(view);
                     Done::Published
                 }
@@ -284,13 +289,15 @@ impl Worker {
     /// state topic shows (`rankpulse_kafka_connected`,
     /// `rankpulse_checkpoint_failures_total`) and its alerts can fire.
     fn publish_health(&mut self, view: View) {
+        // Lag and freshness per partition are of now (no checkpoint holds
+        // them); counters and open lists are the durable ones.
         let durable = match &self.durable_view {
-            Some(d) => View { now_ms: view.now_ms, health: view.health, ..d.clone() },
+            Some(d) => View { now_ms: view.now_ms, health: view.health, partitions: view.partitions, ..d.clone() },
             None => View {
                 now_ms: view.now_ms,
                 counters: OpsCounters::default(),
                 open_lists: 0,
-                partitions: BTreeMap::new(),
+                partitions: view.partitions,
                 health: view.health,
             },
         };

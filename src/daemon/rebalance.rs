@@ -180,11 +180,17 @@ impl Daemon {
             if let Some(c) = own.remove(&p) {
                 shard.restore(c, true);
             }
+            if let Some(old) = self.shards.get(&p) {
+                shard.pipeline.keep_process_counters(&old.pipeline);
+            }
             shard.owned = false;
             self.shards.insert(p, shard);
         }
         self.restore_pending.clear();
         self.restore_retry = None;
+        // A read still in flight is of a checkpoint no newer than this one:
+        // taken later, it could put shards waiting by then back to it.
+        self.restore_read = None;
     }
 
     /// Puts the shards waiting for the last checkpoint back to it now, if
@@ -205,6 +211,11 @@ impl Daemon {
             }
             Err(e) => {
                 tracing::error!("cannot read this instance's checkpoint back: {e}");
+                if !e.is_transient() {
+                    // The retry's read meets it again and stops the daemon,
+                    // as the revoke's own read would have.
+                    self.restore_retry = Some((std::time::Instant::now(), takeover::FIRST_RETRY));
+                }
                 false
             }
         }
@@ -246,7 +257,10 @@ impl Daemon {
             return Ok(());
         }
         let Some(store) = self.store.clone() else { return Ok(()) };
-        self.restore_read = Some(std::thread::spawn(move || store.load_own()));
+        match std::thread::Builder::new().name("rankpulse-restore".into()).spawn(move || store.load_own()) {
+            Ok(read) => self.restore_read = Some(read),
+            Err(e) => tracing::warn!("cannot start the checkpoint read (tried again later): {e}"),
+        }
         Ok(())
     }
 
@@ -303,7 +317,8 @@ impl Daemon {
             for (p, shard) in self.shards.iter_mut().filter(|(p, s)| !s.owned && !partitions.contains(p)) {
                 if shard.pipeline.open_lists() > 0 || !shard.next_offsets.is_empty() {
                     tracing::info!(
-                        "partition {p} went to another instance: its {} open list(s) are left to it",
+                        "partition {p} is no longer assigned here (another instance has it, or its topics are gone): \
+                         its {} open list(s) are left to its next owner",
                         shard.pipeline.open_lists()
                     );
                 }
@@ -382,7 +397,12 @@ impl Daemon {
             let handed_over: Vec<i32> = self
                 .shards
                 .iter()
-                .filter(|(p, s)| **p != RETIRED && !s.owned && !self.taking_over.contains(**p))
+                // A shard waiting for its checkpoint holds what nothing
+                // durable covers: not merged into RETIRED, which every
+                // checkpoint writes.
+                .filter(|(p, s)| {
+                    **p != RETIRED && !s.owned && !self.taking_over.contains(**p) && !self.restore_pending.contains(p)
+                })
                 .filter(|(p, s)| {
                     let c = |t: &String| committed.get(&(t.clone(), **p)).copied().unwrap_or(-1);
                     // Past this shard on one topic at least: committed by

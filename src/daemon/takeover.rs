@@ -212,7 +212,10 @@ impl Daemon {
         if let Some(done) = self.publisher.wait() {
             self.settle(done)?;
         }
-        if !self.restore_now() {
+        // Shards waiting for the last checkpoint come first; its read is
+        // retried on a thread of its own (`retry_restore`), not here on
+        // the consumer task, where it would wait up to 30 s every tick.
+        if !self.restore_pending.is_empty() {
             self.taking_over.failed(&due, now, self.config.state.interval.duration);
             return Ok(());
         }

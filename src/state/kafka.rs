@@ -485,6 +485,10 @@ pub struct BrokerErrors {
 
 impl BrokerErrors {
     fn note(&self, error: &KafkaError, reason: &str) {
+        // The end of the topic reached while reading it: not an error.
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            return;
+        }
         let Ok(mut last) = self.last.lock() else { return };
         // "All brokers are down" follows every failed connection; it must
         // not hide what made it fail.

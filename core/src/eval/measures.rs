@@ -641,7 +641,10 @@ fn parse_hex_double(v: &str) -> Option<f64> {
         return None;
     }
     i += 2;
-    let mut mantissa = 0f64;
+    // The first 60 bits of digits exactly; below them only whether any
+    // is non-zero (a sticky bit), enough to round to 53 bits once.
+    let mut mantissa = 0u64;
+    let mut sticky = false;
     let mut exponent: i64 = 0;
     let mut digits = 0;
     let mut point = false;
@@ -649,19 +652,23 @@ fn parse_hex_double(v: &str) -> Option<f64> {
         if c == b'.' && !point {
             point = true;
         } else if let Some(d) = (c as char).to_digit(16) {
-            // Exact while the mantissa fits in 53 bits; past that the
-            // lower digits only round, as they would in strtod.
-            mantissa = mantissa * 16.0 + f64::from(d);
-            exponent -= if point { 4 } else { 0 };
             digits += 1;
+            if mantissa >> 56 == 0 {
+                mantissa = mantissa * 16 + u64::from(d);
+                exponent -= if point { 4 } else { 0 };
+            } else {
+                sticky |= d != 0;
+                exponent += if point { 0 } else { 4 };
+            }
         } else {
             break;
         }
         i += 1;
     }
+    let signed = |x: f64| if negative { -x } else { x };
     if digits == 0 {
         // `0x` alone: strtod reads the `0`.
-        return Some(if negative { -0.0 } else { 0.0 });
+        return Some(signed(0.0));
     }
     if matches!(b.get(i), Some(b'p' | b'P')) {
         let mut e = i + 1;
@@ -673,8 +680,18 @@ fn parse_hex_double(v: &str) -> Option<f64> {
             exponent += if exp_negative { -p } else { p };
         }
     }
-    let value = mantissa * 2f64.powi(exponent.clamp(-2_000, 2_000) as i32);
-    Some(if negative { -value } else { value })
+    if mantissa == 0 {
+        return Some(signed(0.0));
+    }
+    let mut value = (mantissa | u64::from(sticky)) as f64;
+    // Scaled in steps that neither overflow nor underflow on the way.
+    let mut e = exponent.clamp(-3_000, 3_000);
+    while e != 0 {
+        let step = e.clamp(-1_000, 1_000);
+        value *= 2f64.powi(step as i32);
+        e -= step;
+    }
+    Some(signed(value))
 }
 
 /// trec_eval's `append_double`: `name_%3.2f`, cut to the name plus nine
@@ -769,6 +786,12 @@ mod tests {
         ] {
             assert_eq!(parse_double(text), Some(value), "{text}");
         }
+        // Past 53 bits rounded once, as strtod does; zero whatever its
+        // exponent; tiny and many-digit forms not lost to the scaling.
+        assert_eq!(parse_double("0x200000000000018"), Some(144115188075855904.0));
+        assert_eq!(parse_double("0x0p1024"), Some(0.0));
+        assert_eq!(parse_double("0x1p-1000"), Some(2f64.powi(-1000)));
+        assert_eq!(parse_double(&format!("0x1.{}", "0".repeat(300))), Some(1.0));
         for text in ["x", "inf", "nan", "1e400", "0x1p99999", ""] {
             assert_eq!(parse_double(text), None, "{text}");
         }
