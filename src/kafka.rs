@@ -383,12 +383,6 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     // a catching-up consumer to a third of its rate here (68,000 → 236,000
     // events/s, `rankpulse-bench kafka`, README).
     ("fetch.queue.backoff.ms", "10"),
-    // A subscribed topic that does not exist yet (rankpulse deployed
-    // before its producers created it) or was deleted and created again is
-    // seen at the next metadata refresh: every 5 min by default, which left
-    // the daemon unready that long after the topic appeared. One metadata
-    // request per 10 s costs the brokers nothing.
-    ("topic.metadata.refresh.interval.ms", "10000"),
     ("client.id", "rankpulse"),
 ];
 
