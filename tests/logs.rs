@@ -31,16 +31,24 @@ fn daemon_against_a_closed_port(extra_env: &[(&str, &str)]) -> Guard {
 
 /// SIGTERM, the exit within 10 s, then everything the daemon logged.
 fn stop_and_read_log(daemon: &mut Guard) -> String {
-    let ok = Command::new("kill").args(["-TERM", &daemon.0.id().to_string()]).status().unwrap();
+    signal_and_read_log(daemon, "TERM").1
+}
+
+/// `signal`, the exit within 10 s, its status and everything the daemon logged.
+fn signal_and_read_log(daemon: &mut Guard, signal: &str) -> (std::process::ExitStatus, String) {
+    let ok = Command::new("kill").args([&format!("-{signal}"), &daemon.0.id().to_string()]).status().unwrap();
     assert!(ok.success());
     let started = Instant::now();
-    while daemon.0.try_wait().unwrap().is_none() {
-        assert!(started.elapsed() < Duration::from_secs(10), "rankpulse did not exit within 10 s of SIGTERM");
+    let status = loop {
+        if let Some(status) = daemon.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "rankpulse did not exit within 10 s of SIG{signal}");
         std::thread::sleep(Duration::from_millis(50));
-    }
+    };
     let mut log = String::new();
     daemon.0.stderr.take().unwrap().read_to_string(&mut log).unwrap();
-    log
+    (status, log)
 }
 
 #[test]
@@ -144,18 +152,7 @@ fn sighup_with_a_half_sent_request_still_exits_in_order() {
     });
     let mut slow = std::net::TcpStream::connect(&addr).unwrap();
     slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
-    let ok = Command::new("kill").args(["-HUP", &daemon.0.id().to_string()]).status().unwrap();
-    assert!(ok.success());
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = daemon.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "rankpulse did not exit within 10 s of SIGHUP");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut log = String::new();
-    daemon.0.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    let (status, log) = signal_and_read_log(&mut daemon, "HUP");
     assert!(status.success(), "{status:?}\n{log}");
     assert!(log.contains("shutting down"), "{log}");
     assert!(log.contains("HTTP connections still open"), "{log}");
