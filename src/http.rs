@@ -4,6 +4,15 @@
 //! so a scrape never slows consumption and never holds a lock for longer
 //! than it takes to clone an `Arc`.
 //!
+//! The accept loop is hyper's, not `axum::serve`'s, for two bounds that
+//! `axum::serve` cannot set: a client must send its request head within
+//! [`HEADER_READ_TIMEOUT`] (hyper's own default, inert without the timer
+//! axum does not give it), and at most [`MAX_CONNECTIONS`] are served at
+//! once. Without them, clients that connect and send nothing, or half a
+//! request, each hold a file descriptor for ever; the descriptors are the
+//! process's, so enough of them starve librdkafka's broker connections and
+//! the checkpoint files, not only the metrics endpoint.
+//!
 //! [`check_health`] is the other end of `/healthz`: `rankpulse healthcheck`,
 //! for container health checks in images without a shell's `/dev/tcp` or
 //! an HTTP client.
@@ -17,7 +26,7 @@ use axum::routing::get;
 use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -31,6 +40,11 @@ pub struct Published {
     ready: AtomicBool,
     /// Headline series over the last hour, for the status page.
     history: Mutex<History>,
+    /// Connections closed for sending no request head within the timeout.
+    pub timed_out: AtomicU64,
+    /// Connections accepted only after waiting for one of the
+    /// `MAX_CONNECTIONS` slots.
+    pub waited: AtomicU64,
 }
 
 impl Published {
@@ -98,13 +112,96 @@ async fn index(State(p): State<Arc<Published>>) -> Html<String> {
     Html(p.with_history(|h| render_page(h, ready)))
 }
 
-/// Serves until `shutdown` resolves.
+/// How long a connection may take to send a request's head, counted from
+/// when the server starts reading it (so an idle keep-alive connection is
+/// closed after this too; Prometheus reconnects). Longer than Prometheus's
+/// default scrape interval, so that its keep-alive connection is reused.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections served at once; more wait in the listen backlog. Scrapers,
+/// probes and a browser need a handful.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// Serves until `shutdown` resolves, then lets requests in flight finish
+/// (the caller bounds how long it waits for that).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     published: Arc<Published>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(published)).with_graceful_shutdown(shutdown).await
+    serve_bounded(listener, published, shutdown, HEADER_READ_TIMEOUT, MAX_CONNECTIONS).await
+}
+
+async fn serve_bounded(
+    listener: tokio::net::TcpListener,
+    published: Arc<Published>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    header_read_timeout: Duration,
+    max_connections: usize,
+) -> std::io::Result<()> {
+    let router = router(published.clone());
+    let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let (closing, closed) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let full = permits.available_permits() == 0;
+        let permit = tokio::select! {
+            () = &mut shutdown => break,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    if full {
+                        published.waited.fetch_add(1, Ordering::Relaxed);
+                    }
+                    stream
+                }
+                Err(e) => {
+                    // Out of descriptors, or a connection reset before it
+                    // was accepted: neither ends the server.
+                    tracing::debug!("HTTP accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let mut closed = closed.clone();
+        let published = published.clone();
+        connections.spawn(async move {
+            let _permit = permit;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_read_timeout);
+            let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => Some(ended),
+                _ = closed.wait_for(|closing| *closing) => None,
+            };
+            let ended = match ended {
+                Some(ended) => ended,
+                None => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if ended.is_err_and(|e| e.is_timeout()) {
+                published.timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        // Reap the finished ones so the set holds only live connections.
+        while connections.try_join_next().is_some() {}
+    }
+    drop(listener);
+    let _ = closing.send(true);
+    while connections.join_next().await.is_some() {}
+    Ok(())
 }
 
 /// `rankpulse healthcheck`'s URL unless told otherwise: `/healthz` at the
@@ -226,6 +323,55 @@ mod tests {
         let missing = check_health(&format!("http://{addr}/nope"), Duration::from_secs(5));
         assert_eq!(ok.unwrap(), "HTTP/1.1 200 OK");
         assert!(matches!(missing, Err(HealthError::Status { status: 404, .. })), "{missing:?}");
+        let _ = stop.send(());
+        runtime.block_on(server).unwrap().unwrap();
+    }
+
+    /// Clients that connect and send half a request are closed after the
+    /// header timeout; while they hold every connection, a new one waits in
+    /// the backlog and is answered once they are gone.
+    #[test]
+    fn half_sent_requests_are_closed_and_do_not_hold_the_server() {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let published = Arc::new(Published::new(&crate::config::Config::default()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let timeout = Duration::from_millis(300);
+        let server = runtime.spawn(serve_bounded(
+            listener,
+            published.clone(),
+            async move {
+                let _ = stopped.await;
+            },
+            timeout,
+            2,
+        ));
+        let started = Instant::now();
+        let slow: Vec<TcpStream> = (0..2)
+            .map(|_| {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                s
+            })
+            .collect();
+        // Both slots are taken (or about to be); this one is served after.
+        let answered = check_health(&format!("http://{addr}/healthz"), Duration::from_secs(20));
+        assert_eq!(answered.unwrap(), "HTTP/1.1 200 OK");
+        for mut s in slow {
+            // Closed by the server: end of stream, or a reset; never the
+            // read timeout, and never a response to the half request.
+            let mut rest = Vec::new();
+            match s.read_to_end(&mut rest) {
+                Ok(_) => assert!(!rest.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&rest)),
+                Err(e) => assert!(!is_timeout(&e), "the half-sent request was not closed: {e}"),
+            }
+        }
+        assert!(started.elapsed() >= timeout, "closed before the timeout: {:?}", started.elapsed());
+        // The health check's own connection ended with its answer.
+        assert_eq!(published.timed_out.load(Ordering::Relaxed), 2);
+        assert_eq!(published.waited.load(Ordering::Relaxed), 1);
         let _ = stop.send(());
         runtime.block_on(server).unwrap().unwrap();
     }

@@ -347,6 +347,18 @@ pub fn render(s: &Snapshot) -> String {
             &[],
             h.topic_pauses as f64,
         );
+        f.counter(
+            &format!("{PREFIX}http_connections_timed_out_total"),
+            "HTTP connections closed for sending no complete request head within 30 s (idle keep-alive connections included)",
+            &[],
+            h.http_timed_out as f64,
+        );
+        f.counter(
+            &format!("{PREFIX}http_connections_waited_total"),
+            "HTTP connections accepted only after waiting for one of the 256 that may be open at once",
+            &[],
+            h.http_waited as f64,
+        );
         f.histogram(
             &format!("{PREFIX}ingest_delay_seconds"),
             "Delay from a message's Kafka timestamp (producer or log-append time) to the moment rankpulse applied it",

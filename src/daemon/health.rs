@@ -94,6 +94,10 @@ pub struct DaemonHealth {
     /// live tail, where the loop is mostly idle and `loop_gaps` does not
     /// count the wait, a long tick shows only here (and in the delay).
     pub ticks: DelayHistogram,
+    /// HTTP connections closed for sending no request head in time, and
+    /// accepted only after waiting for a free slot (`http`'s bounds).
+    pub http_timed_out: u64,
+    pub http_waited: u64,
 }
 
 #[cfg(test)]

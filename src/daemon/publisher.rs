@@ -310,6 +310,8 @@ impl Worker {
             view.health.checkpoint_failures = self.checkpoint_failures;
             view.health.last_checkpoint_seconds = self.last_checkpoint_seconds;
         }
+        view.health.http_timed_out = self.published.timed_out.load(std::sync::atomic::Ordering::Relaxed);
+        view.health.http_waited = self.published.waited.load(std::sync::atomic::Ordering::Relaxed);
         self.total.prune(view.now_ms);
         let text = render(&Snapshot {
             config: &self.config,
