@@ -427,7 +427,7 @@ pub fn render(s: &Snapshot) -> String {
         if let Some(lag) = state.lag {
             f.gauge(
                 &format!("{PREFIX}consumer_lag"),
-                "Messages between the consumer's position and the partition's high watermark",
+                "Messages between the partition's high watermark and the offset committed (librdkafka's consumer_lag)",
                 &[(LABEL_TOPIC, topic), (LABEL_PARTITION, &p)],
                 lag as f64,
             );
