@@ -516,8 +516,82 @@ pub struct MetricsConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JudgmentsConfig {
-    /// Grade given to a judgment that carries an `action` instead of a `grade`.
+    /// Grade given to a judgment that carries an `action` instead of a
+    /// `grade`. What a configuration sets is laid over the defaults, one
+    /// action at a time, and `"ignore"` removes one: adding `item_click`
+    /// must not silently stop `click` from counting (UBI counts an action
+    /// it does not know as ignored, not rejected, so nothing would show it).
+    #[serde(deserialize_with = "actions_over_defaults", serialize_with = "actions_with_removed")]
     pub actions: BTreeMap<String, Grade>,
+}
+
+/// The default actions' grades.
+const DEFAULT_ACTIONS: [(&str, Grade); 3] = [("click", 1), ("add_to_cart", 2), ("purchase", 3)];
+
+/// A value of `[judgments.actions]`: a grade, or `"ignore"`.
+enum ActionValue {
+    Grade(Grade),
+    Ignore,
+}
+
+impl<'de> Deserialize<'de> for ActionValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = ActionValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a grade, or \"ignore\" to remove a default action")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ActionValue, E> {
+                Grade::try_from(v)
+                    .map(ActionValue::Grade)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ActionValue, E> {
+                Grade::try_from(v)
+                    .map(ActionValue::Grade)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ActionValue, E> {
+                match v {
+                    "ignore" => Ok(ActionValue::Ignore),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+fn actions_over_defaults<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Grade>, D::Error> {
+    let set: BTreeMap<String, ActionValue> = Deserialize::deserialize(d)?;
+    let mut actions: BTreeMap<String, Grade> = DEFAULT_ACTIONS.iter().map(|(a, g)| (a.to_string(), *g)).collect();
+    for (action, value) in set {
+        match value {
+            ActionValue::Grade(g) => {
+                actions.insert(action, g);
+            }
+            ActionValue::Ignore => {
+                actions.remove(&action);
+            }
+        }
+    }
+    Ok(actions)
+}
+
+/// The actions as set, with each default action that was removed written
+/// as `"ignore"`, so that a printed configuration reads back the same.
+fn actions_with_removed<S: serde::Serializer>(actions: &BTreeMap<String, Grade>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let removed = DEFAULT_ACTIONS.iter().filter(|(a, _)| !actions.contains_key(*a));
+    let mut map = s.serialize_map(None)?;
+    for (action, grade) in actions {
+        map.serialize_entry(action, grade)?;
+    }
+    for (action, _) in removed {
+        map.serialize_entry(action, "ignore")?;
+    }
+    map.end()
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -715,8 +789,7 @@ impl Default for MetricsConfig {
 
 impl Default for JudgmentsConfig {
     fn default() -> Self {
-        let actions = [("click", 1), ("add_to_cart", 2), ("purchase", 3)];
-        JudgmentsConfig { actions: actions.into_iter().map(|(a, g)| (a.to_string(), g)).collect() }
+        JudgmentsConfig { actions: DEFAULT_ACTIONS.iter().map(|(a, g)| (a.to_string(), *g)).collect() }
     }
 }
 
@@ -1382,6 +1455,29 @@ mod tests {
         let r = Config::load_with_env(Some(&dir), env(&[]));
         let _ = std::fs::remove_file(&dir);
         r
+    }
+
+    /// A configuration adds and changes actions one at a time; only
+    /// `"ignore"` takes a default away; a printed configuration reads back
+    /// the same.
+    #[test]
+    fn judgment_actions_are_laid_over_the_defaults() {
+        let c = from_toml("[judgments.actions]\nitem_click = 1\npurchase = 4\nadd_to_cart = \"ignore\"\n").unwrap();
+        let got: Vec<(&str, Grade)> = c.judgments.actions.iter().map(|(a, g)| (a.as_str(), *g)).collect();
+        assert_eq!(got, [("click", 1), ("item_click", 1), ("purchase", 4)]);
+        let printed = toml::to_string(&c).unwrap();
+        assert!(printed.contains("add_to_cart = \"ignore\""), "{printed}");
+        let again = from_toml(&printed).unwrap();
+        assert_eq!(again.judgments.actions, c.judgments.actions);
+
+        let c = Config::load_with_env(None, env(&[("RANKPULSE__JUDGMENTS__ACTIONS__ITEM_CLICK", "2")])).unwrap();
+        assert_eq!(c.judgments.actions.len(), 4, "{:?}", c.judgments.actions);
+        assert_eq!((c.judgments.actions["click"], c.judgments.actions["item_click"]), (1, 2));
+        let c = Config::load_with_env(None, env(&[("RANKPULSE__JUDGMENTS__ACTIONS__CLICK", "ignore")])).unwrap();
+        assert!(!c.judgments.actions.contains_key("click"), "{:?}", c.judgments.actions);
+
+        let e = from_toml("[judgments.actions]\nclick = \"often\"\n").unwrap_err().to_string();
+        assert!(e.contains("judgments.actions") && e.contains("\"ignore\""), "{e}");
     }
 
     #[test]
