@@ -6,9 +6,10 @@
 //! A line longer than `input.max_message_bytes` is rejected (`too_large`)
 //! as it is read, without being held in memory whole.
 //!
-//! `rankpulse replay` ([`replay_events`]) refuses an input in which no line
-//! is a valid event: an exposition of zeros would hide a wrong file (a
-//! binary file, another format, an empty pipe).
+//! `rankpulse replay` ([`replay_events`]) refuses an input whose every line
+//! is rejected, each of several on its own, and inputs that hold no event
+//! at all: an exposition of zeros (or of half the data) would hide a wrong
+//! file (a binary file, another format, an empty pipe).
 
 use crate::config::Config;
 use crate::event::ubi::bulk_action;
@@ -34,21 +35,26 @@ pub enum ReplayError {
          (expected one JSON event per line of the format given, see docs/formats.md)"
     )]
     NoValidEvent { rejected: u64, first_line: u64, first_reason: RejectReason },
-    #[error("no event to replay: the input is empty or holds only blank lines")]
+    #[error("no event to replay: the input is empty or holds only blank lines (or `_bulk` action lines)")]
     Empty,
 }
 
-/// A replay's final pipeline, and what its input held.
+/// A replay's final pipeline, and what its inputs held.
 pub struct Replayed {
     pub pipeline: Pipeline,
+    /// Each input's count, in the order given.
+    pub inputs: Vec<InputCount>,
+}
+
+/// What one input of a replay held.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InputCount {
     /// Lines other than blank ones.
     pub lines: u64,
     /// Lines the pipeline took as events (duplicates included).
     pub accepted: u64,
     /// The first rejected line (1-based, blank lines counted) and why.
     pub first_reject: Option<(u64, RejectReason)>,
-    /// The input (0-based, in the order given) holding `first_reject`.
-    pub first_reject_input: usize,
 }
 
 /// Runs the pipeline over `input` (rankpulse's own format) and returns the final pipeline.
@@ -78,7 +84,7 @@ pub fn replay_inputs<R: BufRead>(
     inputs: impl IntoIterator<Item = R>,
 ) -> Result<Replayed, (usize, std::io::Error)> {
     let mut pipeline = Pipeline::new(&config.pipeline_settings());
-    let mut run = Run { clock: Clock::replay(), lines: 0, accepted: 0, first_reject: None, first_reject_input: 0 };
+    let mut run = Run { clock: Clock::replay(), inputs: Vec::new() };
     // One more byte than a message may have: the `\r` of a CRLF line.
     let limit = config.input.max_message_bytes.saturating_add(1);
     let mut inputs: Vec<Input<R>> = inputs
@@ -94,6 +100,7 @@ pub fn replay_inputs<R: BufRead>(
             head: None,
         })
         .collect();
+    run.inputs = vec![InputCount::default(); inputs.len()];
     if let [only] = inputs.as_mut_slice() {
         // One input: its order is the order; each line decoded once.
         let at = only.index;
@@ -115,8 +122,7 @@ pub fn replay_inputs<R: BufRead>(
         }
     }
     pipeline.finalize_all();
-    let Run { lines, accepted, first_reject, first_reject_input, .. } = run;
-    Ok(Replayed { pipeline, lines, accepted, first_reject, first_reject_input })
+    Ok(Replayed { pipeline, inputs: run.inputs })
 }
 
 /// What a replay has counted so far.
@@ -124,10 +130,9 @@ struct Run {
     /// Taken once: future times are checked against the wall clock when
     /// the replay started (docs/operations.md).
     clock: Clock,
-    lines: u64,
-    accepted: u64,
-    first_reject: Option<(u64, RejectReason)>,
-    first_reject_input: usize,
+    /// Per input: a file of another format beside good ones must not pass
+    /// unseen in the good ones' counts.
+    inputs: Vec<InputCount>,
 }
 
 impl Run {
@@ -142,14 +147,20 @@ impl Run {
         // Processing time is not used in a replay: it would make the result
         // depend on how fast the file is read. Lists past their gap in
         // event time are finalized by the ingest itself, as in the daemon.
-        match pipeline.ingest_decoded(REPLAY_TOPIC, decoded, self.clock, None) {
-            Ok(()) => self.accepted += 1,
+        let result = pipeline.ingest_decoded(REPLAY_TOPIC, decoded, self.clock, None);
+        let Some(count) = self.inputs.get_mut(index) else { return };
+        match result {
+            Ok(()) => count.accepted += 1,
             Err(reason) => {
-                if self.first_reject.is_none() {
-                    self.first_reject = Some((number, reason));
-                    self.first_reject_input = index;
-                }
+                count.first_reject.get_or_insert((number, reason));
             }
+        }
+    }
+
+    /// Counts a line of input `index` that is not blank.
+    fn line(&mut self, index: usize) {
+        if let Some(count) = self.inputs.get_mut(index) {
+            count.lines += 1;
         }
     }
 }
@@ -197,7 +208,7 @@ impl<R: BufRead> Input<R> {
                 self.line.drain(..BOM.len());
             }
             if too_long {
-                run.lines += 1;
+                run.line(self.index);
                 self.pending = None;
                 run.ingest(pipeline, &Err(RejectReason::TooLarge), self.index, self.number);
                 continue;
@@ -207,7 +218,7 @@ impl<R: BufRead> Input<R> {
             if message.trim_ascii().is_empty() {
                 continue;
             }
-            run.lines += 1;
+            run.line(self.index);
             if ubi && let Some(target) = bulk_action(message) {
                 pipeline.count_ignored(IgnoreReason::BulkActionLine);
                 self.pending = (format == Format::Ubi).then(|| target.format());
@@ -322,14 +333,18 @@ pub fn replay_events_as<R: BufRead>(
     inputs: impl IntoIterator<Item = R>,
 ) -> Result<String, (usize, ReplayError)> {
     let replayed = replay_inputs(config, format, inputs).map_err(|(at, e)| (at, ReplayError::Read(e)))?;
-    let at = replayed.first_reject_input;
-    match replayed.first_reject {
-        _ if replayed.accepted > 0 => Ok(exposition(config, &replayed.pipeline)),
-        Some((first_line, first_reason)) => {
-            Err((at, ReplayError::NoValidEvent { rejected: replayed.lines, first_line, first_reason }))
+    // Every input on its own: a gzipped or wrong file beside a good one
+    // would otherwise leave its half of the data out, silently. An empty
+    // one beside others is an hour without traffic, an empty index.
+    for (at, count) in replayed.inputs.iter().enumerate() {
+        if let (0, Some((first_line, first_reason))) = (count.accepted, count.first_reject) {
+            return Err((at, ReplayError::NoValidEvent { rejected: count.lines, first_line, first_reason }));
         }
-        None => Err((0, ReplayError::Empty)),
     }
+    if replayed.inputs.iter().all(|c| c.accepted == 0) {
+        return Err((0, ReplayError::Empty));
+    }
+    Ok(exposition(config, &replayed.pipeline))
 }
 
 /// The exposition `/metrics` would show once `pipeline` has read everything.
@@ -401,8 +416,9 @@ mod tests {
         let at_limit = format!("{valid:<256}");
         let input = format!("{}\n{at_limit}\r\n{at_limit} \n{at_limit}\n", "a".repeat(10_000));
         let replayed = replay_pipeline(&config, input.as_bytes()).unwrap();
-        assert_eq!((replayed.lines, replayed.accepted), (4, 2));
-        assert_eq!(replayed.first_reject, Some((1, RejectReason::TooLarge)));
+        let [input] = replayed.inputs.as_slice() else { panic!("one input") };
+        assert_eq!((input.lines, input.accepted), (4, 2));
+        assert_eq!(input.first_reject, Some((1, RejectReason::TooLarge)));
         assert_eq!(replayed.pipeline.counters().rejected.get(&RejectReason::TooLarge), Some(&2));
         assert_eq!(replayed.pipeline.counters().rejected.len(), 1);
     }

@@ -101,7 +101,29 @@ fn the_format_is_what_reads_the_file() {
     let (code, _, err) = replay(&["--format", "ubi_event"], &[&file]);
     assert_ne!(code, 0);
     assert!(err.contains("ubi_events"), "{err}");
-    let _ = std::fs::remove_file(&file);
+    // rankpulse's own events read as UBI are no queries: rejected, not
+    // scored as empty lists.
+    let native: Vec<Vec<u8>> = t.native.iter().map(|m| m.payload.clone()).collect();
+    let native_file = temp("native-as-ubi.ndjson", &native);
+    let (code, _, err) = replay(&["--format", "ubi"], &[&native_file]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no line is a valid event") && err.contains("missing_field"), "{err}");
+    // Beside a good file, a file of rejects still fails, naming itself; an
+    // empty one (an hour without traffic) does not.
+    let empty = temp("empty.ndjson", &[]);
+    for files in [[file.as_path(), native_file.as_path()], [native_file.as_path(), file.as_path()]] {
+        let (code, _, err) = replay(&["--format", "ubi"], &files);
+        assert_eq!(code, 2, "{files:?}: {err}");
+        let (wrong, good) = (native_file.to_str().unwrap(), file.to_str().unwrap());
+        assert!(err.contains(wrong) && !err.contains(good) && err.contains("missing_field"), "{err}");
+    }
+    let (code, alone, err) = replay(&["--format", "ubi"], &[&file]);
+    assert_eq!(code, 0, "{err}");
+    let (code, beside_empty, err) = replay(&["--format", "ubi"], &[&file, &empty]);
+    assert_eq!((code, lists_only(&beside_empty)), (0, lists_only(&alone)), "{err}");
+    for f in [&file, &native_file, &empty] {
+        let _ = std::fs::remove_file(f);
+    }
 }
 
 /// Dimensions nested in `query_attributes` (as teams log experiment info)

@@ -443,6 +443,12 @@ impl<'de> Visitor<'de> for EventAttributesSeed<'_, '_, 'de> {
 #[derive(Default)]
 struct RawUbi<'a> {
     action_name: Option<super::Text<'a>>,
+    /// `action_name` is there, even as `null`: the message is an event.
+    action_key: bool,
+    /// A `user_query` that is not `null` (required of a UBI query): with
+    /// hit ids, what tells a query from any other object (a native event
+    /// read as UBI by mistake).
+    user_query: bool,
     application: Option<super::Text<'a>>,
     query_id: Option<Id<'a>>,
     client_id: Option<Id<'a>>,
@@ -526,6 +532,7 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
         while let Some(key) = map.next_key::<super::Text<'de>>()? {
             match key.0.as_ref() {
                 "action_name" => {
+                    raw.action_key = true;
                     raw.action_name = once(&mut map, &mut seen, 1, "action_name")?;
                     if raw.action_name.as_ref().is_some_and(|a| self.settings.ignores(a)) {
                         self.unmapped.set(true);
@@ -552,6 +559,8 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
                     let capture = Capture { dims, event: true, mask, depth: 0, slots: &mut *self.slots };
                     raw.event_attributes = map.next_value_seed(EventAttributesSeed(capture))?;
                 }
+                // Not refused twice, as any member rankpulse does not read.
+                "user_query" => raw.user_query |= map.next_value::<Option<de::IgnoredAny>>()?.is_some(),
                 _ => {
                     map.next_value::<de::IgnoredAny>()?;
                 }
@@ -668,9 +677,11 @@ fn decode_with<'a>(
         }
     };
     let is_event = match format {
+        // An event on the queries' topic: not a query, whatever else it holds.
+        Format::UbiQueries if raw.action_key => return Err(RejectReason::UnknownType),
         Format::UbiQueries => false,
         Format::UbiEvents => true,
-        Format::Ubi | Format::Rankpulse | Format::Mapped => raw.action_name.is_some(),
+        Format::Ubi | Format::Rankpulse | Format::Mapped => raw.action_key,
     };
     if is_event {
         decode_event(text, raw, &mut slots, limits)
@@ -694,6 +705,11 @@ fn decode_query<'a>(
     slots: &mut Slots<'a>,
     limits: &DecodeLimits,
 ) -> Result<Impression<'a>, RejectReason> {
+    // A query says what was searched (`user_query`) or what was found:
+    // anything else read as a query would be an empty list, scored as zeros.
+    if !raw.user_query && raw.query_response_hit_ids.is_none() {
+        return Err(RejectReason::MissingField);
+    }
     let session_id = session(raw.client_id, raw.session_id)?;
     let timestamp_ms = timestamp(raw.timestamp)?;
     let results = raw.query_response_hit_ids.transpose()?.unwrap_or_default();
@@ -871,7 +887,7 @@ mod tests {
             ("2024-12-10T01:01:29.378+01:00", 1_733_788_889_378),
             ("2024-12-10T00:01:29", 1_733_788_889_000),
         ] {
-            let q = format!(r#"{{"client_id":"c1","timestamp":"{text}"}}"#);
+            let q = format!(r#"{{"client_id":"c1","user_query":"tv","timestamp":"{text}"}}"#);
             let Ok(Event::Impression(i)) = decode(Format::UbiQueries, q.as_bytes(), &limits()) else { panic!("{q}") };
             assert_eq!(i.timestamp_ms, ms, "{text}");
         }
@@ -955,10 +971,31 @@ mod tests {
             event(r#"{"client_id":"c","timestamp":1,"query_response_hit_ids":"a"}"#),
             Err(RejectReason::WrongType)
         );
-        let Ok(Event::Impression(i)) = event(r#"{"client_id":"c","timestamp":1,"query_response_hit_ids":null}"#) else {
+        let Ok(Event::Impression(i)) =
+            event(r#"{"client_id":"c","user_query":"q","timestamp":1,"query_response_hit_ids":null}"#)
+        else {
             panic!()
         };
         assert!(i.results.is_empty());
+        // Neither what was searched nor what was found is no query: a
+        // native event, or any object with a client and a time.
+        for no_query in [
+            r#"{"client_id":"c","timestamp":1,"query_response_hit_ids":null}"#,
+            r#"{"client_id":"c","timestamp":1,"user_query":null}"#,
+            r#"{"type":"impression","event_id":"e","session_id":"s","timestamp":1,"results":[{"doc_id":"d","position":1}]}"#,
+            r#"{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","grade":1,"timestamp":1}"#,
+        ] {
+            for format in [Format::Ubi, Format::UbiQueries] {
+                assert_eq!(
+                    decode(format, no_query.as_bytes(), &limits()),
+                    Err(RejectReason::MissingField),
+                    "{no_query}"
+                );
+            }
+        }
+        // An `action_name` of null is an event without its action, not a query.
+        let null_action = r#"{"action_name":null,"client_id":"c","user_query":"q","timestamp":1}"#;
+        assert_eq!(decode(Format::Ubi, null_action.as_bytes(), &limits()), Err(RejectReason::MissingField));
         assert_eq!(
             event(r#"{"client_id":"c","timestamp":1,"query_response_hit_ids":[1e999]}"#),
             Err(RejectReason::NonFinite)
@@ -979,9 +1016,12 @@ mod tests {
             let m = format!(r#"{{"action_name":"{action}"{rest}"#);
             assert_eq!(decode(Format::UbiEvents, m.as_bytes(), &limits()), Err(RejectReason::InvalidJson), "{action}");
         }
-        // A query topic's message is a query whatever action it names.
-        let q = r#"{"action_name":"hover","client_id":"c","timestamp":1}"#;
-        assert!(matches!(decode(Format::UbiQueries, q.as_bytes(), &limits()), Ok(Event::Impression(_))));
+        // An event on a query topic is not a query, whatever action it names.
+        for action in ["hover", "click", "null"] {
+            let q = format!(r#"{{"action_name":{action:?},"client_id":"c","user_query":"tv","timestamp":1}}"#);
+            let q = q.replace("\"null\"", "null");
+            assert_eq!(decode(Format::UbiQueries, q.as_bytes(), &limits()), Err(RejectReason::UnknownType), "{q}");
+        }
         // A field given twice is refused, as the derived reader refused it.
         let twice = r#"{"action_name":"click","client_id":"c","client_id":"d","timestamp":1}"#;
         assert_eq!(event(twice), Err(RejectReason::WrongType));
@@ -1032,7 +1072,7 @@ mod tests {
 
     #[test]
     fn nested_paths_read_scalars_at_any_depth() {
-        let q = r#"{"client_id":"c","timestamp":1,"application":"shop","query_attributes":{
+        let q = r#"{"client_id":"c","user_query":"q","timestamp":1,"application":"shop","query_attributes":{
             "experiment":{"id":7,"arm":"b","on":true,"ratio":0.25,"cfg":{"x":{"y":"deep"}},"list":[1],"none":null,"o":{}},
             "experiment.arm":"dotted","ranker":"v2","skipped":{"arm":"no"}}}"#;
         let paths = [
@@ -1078,18 +1118,19 @@ mod tests {
         // A member name with a dot is not reachable by a dotted path.
         assert_eq!(dims_of(Format::Ubi, q, &["query_attributes.experiment.arm"]), Ok(vec![Some("b".into())]));
         // Escaped strings are copied, and still found.
-        let escaped = r#"{"client_id":"c","timestamp":1,"query_attributes":{"e\u0078p":{"arm":"a\"b"}}}"#;
+        let escaped =
+            r#"{"client_id":"c","user_query":"q","timestamp":1,"query_attributes":{"e\u0078p":{"arm":"a\"b"}}}"#;
         assert_eq!(dims_of(Format::UbiQueries, escaped, &["query_attributes.exp.arm"]), Ok(vec![Some("a\"b".into())]));
         // Attributes that are not an object are a wrong type; null is none.
         for bad in [r#""x""#, "[1]", "3", "true"] {
-            let q = format!(r#"{{"client_id":"c","timestamp":1,"query_attributes":{bad}}}"#);
+            let q = format!(r#"{{"client_id":"c","user_query":"q","timestamp":1,"query_attributes":{bad}}}"#);
             assert_eq!(
                 dims_of(Format::UbiQueries, &q, &["query_attributes.a.b"]),
                 Err(RejectReason::WrongType),
                 "{bad}"
             );
         }
-        let q = r#"{"client_id":"c","timestamp":1,"query_attributes":null}"#;
+        let q = r#"{"client_id":"c","user_query":"q","timestamp":1,"query_attributes":null}"#;
         assert_eq!(dims_of(Format::UbiQueries, q, &["query_attributes.a.b"]), Ok(vec![None]));
     }
 

@@ -63,6 +63,7 @@ pub(super) fn read<'a>(text: &'a str, settings: &Settings<'_>, slots: &mut Slots
             match member {
                 Member::ActionName => {
                     once(1)?;
+                    raw.action_key = true;
                     raw.action_name = s.optional(Scan::text)?;
                     if raw.action_name.as_ref().is_some_and(|a| settings.ignores(a)) {
                         return Some(Read::Unmapped);
@@ -103,6 +104,7 @@ pub(super) fn read<'a>(text: &'a str, settings: &Settings<'_>, slots: &mut Slots
                     let capture = Capture { dims, event: true, mask, depth: 0, slots: &mut *slots };
                     raw.event_attributes = s.event_attributes(capture)?;
                 }
+                Member::UserQuery => raw.user_query |= s.optional(|s| s.skip(1))?.is_some(),
                 Member::Other => s.skip(1)?,
             }
             if !s.next_member()? {
@@ -125,6 +127,8 @@ enum Member {
     HitIds,
     QueryAttributes,
     EventAttributes,
+    /// Only whether it is `null` is read.
+    UserQuery,
     /// Any other name: skipped.
     Other,
 }
@@ -147,7 +151,8 @@ impl<'a> Scan<'a> {
             Some(b't') if self.is_name("timestamp") => Some(Member::Timestamp),
             Some(b'e') if self.is_name("event_attributes") => Some(Member::EventAttributes),
             // The spec's other members: names told without a scan, values skipped.
-            Some(b'u') if self.is_name("user_query") || self.is_name("user_id") => Some(Member::Other),
+            Some(b'u') if self.is_name("user_query") => Some(Member::UserQuery),
+            Some(b'u') if self.is_name("user_id") => Some(Member::Other),
             Some(b'm') if self.is_name("message_type") || self.is_name("message") => Some(Member::Other),
             Some(b'q') if self.is_name("query_response_id") => Some(Member::Other),
             Some(b'o') if self.is_name("object_id_field") => Some(Member::Other),
