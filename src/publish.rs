@@ -271,7 +271,7 @@ pub fn render(s: &Snapshot) -> String {
         let n = s.counters.ignored.get(&reason).copied().unwrap_or(0);
         f.counter(
             &format!("{PREFIX}events_ignored_total"),
-            "Valid messages that score nothing (UBI actions not in judgments.actions, _bulk action lines), by reason",
+            "Valid messages that score nothing (UBI actions not in judgments.actions, _bulk action lines and update bodies), by reason",
             &[(LABEL_REASON, reason.as_str())],
             n as f64,
         );

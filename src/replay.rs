@@ -12,7 +12,7 @@
 //! file (a binary file, another format, an empty pipe).
 
 use crate::config::Config;
-use crate::event::ubi::bulk_action;
+use crate::event::ubi::{BulkTarget, bulk_action};
 use crate::event::{Event, Format, IgnoreReason, RejectReason};
 use crate::pipeline::{Clock, Pipeline};
 use crate::publish::{Snapshot, render};
@@ -95,6 +95,7 @@ pub fn replay_inputs<R: BufRead>(
             index,
             number: 0,
             pending: None,
+            update_body: false,
             line: Vec::new(),
             line_format: format,
             head: None,
@@ -174,6 +175,9 @@ struct Input<R> {
     number: u64,
     /// What the last `_bulk` action line said the next line is.
     pending: Option<Format>,
+    /// The last line was a `_bulk` `update`: the next is its partial
+    /// document, not an event.
+    update_body: bool,
     /// The message last read.
     line: Vec<u8>,
     /// The format `line` is read in: the replay's, or what an action line chose.
@@ -210,6 +214,7 @@ impl<R: BufRead> Input<R> {
             if too_long {
                 run.line(self.index);
                 self.pending = None;
+                self.update_body = false;
                 run.ingest(pipeline, &Err(RejectReason::TooLarge), self.index, self.number);
                 continue;
             }
@@ -219,9 +224,14 @@ impl<R: BufRead> Input<R> {
                 continue;
             }
             run.line(self.index);
+            if ubi && std::mem::take(&mut self.update_body) {
+                pipeline.count_ignored(IgnoreReason::BulkUpdate);
+                continue;
+            }
             if ubi && let Some(target) = bulk_action(message) {
                 pipeline.count_ignored(IgnoreReason::BulkActionLine);
-                self.pending = (format == Format::Ubi).then(|| target.format());
+                self.pending = target.format().filter(|_| format == Format::Ubi);
+                self.update_body = target == BulkTarget::Update;
                 continue;
             }
             self.line_format = self.pending.take().unwrap_or(format);

@@ -28,13 +28,27 @@ fn a_ubi_export_replays_like_its_native_twin() {
     let split = t.ubi.len() * 3 / 5;
     // An _bulk export: an action line before each document; now and then
     // one naming another index, after which the document is told by its fields.
+    // Deletes (no document follows) and updates (a partial document
+    // follows, here one that would be a click if it were read as an event)
+    // change nothing.
     let mut bulk = Vec::new();
+    let (mut deletes, mut updates) = (0, 0);
     for (i, m) in t.ubi[..split].iter().enumerate() {
         let index = match (i % 17, m.topic) {
             (0, _) => "archive",
             (_, UbiTopic::Queries) => "ubi_queries",
             (_, UbiTopic::Events) => "ubi_events",
         };
+        if i % 23 == 0 {
+            bulk.push(format!(r#"{{"delete": {{"_index": "ubi_events", "_id": "id-{i}"}}}}"#).into_bytes());
+            deletes += 1;
+        }
+        if i % 29 == 0 {
+            bulk.push(format!(r#"{{"update": {{"_index": "ubi_events", "_id": "id-{i}"}}}}"#).into_bytes());
+            let click = r#"{"action_name":"click","client_id":"c-upd","query_id":"q-upd","timestamp":1763780000000,"event_attributes":{"object":{"object_id":"d"}}}"#;
+            bulk.push(format!(r#"{{"doc": {click}}}"#).into_bytes());
+            updates += 1;
+        }
         bulk.push(format!(r#"{{"index": {{"_index": "{index}", "_id": "id-{i}"}}}}"#).into_bytes());
         bulk.push(m.payload.clone());
     }
@@ -53,7 +67,10 @@ fn a_ubi_export_replays_like_its_native_twin() {
 
     assert!(sum_of(&twin, "rankpulse_lists{") > 1_000.0, "the lists are there to compare");
     assert_eq!(lists_only(&ubi), lists_only(&twin));
-    assert_eq!(sum_of(&ubi, r#"rankpulse_events_ignored_total{reason="bulk_action_line"}"#), split as f64);
+    assert!(deletes > 10 && updates > 10);
+    let action_lines = (split + deletes + updates) as f64;
+    assert_eq!(sum_of(&ubi, r#"rankpulse_events_ignored_total{reason="bulk_action_line"}"#), action_lines);
+    assert_eq!(sum_of(&ubi, r#"rankpulse_events_ignored_total{reason="bulk_update"}"#), updates as f64);
     assert_eq!(sum_of(&ubi, r#"rankpulse_events_ignored_total{reason="unmapped_action"}"#), t.ignored as f64);
     assert_eq!(sum_of(&ubi, "rankpulse_events_rejected_total{"), 0.0);
 }

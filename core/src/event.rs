@@ -97,6 +97,9 @@ pub enum IgnoreReason {
     UnmappedAction,
     /// A `_bulk` action line (`{"index":{…}}`) in a replayed export.
     BulkActionLine,
+    /// The partial document after a `_bulk` `update` action line: there is
+    /// no document to apply it to, so it is no event.
+    BulkUpdate,
 }
 
 impl IgnoreReason {

@@ -800,15 +800,22 @@ pub enum BulkTarget {
     Events,
     /// Another index, or none named.
     Unknown,
+    /// `delete`: no document follows.
+    Delete,
+    /// `update`: what follows is a partial document (`doc`, `script`),
+    /// not an event; rankpulse has no document to apply it to.
+    Update,
 }
 
 impl BulkTarget {
-    /// The format of the document that follows the action line.
-    pub fn format(self) -> Format {
+    /// The format of the document that follows the action line, if an
+    /// event follows it.
+    pub fn format(self) -> Option<Format> {
         match self {
-            BulkTarget::Queries => Format::UbiQueries,
-            BulkTarget::Events => Format::UbiEvents,
-            BulkTarget::Unknown => Format::Ubi,
+            BulkTarget::Queries => Some(Format::UbiQueries),
+            BulkTarget::Events => Some(Format::UbiEvents),
+            BulkTarget::Unknown => Some(Format::Ubi),
+            BulkTarget::Delete | BulkTarget::Update => None,
         }
     }
 }
@@ -827,10 +834,15 @@ struct BulkLine<'a> {
     index: Option<BulkMeta<'a>>,
     #[serde(borrow, default)]
     create: Option<BulkMeta<'a>>,
+    #[serde(borrow, default)]
+    delete: Option<BulkMeta<'a>>,
+    #[serde(borrow, default)]
+    update: Option<BulkMeta<'a>>,
 }
 
-/// Whether `line` is an OpenSearch `_bulk` action line (`{"index":{…}}`
-/// or `{"create":{…}}`), and which index it addresses. A UBI document is
+/// Whether `line` is an OpenSearch `_bulk` action line (`{"index":{…}}`,
+/// `{"create":{…}}`, `{"delete":{…}}` or `{"update":{…}}`), and which
+/// index it addresses. A UBI document is
 /// not one: it fails at its first member.
 pub fn bulk_action(line: &[u8]) -> Option<BulkTarget> {
     let trimmed = line.trim_ascii_start();
@@ -838,8 +850,10 @@ pub fn bulk_action(line: &[u8]) -> Option<BulkTarget> {
         return None;
     }
     let parsed: BulkLine = serde_json::from_slice(line).ok()?;
-    let meta = match (parsed.index, parsed.create) {
-        (Some(m), None) | (None, Some(m)) => m,
+    let meta = match (parsed.index, parsed.create, parsed.delete, parsed.update) {
+        (Some(m), None, None, None) | (None, Some(m), None, None) => m,
+        (None, None, Some(_), None) => return Some(BulkTarget::Delete),
+        (None, None, None, Some(_)) => return Some(BulkTarget::Update),
         _ => return None,
     };
     Some(match meta._index.as_ref().map(|t| t.0.as_ref()) {
@@ -1037,6 +1051,10 @@ mod tests {
         assert_eq!(bulk_action(br#"{"index":{}}"#), Some(BulkTarget::Unknown));
         assert_eq!(bulk_action(br#"{"application":"a","index":{}}"#), None);
         assert_eq!(bulk_action(br#"{"index":{},"create":{}}"#), None);
+        assert_eq!(bulk_action(br#"{"delete":{"_index":"ubi_events","_id":"1"}}"#), Some(BulkTarget::Delete));
+        assert_eq!(bulk_action(br#"{"update":{"_index":"ubi_events","_id":"1"}}"#), Some(BulkTarget::Update));
+        assert_eq!(bulk_action(br#"{"doc":{"action_name":"click"}}"#), None, "an update's body is no action line");
+        assert_eq!(bulk_action(br#"{"delete":{},"update":{}}"#), None);
         assert_eq!(bulk_action(br#"{"action_name":"click"}"#), None);
         assert_eq!(bulk_action(b"not json"), None);
     }
