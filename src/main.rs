@@ -594,8 +594,8 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
             inputs.push(Box::new(std::io::BufReader::with_capacity(1 << 16, f)));
         }
     }
-    let text = match replay_events_as(&config, args.format, inputs) {
-        Ok(text) => text,
+    let output = match replay_events_as(&config, args.format, inputs) {
+        Ok(output) => output,
         Err((at, e)) => {
             let name = args.files.get(at).map(name).unwrap_or_default();
             match e {
@@ -604,7 +604,16 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
             }
         }
     };
-    std::io::stdout().lock().write_all(text.as_bytes())?;
+    for (file, behind) in args.files.iter().zip(&output.behind).filter(|(_, n)| **n > 0) {
+        eprintln!(
+            "rankpulse replay: warning: {}: {behind} event(s) more than session.gap ({}) older than an event before \
+             them in the file; their lists were likely final (late or orphan, or a list of their own): sort the \
+             file by timestamp, or give each index as a file of its own",
+            name(file),
+            humantime::format_duration(config.session.gap.duration),
+        );
+    }
+    std::io::stdout().lock().write_all(output.exposition.as_bytes())?;
     Ok(())
 }
 

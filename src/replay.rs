@@ -47,7 +47,7 @@ pub struct Replayed {
 }
 
 /// What one input of a replay held.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct InputCount {
     /// Lines other than blank ones.
     pub lines: u64,
@@ -55,6 +55,19 @@ pub struct InputCount {
     pub accepted: u64,
     /// The first rejected line (1-based, blank lines counted) and why.
     pub first_reject: Option<(u64, RejectReason)>,
+    /// Events more than `session.gap` older than an event before them in
+    /// this input: their lists were likely final already (a file in the
+    /// order of an index's shards, not of time).
+    pub behind: u64,
+    /// The newest event time read so far.
+    newest_ms: i64,
+}
+
+/// What `rankpulse replay` shows, and what it should tell on the side.
+pub struct ReplayOutput {
+    pub exposition: String,
+    /// Per input (in the order given): its [`InputCount::behind`].
+    pub behind: Vec<u64>,
 }
 
 /// Runs the pipeline over `input` (rankpulse's own format) and returns the final pipeline.
@@ -84,7 +97,7 @@ pub fn replay_inputs<R: BufRead>(
     inputs: impl IntoIterator<Item = R>,
 ) -> Result<Replayed, (usize, std::io::Error)> {
     let mut pipeline = Pipeline::new(&config.pipeline_settings());
-    let mut run = Run { clock: Clock::replay(), inputs: Vec::new() };
+    let mut run = Run { clock: Clock::replay(), gap_ms: config.session.gap.ms(), inputs: Vec::new() };
     // One more byte than a message may have: the `\r` of a CRLF line.
     let limit = config.input.max_message_bytes.saturating_add(1);
     let mut inputs: Vec<Input<R>> = inputs
@@ -101,7 +114,8 @@ pub fn replay_inputs<R: BufRead>(
             head: None,
         })
         .collect();
-    run.inputs = vec![InputCount::default(); inputs.len()];
+    let fresh = InputCount { lines: 0, accepted: 0, first_reject: None, behind: 0, newest_ms: i64::MIN };
+    run.inputs = vec![fresh; inputs.len()];
     if let [only] = inputs.as_mut_slice() {
         // One input: its order is the order; each line decoded once.
         let at = only.index;
@@ -131,6 +145,8 @@ struct Run {
     /// Taken once: future times are checked against the wall clock when
     /// the replay started (docs/operations.md).
     clock: Clock,
+    /// `session.gap`: disorder beyond it makes events late.
+    gap_ms: i64,
     /// Per input: a file of another format beside good ones must not pass
     /// unseen in the good ones' counts.
     inputs: Vec<InputCount>,
@@ -150,6 +166,15 @@ impl Run {
         // event time are finalized by the ingest itself, as in the daemon.
         let result = pipeline.ingest_decoded(REPLAY_TOPIC, decoded, self.clock, None);
         let Some(count) = self.inputs.get_mut(index) else { return };
+        if let (Ok(()), Ok(event)) = (result, decoded)
+            && !matches!(event, Event::Ignored(_))
+        {
+            let ts = event.timestamp_ms();
+            if ts < count.newest_ms.saturating_sub(self.gap_ms) {
+                count.behind += 1;
+            }
+            count.newest_ms = count.newest_ms.max(ts);
+        }
         match result {
             Ok(()) => count.accepted += 1,
             Err(reason) => {
@@ -331,7 +356,7 @@ pub fn replay(config: &Config, input: impl BufRead) -> std::io::Result<String> {
 /// `rankpulse replay`: as [`replay`], but an input without a single valid
 /// event is an error rather than an exposition of zeros.
 pub fn replay_events(config: &Config, input: impl BufRead) -> Result<String, ReplayError> {
-    replay_events_as(config, Format::Rankpulse, [input]).map_err(|(_, e)| e)
+    replay_events_as(config, Format::Rankpulse, [input]).map(|o| o.exposition).map_err(|(_, e)| e)
 }
 
 /// `rankpulse replay --format F FILE…`: as [`replay_events`] over several
@@ -341,7 +366,7 @@ pub fn replay_events_as<R: BufRead>(
     config: &Config,
     format: Format,
     inputs: impl IntoIterator<Item = R>,
-) -> Result<String, (usize, ReplayError)> {
+) -> Result<ReplayOutput, (usize, ReplayError)> {
     let replayed = replay_inputs(config, format, inputs).map_err(|(at, e)| (at, ReplayError::Read(e)))?;
     // Every input on its own: a gzipped or wrong file beside a good one
     // would otherwise leave its half of the data out, silently. An empty
@@ -354,7 +379,8 @@ pub fn replay_events_as<R: BufRead>(
     if replayed.inputs.iter().all(|c| c.accepted == 0) {
         return Err((0, ReplayError::Empty));
     }
-    Ok(exposition(config, &replayed.pipeline))
+    let behind = replayed.inputs.iter().map(|c| c.behind).collect();
+    Ok(ReplayOutput { exposition: exposition(config, &replayed.pipeline), behind })
 }
 
 /// The exposition `/metrics` would show once `pipeline` has read everything.

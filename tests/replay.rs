@@ -171,6 +171,30 @@ fn a_file_without_a_valid_event_fails_with_its_first_reject() {
     assert_eq!(value(&out, r#"rankpulse_events_total{topic="replay",type="judgment"}"#), 1.0);
 }
 
+/// A file out of time order by more than the gap (an index exported shard
+/// by shard) is replayed, with a warning that says how many events came
+/// behind and what to do; one in order, or within the gap, has none.
+#[test]
+fn a_file_out_of_time_order_is_warned_about() {
+    let t = 1_700_000_000_000;
+    let lines = |second_list_ms: i64| {
+        [
+            impression_line("i1", "a", t, &["d1", "d2"], "v1"),
+            impression_line("i2", "b", t + 60_000, &["d1"], "v1"),
+            judgment_line("j1", "a", "d2", r#""grade":1"#, second_list_ms),
+        ]
+        .join("\n")
+    };
+    let behind = Scratch::new("behind", lines(t + 1_000).as_bytes());
+    let (code, _, err) = replay(&[], &behind.0);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("warning") && err.contains("1 event(s) more than session.gap (30s) older"), "{err}");
+    assert!(err.contains(behind.0.to_str().unwrap()) && err.contains("sort the file by timestamp"), "{err}");
+    let within = Scratch::new("within", lines(t + 45_000).as_bytes());
+    let (code, _, err) = replay(&[], &within.0);
+    assert_eq!((code, err.as_str()), (0, ""));
+}
+
 /// An empty input (a file, blank lines, an empty pipe) is refused too.
 #[test]
 fn an_empty_input_fails() {
