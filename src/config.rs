@@ -1308,15 +1308,10 @@ fn apply_env(
     rest: &str,
     value: &str,
 ) -> Result<(), ConfigError> {
-    let parts: Vec<String> = rest.split("__").map(|p| p.to_ascii_lowercase()).collect();
+    let parts = env_path(rest);
     if parts.len() < 2 || parts.iter().any(|p| p.is_empty()) {
         return Err(ConfigError::Env { var: var.to_string(), message: "expected RANKPULSE__SECTION__KEY".to_string() });
     }
-    let parts: Vec<String> = if parts[0] == "kafka" && parts[1] == "properties" && parts.len() >= 3 {
-        vec!["kafka".into(), "properties".into(), parts[2..].join("__").replace('_', ".")]
-    } else {
-        parts
-    };
     // A TOML literal when it is one ("45", "true", "[1, 3]", "\"x\""), else a plain string.
     let parsed = format!("v = {value}")
         .parse::<toml::Table>()
@@ -1348,6 +1343,17 @@ fn apply_env(
     }
     node.insert(parts[parts.len() - 1].clone(), parsed);
     Ok(())
+}
+
+/// The key path an override (`RANKPULSE__` left out) sets: sections and
+/// keys lower-cased, and below `kafka.properties` one key whose `_` are dots.
+fn env_path(rest: &str) -> Vec<String> {
+    let parts: Vec<String> = rest.split("__").map(|p| p.to_ascii_lowercase()).collect();
+    if parts.len() >= 3 && parts[0] == "kafka" && parts[1] == "properties" {
+        vec!["kafka".into(), "properties".into(), parts[2..].join("__").replace('_', ".")]
+    } else {
+        parts
+    }
 }
 
 /// Environment variables that look meant for the configuration but are not
@@ -1395,7 +1401,7 @@ fn sets(table: &toml::Table, key: &str) -> bool {
 /// or the section holding it.
 fn sets_key(var: &str, key: &str) -> bool {
     let Some(rest) = var.strip_prefix(ENV_PREFIX) else { return false };
-    let path = rest.split("__").map(|p| p.to_ascii_lowercase()).collect::<Vec<_>>().join(".");
+    let path = env_path(rest).join(".");
     let key = key.to_ascii_lowercase();
     path == key || key.starts_with(&format!("{path}.")) || path.starts_with(&format!("{key}."))
 }
@@ -1843,5 +1849,41 @@ mod tests {
         let dump = c.redacted_toml();
         assert!(!dump.contains("hunter2"), "{dump}");
         assert!(dump.contains("bob"));
+        // Every kind of secret librdkafka takes, by the patterns of
+        // `is_secret_property`; names that only look alike are kept.
+        let secrets = [
+            "ssl.key.password",
+            "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.token.endpoint.url.token",
+            "ssl.key.pem",
+            "ssl.certificate.pem.private",
+            "sasl.jaas.config",
+            "sasl.oauthbearer.config",
+        ];
+        let mut c = Config::default();
+        for (i, key) in secrets.iter().enumerate() {
+            c.kafka.properties.insert(key.to_string(), format!("s3cret-{i}"));
+        }
+        c.kafka.properties.insert("sasl.username".into(), "visible-user".into());
+        c.kafka.properties.insert("ssl.ca.location".into(), "/visible/ca.pem".into());
+        let dump = c.redacted_toml();
+        assert!(!dump.contains("s3cret"), "{dump}");
+        assert_eq!(dump.matches("<redacted>").count(), secrets.len(), "{dump}");
+        assert!(dump.contains("visible-user") && dump.contains("/visible/ca.pem"), "{dump}");
+    }
+
+    /// Properties whose values rankpulse decides (its commits, its group)
+    /// are refused, whether from the file or the environment.
+    #[test]
+    fn managed_kafka_properties_are_refused() {
+        for key in
+            ["group.id", "bootstrap.servers", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof"]
+        {
+            let e = from_toml(&format!("[kafka.properties]\n\"{key}\" = \"true\"\n")).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("config key kafka.properties.{key}: is managed by rankpulse")), "{e}");
+            let var = format!("RANKPULSE__KAFKA__PROPERTIES__{}", key.replace('.', "_").to_ascii_uppercase());
+            let e = Config::load_with_env(None, env(&[(&var, "true")])).unwrap_err().to_string();
+            assert!(e.contains(&var) && e.contains("is managed by rankpulse"), "{e}");
+        }
     }
 }

@@ -754,6 +754,28 @@ mod tests {
         assert_eq!(p.ingest(topic, e.as_bytes(), clock, None), Ok(()));
     }
 
+    /// Past `input.max_events_per_list` a list's events are rejected as
+    /// `list_too_large`, counted, and the list is scored on what it took.
+    #[test]
+    fn a_list_past_its_event_bound_rejects_more_as_list_too_large() {
+        let mut config = PipelineSettings::default();
+        config.assembly.max_events_per_list = 3;
+        let mut p = Pipeline::new(&config);
+        let clock = Clock::replay();
+        let [(it, i), (jt, j)] = skewed(1, BASE_MS);
+        p.ingest(it, i.as_bytes(), clock, None).unwrap();
+        for n in 0..5 {
+            let judgment = j.replace("sj-", &format!("sj{n}-"));
+            let want = if n < 2 { Ok(()) } else { Err(RejectReason::ListTooLarge) };
+            assert_eq!(p.ingest(jt, judgment.as_bytes(), clock, None), want, "judgment {n}");
+        }
+        assert_eq!(p.counters.rejected.get(&RejectReason::ListTooLarge), Some(&3));
+        assert_eq!(p.counters.events.values().sum::<u64>(), 3, "{:?}", p.counters.events);
+        p.finalize_all();
+        let lists: i64 = p.accumulators.series.values().flat_map(|s| s.buckets.values()).map(|c| c.lists).sum();
+        assert_eq!(lists, 1);
+    }
+
     #[test]
     fn a_replay_rejects_events_ahead_of_the_wall_clock() {
         let config = PipelineSettings::default();
