@@ -419,7 +419,10 @@ fn frozen_broker(env: &[(&str, &str)], group: &str, freeze: Duration) {
     let seen = if env.is_empty() { Duration::from_secs(19) } else { freeze - Duration::from_secs(2) };
     wait_until("the frozen broker seen as an outage", seen, || {
         let m = metrics(&http);
-        sum_of(&m, "rankpulse_kafka_connected") == 0.0 && sum_of(&m, "rankpulse_kafka_outages_total") >= 1.0
+        sum_of(&m, "rankpulse_kafka_connected") == 0.0
+            && sum_of(&m, "rankpulse_kafka_outages_total") >= 1.0
+            // What RankpulseCheckpointsFailing fires on.
+            && (env.is_empty() || sum_of(&m, "rankpulse_checkpoint_failures_total") >= 1.0)
     });
     assert_eq!(http_get(&http, "/readyz").unwrap().0, 503);
     std::thread::sleep(freeze.saturating_sub(frozen.elapsed()));
