@@ -628,24 +628,57 @@ async fn invalid_messages_are_counted_dead_lettered_and_change_no_metric() {
         .unwrap();
     consumer.subscribe(&[DLQ]).unwrap();
     let mut seen: BTreeMap<String, f64> = BTreeMap::new();
+    // Each copy's origin, as its headers give it, with its payload.
+    let mut origins: BTreeMap<(String, i32, i64), Vec<u8>> = BTreeMap::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     tokio::task::block_in_place(|| {
         while seen.values().sum::<f64>() < invalid && Instant::now() < deadline {
             if let Some(Ok(msg)) = consumer.poll(Duration::from_millis(500)) {
                 let headers = msg.headers().expect("dead letters carry headers");
-                let reason = headers
-                    .iter()
-                    .find(|h| h.key == "rankpulse.reason")
-                    .and_then(|h| h.value)
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-                    .expect("a rankpulse.reason header");
-                assert!(headers.iter().any(|h| h.key == "rankpulse.offset"));
-                *seen.entry(reason).or_default() += 1.0;
+                let header = |key: &str| {
+                    headers
+                        .iter()
+                        .find(|h| h.key == key)
+                        .and_then(|h| h.value)
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                        .unwrap_or_else(|| panic!("a {key} header"))
+                };
+                let origin = (
+                    header("rankpulse.topic"),
+                    header("rankpulse.partition").parse().unwrap(),
+                    header("rankpulse.offset").parse().unwrap(),
+                );
+                let payload = msg.payload().unwrap_or_default().to_vec();
+                assert!(origins.insert(origin.clone(), payload).is_none(), "{origin:?} copied twice");
+                *seen.entry(header("rankpulse.reason")).or_default() += 1.0;
             }
         }
     });
     let expected: BTreeMap<String, f64> = expected.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     assert_eq!(seen, expected);
+    // The headers name the copied message: the source topic holds these
+    // very bytes at that partition and offset.
+    let source: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.bootstrap)
+        .set("group.id", format!("dlq-source-{}", std::process::id()))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    source.subscribe(&[IMPRESSIONS, JUDGMENTS]).unwrap();
+    let (mut read, mut matched) = (0usize, 0usize);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    tokio::task::block_in_place(|| {
+        while read < stream.len() && Instant::now() < deadline {
+            if let Some(Ok(msg)) = source.poll(Duration::from_millis(500)) {
+                read += 1;
+                if let Some(copy) = origins.get(&(msg.topic().to_string(), msg.partition(), msg.offset())) {
+                    assert_eq!(msg.payload().unwrap_or_default(), copy.as_slice(), "{}", msg.offset());
+                    matched += 1;
+                }
+            }
+        }
+    });
+    assert_eq!((read, matched), (stream.len(), origins.len()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
