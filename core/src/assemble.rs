@@ -747,7 +747,14 @@ impl Assembler {
             at = None;
         }
         let late = match event {
-            Event::Judgment(j) if at.is_none() => self.late_judgment(key, j, event_hash, arrival_ms, sink),
+            Event::Judgment(_) if at.is_none() => self.late_event(key, event, ts, event_hash, arrival_ms, sink),
+            // A UBI `impression` event adds one shown result to its list:
+            // late, it belongs to the final list as a late judgment does. A
+            // list of its own would have no query (`ranker="unknown"`) and
+            // take the clicks that follow it.
+            Event::Impression(i) if at.is_none() && !i.defines_list => {
+                self.late_event(key, event, ts, event_hash, arrival_ms, sink)
+            }
             _ => None,
         };
         let applied = match late {
@@ -870,12 +877,14 @@ impl Assembler {
         Applied::Applied
     }
 
-    /// A judgment whose list is final: within the horizon, the late policy
-    /// decides; `None` when it is not late (it starts a new list).
-    fn late_judgment(
+    /// A judgment (or a UBI impression event) stamped `ts` whose list is
+    /// final: within the horizon, the late policy decides; `None` when it
+    /// is not late (it starts a new list).
+    fn late_event(
         &mut self,
         key: ListKey,
-        judgment: &Judgment,
+        event: &Event,
+        ts: i64,
         event_hash: u64,
         arrival_ms: i64,
         sink: &mut impl FnMut(Closed),
@@ -888,21 +897,21 @@ impl Assembler {
         // list. And the list takes it only within the horizon after it
         // became final.
         let closed_at = header.last_event_ms.saturating_add(gap);
-        if judgment.timestamp_ms > closed_at || watermark > closed_at.saturating_add(horizon) {
+        if ts > closed_at || watermark > closed_at.saturating_add(horizon) {
             self.forget_closed(key, sink);
             return None;
         }
         let mut list = self.scratch.take().unwrap_or_default();
-        let applied = self.late_judgment_to(key, &mut list, judgment, event_hash, arrival_ms, sink);
+        let applied = self.late_event_to(key, &mut list, event, event_hash, arrival_ms, sink);
         self.scratch = Some(list);
         Some(applied)
     }
 
-    fn late_judgment_to(
+    fn late_event_to(
         &mut self,
         key: ListKey,
         list: &mut OpenList,
-        judgment: &Judgment,
+        event: &Event,
         event_hash: u64,
         arrival_ms: i64,
         sink: &mut impl FnMut(Closed),
@@ -928,6 +937,35 @@ impl Assembler {
             }
             self.withdrawn.insert(key);
         }
+        let applied = match event {
+            Event::Impression(shown) if amend => self.late_shown(key, start, list, shown, event_hash, arrival_ms, sink),
+            Event::Judgment(judgment) if amend => {
+                self.late_judged(key, start, list, judgment, event_hash, arrival_ms, sink)
+            }
+            _ => self.late_dropped(key, start, list, event_hash, arrival_ms),
+        };
+        match applied {
+            Applied::Applied => {
+                sink(if amend { Closed::LateAmended } else { Closed::LateDropped });
+                Applied::Late
+            }
+            other => other,
+        }
+    }
+
+    /// A late judgment amends its final list.
+    #[allow(clippy::too_many_arguments)]
+    fn late_judged(
+        &mut self,
+        key: ListKey,
+        start: u32,
+        list: &mut OpenList,
+        judgment: &Judgment,
+        event_hash: u64,
+        arrival_ms: i64,
+        sink: &mut impl FnMut(Closed),
+    ) -> Applied {
+        let max_events = self.limits.max_events_per_list;
         let edit = JudgmentEdit {
             doc: doc_hash(&judgment.doc_id),
             grade: judgment.grade,
@@ -939,7 +977,7 @@ impl Assembler {
             arrival_ms,
             source: None,
         };
-        let applied = if amend {
+        {
             match self.closed_lists.judge_at(start, &edit) {
                 Some(applied) => applied,
                 None => {
@@ -961,8 +999,72 @@ impl Assembler {
                     applied
                 }
             }
-        } else {
-            // Dropped, but remembered, so that a re-delivery is a duplicate.
+        }
+    }
+
+    /// A late UBI impression event shows its result in its final list,
+    /// as it would have in the open one (the same steps as `apply`).
+    #[allow(clippy::too_many_arguments)]
+    fn late_shown(
+        &mut self,
+        key: ListKey,
+        start: u32,
+        list: &mut OpenList,
+        shown: &Impression,
+        event_hash: u64,
+        arrival_ms: i64,
+        sink: &mut impl FnMut(Closed),
+    ) -> Applied {
+        let max_events = self.limits.max_events_per_list;
+        match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, max_events) {
+            Some(Err(refused)) => return refused,
+            Some(Ok(_)) => {
+                let dims = self.dimensions.intern(shown, &mut |overflow| sink(overflow));
+                self.closed_lists.note_impression(start, impression_rank(shown), dims, shown.randomized);
+                if let Some(big) = self.closed_lists.big_mut(key) {
+                    for r in &shown.results {
+                        let score = r.score.unwrap_or(f64::NAN);
+                        if !big.show(doc_hash(&r.doc_id), r.position, score, team_code(r.team)) {
+                            sink(Closed::PositionTaken);
+                        }
+                    }
+                }
+                return Applied::Applied;
+            }
+            None => {}
+        }
+        self.closed_lists.load_at(start, list);
+        if list.event_ids.contains(&event_hash) {
+            return Applied::Duplicate;
+        }
+        if list.event_ids.len() >= max_events {
+            return Applied::TooLarge;
+        }
+        list.event_ids.push(event_hash);
+        list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
+        let dims = self.dimensions.intern(shown, &mut |overflow| sink(overflow));
+        for _ in 0..apply_impression(list, shown, dims) {
+            sink(Closed::PositionTaken);
+        }
+        if self.closed_lists.store_at(key, Some(start), list).is_err() {
+            // The arena is full: the list takes no more.
+            self.forget_closed(key, sink);
+        }
+        Applied::Applied
+    }
+
+    /// A late event under `late.policy = "drop"`: not applied, but
+    /// remembered, so that a re-delivery is a duplicate.
+    fn late_dropped(
+        &mut self,
+        key: ListKey,
+        start: u32,
+        list: &mut OpenList,
+        event_hash: u64,
+        arrival_ms: i64,
+    ) -> Applied {
+        let max_events = self.limits.max_events_per_list;
+        {
             match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, max_events) {
                 Some(Ok(_)) => Applied::Applied,
                 Some(Err(refused)) => refused,
@@ -981,13 +1083,6 @@ impl Assembler {
                     }
                 }
             }
-        };
-        match applied {
-            Applied::Applied => {
-                sink(if amend { Closed::LateAmended } else { Closed::LateDropped });
-                Applied::Late
-            }
-            other => other,
         }
     }
 
@@ -1548,6 +1643,61 @@ mod tests {
                 LatePolicy::Drop => assert_eq!((amended, dropped, moved.len()), (0, 1, 0)),
             }
             assert_eq!(out.iter().filter(|c| **c == Got::Orphan).count(), 1, "{policy:?}");
+        }
+    }
+
+    /// A UBI impression event whose list is final belongs to it as a late
+    /// judgment does: amended into it (or dropped, by policy), not a list
+    /// of its own without a query that takes the clicks after it.
+    #[test]
+    fn late_impression_events_amend_their_final_list() {
+        let shown = |id: &str, ms: i64, doc: &str, ordinal: u32| {
+            format!(
+                r#"{{"action_name":"impression","client_id":"s","query_id":"q","timestamp":{ms},"message":"{id}","event_attributes":{{"object":{{"object_id":"{doc}"}},"position":{{"ordinal":{ordinal}}}}}}}"#
+            )
+        };
+        for policy in [LatePolicy::Amend, LatePolicy::Drop] {
+            let mut asm = Assembler::with_limits(limits(policy), vec![], None);
+            let mut out = Vec::new();
+            let limits = DecodeLimits::default();
+            let mut feed = |asm: &mut Assembler, e: &Event| {
+                asm.ingest_t(e, 0, None, &mut |c| out.push(c.into()));
+                asm.finalize_expired(None, &mut |c| out.push(c.into()));
+            };
+            feed(&mut asm, &ev(&imp("i1", "s", 0, &[("d1", 1), ("d2", 2)])));
+            feed(&mut asm, &ev(&judg("j1", "s", 1_000, "d1", 1)));
+            // Another list moves the watermark past 1 s + gap: s is final.
+            feed(&mut asm, &ev(&imp("i2", "t", 20_000, &[("d1", 1)])));
+            // Its third result, shown at 5 s, arrives late; then a click on it.
+            let late = shown("e1", 5_000, "d3", 2);
+            let late = crate::event::ubi::decode(crate::event::Format::UbiEvents, late.as_bytes(), &limits).unwrap();
+            feed(&mut asm, &late);
+            feed(&mut asm, &late);
+            feed(&mut asm, &ev(&judg("j2", "s", 5_500, "d3", 3)));
+            asm.finalize_all(&mut |c| out.push(c.into()));
+            let finals: Vec<&Fin> = out.iter().filter_map(final_of).collect();
+            assert_eq!(finals.len(), 2, "{policy:?}: no list of its own: {finals:?}");
+            let amended = out.iter().filter(|c| **c == Got::LateAmended).count();
+            let dropped = out.iter().filter(|c| **c == Got::LateDropped).count();
+            let moved: Vec<&Got> = out.iter().filter(|c| matches!(c, Got::Withdrawn(_) | Got::Reinstated(_))).collect();
+            match policy {
+                LatePolicy::Amend => {
+                    // The re-delivery is a duplicate. The list leaves the
+                    // windows and comes back at each sweep: with d3 shown
+                    // third, then with its grade.
+                    assert_eq!((amended, dropped), (2, 0));
+                    let shown: Vec<&[Grade]> = moved
+                        .iter()
+                        .map(|g| match g {
+                            Got::Withdrawn(f) | Got::Reinstated(f) => f.shown.as_slice(),
+                            _ => unreachable!(),
+                        })
+                        .collect();
+                    assert_eq!(shown, [&[1, 0][..], &[1, 0, 0], &[1, 0, 0], &[1, 0, 3]], "{moved:?}");
+                }
+                LatePolicy::Drop => assert_eq!((amended, dropped, moved.len()), (0, 2, 0)),
+            }
+            assert_eq!(out.iter().filter(|c| **c == Got::Orphan).count(), 0, "{policy:?}");
         }
     }
 
