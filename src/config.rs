@@ -1045,9 +1045,17 @@ impl Config {
         }
         for (action, &grade) in &self.judgments.actions {
             if !(0..=m.max_grade).contains(&grade) {
+                // A default the configuration never wrote: say where it
+                // comes from and how to be rid of it.
+                let default = DEFAULT_ACTIONS.contains(&(action.as_str(), grade));
+                let hint = if default {
+                    " (a default action: set it to a grade within range, or to \"ignore\")".to_string()
+                } else {
+                    String::new()
+                };
                 return Err(ConfigError::key(
                     &format!("judgments.actions.{action}"),
-                    format!("grade {grade} is outside 0..={} (metrics.max_grade)", m.max_grade),
+                    format!("grade {grade} is outside 0..={} (metrics.max_grade){hint}", m.max_grade),
                 ));
             }
         }
@@ -1484,6 +1492,12 @@ mod tests {
 
         let e = from_toml("[judgments.actions]\nclick = \"often\"\n").unwrap_err().to_string();
         assert!(e.contains("judgments.actions") && e.contains("\"ignore\""), "{e}");
+        // A default outside a lower max_grade names itself as the default.
+        let e = from_toml("[metrics]\nmax_grade = 2\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key judgments.actions.purchase: grade 3 is outside 0..=2"), "{e}");
+        assert!(e.contains("a default action") && e.contains("\"ignore\""), "{e}");
+        let c = from_toml("[metrics]\nmax_grade = 2\n[judgments.actions]\npurchase = \"ignore\"\n").unwrap();
+        assert!(!c.judgments.actions.contains_key("purchase"));
     }
 
     #[test]

@@ -4,14 +4,14 @@
 //! so a scrape never slows consumption and never holds a lock for longer
 //! than it takes to clone an `Arc`.
 //!
-//! The accept loop is hyper's, not `axum::serve`'s, for two bounds that
-//! `axum::serve` cannot set: a client must send its request head within
-//! [`HEADER_READ_TIMEOUT`] (hyper's own default, inert without the timer
-//! axum does not give it), and at most [`MAX_CONNECTIONS`] are served at
-//! once. Without them, clients that connect and send nothing, or half a
-//! request, each hold a file descriptor for ever; the descriptors are the
-//! process's, so enough of them starve librdkafka's broker connections and
-//! the checkpoint files, not only the metrics endpoint.
+//! The accept loop is hyper's, not `axum::serve`'s, for bounds that
+//! `axum::serve` cannot set ([`Bounds`]): a request head within 30 s
+//! (hyper's own default, inert without the timer axum does not give it), a
+//! connection lifetime, and at most 256 connections at once. Without them,
+//! clients that connect and send nothing, or half a request, or never read
+//! their answer, each hold a file descriptor for ever; the descriptors are
+//! the process's, so enough of them starve librdkafka's broker connections
+//! and the checkpoint files, not only the metrics endpoint.
 //!
 //! [`check_health`] is the other end of `/healthz`: `rankpulse healthcheck`,
 //! for container health checks in images without a shell's `/dev/tcp` or
@@ -40,11 +40,12 @@ pub struct Published {
     ready: AtomicBool,
     /// Headline series over the last hour, for the status page.
     history: Mutex<History>,
-    /// Connections closed for sending no request head within the timeout.
+    /// Connections closed by a bound: no request within the header
+    /// timeout, or an answer not taken within the grace of a closing one.
     pub timed_out: AtomicU64,
-    /// Connections accepted only after waiting for one of the
-    /// `MAX_CONNECTIONS` slots.
-    pub waited: AtomicU64,
+    /// Times every connection slot was taken: the next connection waits
+    /// in the listen backlog until one is free.
+    pub slots_full: AtomicU64,
 }
 
 impl Published {
@@ -112,15 +113,32 @@ async fn index(State(p): State<Arc<Published>>) -> Html<String> {
     Html(p.with_history(|h| render_page(h, ready)))
 }
 
-/// How long a connection may take to send a request's head, counted from
-/// when the server starts reading it (so an idle keep-alive connection is
-/// closed after this too; Prometheus reconnects). Longer than Prometheus's
-/// default scrape interval, so that its keep-alive connection is reused.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The bounds of [`serve`] on its clients.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    /// How long a connection may take to send a request's head, counted
+    /// from when the server starts reading it (an idle keep-alive
+    /// connection is closed after this too; a scraper reconnects).
+    header_read: Duration,
+    /// How long a connection lives: then it is closed once its request in
+    /// flight is answered, so that a client re-sending a request every few
+    /// seconds holds a slot no longer than this.
+    lifetime: Duration,
+    /// How long a closing connection gets to finish its answer before it
+    /// is dropped: a client that never reads its `/metrics` would hold its
+    /// slot for ever on a blocked write.
+    grace: Duration,
+    /// Connections served at once; more wait in the listen backlog.
+    /// Scrapers, probes and a browser need a handful.
+    max_connections: usize,
+}
 
-/// Connections served at once; more wait in the listen backlog. Scrapers,
-/// probes and a browser need a handful.
-pub const MAX_CONNECTIONS: usize = 256;
+const BOUNDS: Bounds = Bounds {
+    header_read: Duration::from_secs(30),
+    lifetime: Duration::from_secs(60),
+    grace: Duration::from_secs(5),
+    max_connections: 256,
+};
 
 /// Serves until `shutdown` resolves, then lets requests in flight finish
 /// (the caller bounds how long it waits for that).
@@ -129,39 +147,38 @@ pub async fn serve(
     published: Arc<Published>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_bounded(listener, published, shutdown, HEADER_READ_TIMEOUT, MAX_CONNECTIONS).await
+    serve_bounded(listener, published, shutdown, BOUNDS).await
 }
 
 async fn serve_bounded(
     listener: tokio::net::TcpListener,
     published: Arc<Published>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    header_read_timeout: Duration,
-    max_connections: usize,
+    bounds: Bounds,
 ) -> std::io::Result<()> {
     let router = router(published.clone());
-    let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let permits = Arc::new(tokio::sync::Semaphore::new(bounds.max_connections));
     let (closing, closed) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
-        let full = permits.available_permits() == 0;
-        let permit = tokio::select! {
-            () = &mut shutdown => break,
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                published.slots_full.fetch_add(1, Ordering::Relaxed);
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    permit = permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => break,
+                    },
+                }
+            }
         };
         let stream = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    if full {
-                        published.waited.fetch_add(1, Ordering::Relaxed);
-                    }
-                    stream
-                }
+                Ok((stream, _)) => stream,
                 Err(e) => {
                     // Out of descriptors, or a connection reset before it
                     // was accepted: neither ends the server.
@@ -171,30 +188,7 @@ async fn serve_bounded(
                 }
             },
         };
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        let mut closed = closed.clone();
-        let published = published.clone();
-        connections.spawn(async move {
-            let _permit = permit;
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_read_timeout);
-            let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            let ended = tokio::select! {
-                ended = connection.as_mut() => Some(ended),
-                _ = closed.wait_for(|closing| *closing) => None,
-            };
-            let ended = match ended {
-                Some(ended) => ended,
-                None => {
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
-                }
-            };
-            if ended.is_err_and(|e| e.is_timeout()) {
-                published.timed_out.fetch_add(1, Ordering::Relaxed);
-            }
-        });
+        connections.spawn(connection(stream, router.clone(), published.clone(), closed.clone(), bounds, permit));
         // Reap the finished ones so the set holds only live connections.
         while connections.try_join_next().is_some() {}
     }
@@ -202,6 +196,49 @@ async fn serve_bounded(
     let _ = closing.send(true);
     while connections.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Serves one connection within `bounds` until it ends, is too old, or
+/// the server closes; `_permit` is its slot.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    router: Router,
+    published: Arc<Published>,
+    mut closed: tokio::sync::watch::Receiver<bool>,
+    bounds: Bounds,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    // Whether a request came: a keep-alive connection closed idle by the
+    // header timeout served its client and is not counted.
+    let served = Arc::new(AtomicBool::new(false));
+    let service = {
+        let served = served.clone();
+        hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            served.store(true, Ordering::Relaxed);
+            let mut router = router.clone();
+            // Router is always ready: no poll_ready needed before call.
+            async move { tower_service::Service::call(&mut router, request).await }
+        })
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(bounds.header_read);
+    let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let ended = tokio::select! {
+        ended = connection.as_mut() => Some(ended),
+        _ = closed.wait_for(|closing| *closing) => None,
+        () = tokio::time::sleep(bounds.lifetime) => None,
+    };
+    let timed_out = match ended {
+        Some(ended) => ended.is_err_and(|e| e.is_timeout()) && !served.load(Ordering::Relaxed),
+        None => {
+            connection.as_mut().graceful_shutdown();
+            tokio::time::timeout(bounds.grace, connection).await.is_err()
+        }
+    };
+    if timed_out {
+        published.timed_out.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// `rankpulse healthcheck`'s URL unless told otherwise: `/healthz` at the
@@ -337,15 +374,15 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let published = Arc::new(Published::new(&crate::config::Config::default()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let timeout = Duration::from_millis(300);
+        let timeout = Duration::from_millis(1000);
+        let bounds = Bounds { header_read: timeout, max_connections: 2, ..BOUNDS };
         let server = runtime.spawn(serve_bounded(
             listener,
             published.clone(),
             async move {
                 let _ = stopped.await;
             },
-            timeout,
-            2,
+            bounds,
         ));
         let started = Instant::now();
         let slow: Vec<TcpStream> = (0..2)
@@ -371,7 +408,47 @@ mod tests {
         assert!(started.elapsed() >= timeout, "closed before the timeout: {:?}", started.elapsed());
         // The health check's own connection ended with its answer.
         assert_eq!(published.timed_out.load(Ordering::Relaxed), 2);
-        assert_eq!(published.waited.load(Ordering::Relaxed), 1);
+        // Full after the second slow client, and perhaps again once the
+        // health check took the first one's slot before the second left.
+        assert!(published.slots_full.load(Ordering::Relaxed) >= 1);
+        let _ = stop.send(());
+        runtime.block_on(server).unwrap().unwrap();
+    }
+
+    /// A client that asks for `/metrics` and never reads the answer holds
+    /// its slot until the connection's lifetime and grace are over, then
+    /// the server drops it and serves the next one.
+    #[test]
+    fn a_client_that_never_reads_is_dropped_after_its_lifetime() {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let published = Arc::new(Published::new(&crate::config::Config::default()));
+        // Far more than the socket buffers hold.
+        published.set_exposition("x".repeat(64 << 20));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let bounds = Bounds {
+            lifetime: Duration::from_millis(500),
+            grace: Duration::from_millis(500),
+            max_connections: 1,
+            ..BOUNDS
+        };
+        let server = runtime.spawn(serve_bounded(
+            listener,
+            published.clone(),
+            async move {
+                let _ = stopped.await;
+            },
+            bounds,
+        ));
+        let started = Instant::now();
+        let mut stuck = TcpStream::connect(addr).unwrap();
+        stuck.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let answered = check_health(&format!("http://{addr}/healthz"), Duration::from_secs(20));
+        assert_eq!(answered.unwrap(), "HTTP/1.1 200 OK");
+        assert!(started.elapsed() >= Duration::from_secs(1), "served before the stuck one was dropped");
+        assert_eq!(published.timed_out.load(Ordering::Relaxed), 1);
+        drop(stuck);
         let _ = stop.send(());
         runtime.block_on(server).unwrap().unwrap();
     }

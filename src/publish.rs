@@ -300,7 +300,7 @@ pub fn render(s: &Snapshot) -> String {
     for (outcome, n) in [("amended", s.counters.late_amended), ("dropped", s.counters.late_dropped)] {
         f.counter(
             &format!("{PREFIX}late_judgments_total"),
-            "Judgments for lists already final, within late.horizon: amended (list re-scored) or dropped (late.policy)",
+            "Judgments (and UBI impression events) for lists already final, within late.horizon: amended (list re-scored) or dropped (late.policy)",
             &[("outcome", outcome)],
             n as f64,
         );
@@ -349,15 +349,15 @@ pub fn render(s: &Snapshot) -> String {
         );
         f.counter(
             &format!("{PREFIX}http_connections_timed_out_total"),
-            "HTTP connections closed for sending no complete request head within 30 s (idle keep-alive connections included)",
+            "HTTP connections closed by a bound: no request within 30 s of connecting, or an answer not taken within 5 s of closing",
             &[],
             h.http_timed_out as f64,
         );
         f.counter(
-            &format!("{PREFIX}http_connections_waited_total"),
-            "HTTP connections accepted only after waiting for one of the 256 that may be open at once",
+            &format!("{PREFIX}http_connection_slots_full_total"),
+            "Times all 256 HTTP connection slots were taken (more connections wait in the listen backlog)",
             &[],
-            h.http_waited as f64,
+            h.http_slots_full as f64,
         );
         f.histogram(
             &format!("{PREFIX}ingest_delay_seconds"),

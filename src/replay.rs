@@ -53,6 +53,8 @@ pub struct InputCount {
     pub lines: u64,
     /// Lines the pipeline took as events (duplicates included).
     pub accepted: u64,
+    /// Lines rejected (not `_bulk` action lines, which are skipped).
+    pub rejected: u64,
     /// The first rejected line (1-based, blank lines counted) and why.
     pub first_reject: Option<(u64, RejectReason)>,
     /// Events more than `session.gap` older than an event before them in
@@ -114,7 +116,7 @@ pub fn replay_inputs<R: BufRead>(
             head: None,
         })
         .collect();
-    let fresh = InputCount { lines: 0, accepted: 0, first_reject: None, behind: 0, newest_ms: i64::MIN };
+    let fresh = InputCount { lines: 0, accepted: 0, rejected: 0, first_reject: None, behind: 0, newest_ms: i64::MIN };
     run.inputs = vec![fresh; inputs.len()];
     if let [only] = inputs.as_mut_slice() {
         // One input: its order is the order; each line decoded once.
@@ -178,6 +180,7 @@ impl Run {
         match result {
             Ok(()) => count.accepted += 1,
             Err(reason) => {
+                count.rejected += 1;
                 count.first_reject.get_or_insert((number, reason));
             }
         }
@@ -239,8 +242,12 @@ impl<R: BufRead> Input<R> {
             if too_long {
                 run.line(self.index);
                 self.pending = None;
-                self.update_body = false;
-                run.ingest(pipeline, &Err(RejectReason::TooLarge), self.index, self.number);
+                if std::mem::take(&mut self.update_body) {
+                    // An update's body (a large script) is no event either.
+                    pipeline.count_ignored(IgnoreReason::BulkUpdate);
+                } else {
+                    run.ingest(pipeline, &Err(RejectReason::TooLarge), self.index, self.number);
+                }
                 continue;
             }
             let message = trim_line(&self.line);
@@ -373,7 +380,7 @@ pub fn replay_events_as<R: BufRead>(
     // one beside others is an hour without traffic, an empty index.
     for (at, count) in replayed.inputs.iter().enumerate() {
         if let (0, Some((first_line, first_reason))) = (count.accepted, count.first_reject) {
-            return Err((at, ReplayError::NoValidEvent { rejected: count.lines, first_line, first_reason }));
+            return Err((at, ReplayError::NoValidEvent { rejected: count.rejected, first_line, first_reason }));
         }
     }
     if replayed.inputs.iter().all(|c| c.accepted == 0) {

@@ -29,8 +29,7 @@ fn a_ubi_export_replays_like_its_native_twin() {
     // An _bulk export: an action line before each document; now and then
     // one naming another index, after which the document is told by its fields.
     // Deletes (no document follows) and updates (a partial document
-    // follows, here one that would be a click if it were read as an event)
-    // change nothing.
+    // follows, here holding a click) change nothing and reject nothing.
     let mut bulk = Vec::new();
     let (mut deletes, mut updates) = (0, 0);
     for (i, m) in t.ubi[..split].iter().enumerate() {

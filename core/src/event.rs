@@ -748,19 +748,18 @@ mod tests {
         assert!(e.contains(r#"unknown RejectReason "too_late""#), "{e}");
     }
 
-    /// The `reason` label values are a public contract: the list in the
-    /// README's Events section, derived here from the variant names.
+    /// The `reason` label values are a public contract: the list in
+    /// docs/formats.md, derived here from the variant names.
     #[test]
     fn reject_reason_labels_are_the_documented_ones() {
-        let readme = include_str!("../../README.md");
-        let documented: Vec<&str> = readme
-            .split("rankpulse_events_rejected_total{reason}")
+        let formats = include_str!("../../docs/formats.md");
+        let documented: Vec<&str> = formats
+            .split("The reasons, in every format:")
             .nth(1)
-            .and_then(|s| s.split("- **").next())
-            .expect("README lists the reject reasons")
-            // Starts at the backtick closing the metric's name.
+            .and_then(|s| s.split("\n\n").next())
+            .expect("docs/formats.md lists the reject reasons")
             .split('`')
-            .skip(2)
+            .skip(1)
             .step_by(2)
             .filter(|w| !w.contains('.'))
             .collect();
@@ -768,7 +767,7 @@ mod tests {
         let mut theirs = documented.clone();
         ours.sort_unstable();
         theirs.sort_unstable();
-        assert_eq!(ours, theirs, "README lists {documented:?}");
+        assert_eq!(ours, theirs, "docs/formats.md lists {documented:?}");
         assert_eq!(RejectReason::InvalidUtf8.to_string(), "invalid_utf8");
         assert!(RejectReason::ALL.iter().enumerate().all(|(i, r)| r.index() == i));
     }

@@ -95,9 +95,9 @@ pub struct DaemonHealth {
     /// count the wait, a long tick shows only here (and in the delay).
     pub ticks: DelayHistogram,
     /// HTTP connections closed for sending no request head in time, and
-    /// accepted only after waiting for a free slot (`http`'s bounds).
+    /// times every connection slot was taken (`http`'s bounds).
     pub http_timed_out: u64,
-    pub http_waited: u64,
+    pub http_slots_full: u64,
 }
 
 #[cfg(test)]

@@ -311,7 +311,7 @@ impl Worker {
             view.health.last_checkpoint_seconds = self.last_checkpoint_seconds;
         }
         view.health.http_timed_out = self.published.timed_out.load(std::sync::atomic::Ordering::Relaxed);
-        view.health.http_waited = self.published.waited.load(std::sync::atomic::Ordering::Relaxed);
+        view.health.http_slots_full = self.published.slots_full.load(std::sync::atomic::Ordering::Relaxed);
         self.total.prune(view.now_ms);
         let text = render(&Snapshot {
             config: &self.config,
