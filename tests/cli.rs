@@ -47,6 +47,32 @@ fn an_unknown_environment_key_names_its_variable() {
     );
 }
 
+/// A librdkafka property librdkafka does not know, or a value it refuses,
+/// stops `rankpulse run` at start with exit 2 and librdkafka's own words,
+/// before any connection is tried.
+#[test]
+fn a_property_librdkafka_refuses_stops_the_start() {
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let http = listen.local_addr().unwrap().to_string();
+    drop(listen);
+    for (var, value, said) in [
+        ("RANKPULSE__KAFKA__PROPERTIES__NOT_A_PROPERTY", "1", "not.a.property"),
+        ("RANKPULSE__KAFKA__PROPERTIES__SECURITY_PROTOCOL", "carrier_pigeon", "security.protocol"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+            .arg("run")
+            .env("RANKPULSE__KAFKA__BROKERS", "127.0.0.1:9")
+            .env("RANKPULSE__HTTP__LISTEN", &http)
+            .env(var, value)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}: {stderr}");
+        assert!(stderr.contains(said), "{var}: {stderr}");
+    }
+}
+
 /// A one-connection HTTP server on loopback: reads the request head, then
 /// answers `answer` (or nothing, holding the connection until the client
 /// gives up). Returns its port and, once joined, the request it read.

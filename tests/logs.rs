@@ -123,6 +123,31 @@ fn log_level_filters_the_log_and_rust_log_wins() {
 /// the instant death that is its default action; and an HTTP client that
 /// never finishes its request does not hold the exit: the server is given
 /// a moment, then dropped.
+/// SIGINT (Ctrl-C in a terminal) is the same ordered shutdown as SIGTERM.
+#[test]
+fn sigint_is_the_ordered_shutdown() {
+    let http = free_port();
+    let mut daemon = Guard(
+        Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+            .arg("run")
+            .env("RANKPULSE__KAFKA__BROKERS", format!("127.0.0.1:{}", free_port()))
+            .env("RANKPULSE__HTTP__LISTEN", format!("127.0.0.1:{http}"))
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rankpulse run"),
+    );
+    // Its handlers are installed once it serves.
+    let addr = format!("127.0.0.1:{http}");
+    wait_until("/healthz to answer", Duration::from_secs(30), || {
+        common::http_get(&addr, "/healthz").is_ok_and(|(status, _)| status == 200)
+    });
+    let (status, log) = signal_and_read_log(&mut daemon, "INT");
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(log.contains("shutting down"), "{log}");
+}
+
 #[test]
 fn sighup_with_a_half_sent_request_still_exits_in_order() {
     use std::io::Write;

@@ -449,6 +449,8 @@ mod tests {
         "application ",
         r"query\u005fid",
         r"ordin\u0061l",
+        r"user\u005fquery",
+        "user_querys",
     ];
 
     fn value() -> impl Strategy<Value = String> {
