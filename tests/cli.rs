@@ -73,6 +73,24 @@ fn a_property_librdkafka_refuses_stops_the_start() {
     }
 }
 
+/// `state.dir` naming a file says so, not the OS's "File exists".
+#[test]
+fn a_state_dir_that_is_a_file_says_so() {
+    let file = std::env::temp_dir().join(format!("rankpulse-cli-{}-state-file", std::process::id()));
+    std::fs::write(&file, b"x").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .arg("run")
+        .env("RANKPULSE__STATE__DIR", &file)
+        .env("RANKPULSE__HTTP__LISTEN", "127.0.0.1:0")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("state.dir {}: is a file, not a directory", file.display())), "{stderr}");
+}
+
 /// A one-connection HTTP server on loopback: reads the request head, then
 /// answers `answer` (or nothing, holding the connection until the client
 /// gives up). Returns its port and, once joined, the request it read.

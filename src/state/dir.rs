@@ -28,7 +28,15 @@ impl DirStore {
     pub fn open(config: &Config) -> Result<DirStore, StateError> {
         let dir = PathBuf::from(&config.state.dir);
         let io = |cause| StateError::Io { dir: dir.clone(), cause };
-        std::fs::create_dir_all(&dir).map_err(io)?;
+        if let Err(cause) = std::fs::create_dir_all(&dir) {
+            // create_dir_all on a file says only "File exists".
+            let cause = if dir.is_file() {
+                std::io::Error::new(std::io::ErrorKind::AlreadyExists, "is a file, not a directory")
+            } else {
+                cause
+            };
+            return Err(io(cause));
+        }
         let instance = instance_name(config);
         let lock_path = dir.join(format!("{instance}.lock"));
         let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(io)?;
