@@ -873,12 +873,20 @@ impl Config {
         };
         // Which keys the file set, for errors that name it.
         let from_file = path.map(|path| (path, table.clone()));
-        let blame = |key: String, message: String| match &from_file {
-            Some((path, file)) if sets(file, &key) => ConfigError::FileKey { path: path.to_path_buf(), key, message },
-            _ => ConfigError::Key { key, message },
-        };
         // The built-in defaults tell which keys hold text (see `apply_env`).
         let defaults = toml::Table::try_from(Config::default()).unwrap_or_default();
+        // The file is to blame for a key it set, and for a key without a
+        // default left out of a section it set (`mapped.time`, required).
+        let blame = |key: String, message: String| match &from_file {
+            Some((path, file))
+                if sets(file, &key)
+                    || (!sets(&defaults, &key)
+                        && key.rsplit_once('.').is_some_and(|(parent, _)| sets(file, parent))) =>
+            {
+                ConfigError::FileKey { path: path.to_path_buf(), key, message }
+            }
+            _ => ConfigError::Key { key, message },
+        };
         let mut overrides = Vec::new();
         for (var, value) in env {
             let Some(rest) = var.strip_prefix(ENV_PREFIX) else { continue };
@@ -1717,6 +1725,8 @@ mod tests {
         for key in ["session", "time", "results", "result_doc", "judged_doc"] {
             let e = from_toml(&MAPPED.replace(&format!("\n{key} = "), "\n# ")).unwrap_err().to_string();
             assert!(e.starts_with(&format!("config key mapped.{key}: is required")), "{key}: {e}");
+            // Left out of the file's [mapped]: the file is named.
+            assert!(e.contains("(config file "), "{key}: {e}");
         }
         let e = from_toml(&MAPPED.replace("\naction = ", "\n# ")).unwrap_err().to_string();
         assert!(e.starts_with("config key mapped.grade: one of grade or action"), "{e}");
