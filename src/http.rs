@@ -343,25 +343,46 @@ fn is_timeout(e: &std::io::Error) -> bool {
 mod tests {
     use super::*;
 
+    /// A server within `bounds` on a loopback port, its runtime's one
+    /// worker serving while the test's thread is the client.
+    struct Running {
+        runtime: tokio::runtime::Runtime,
+        addr: SocketAddr,
+        stop: tokio::sync::oneshot::Sender<()>,
+        server: tokio::task::JoinHandle<std::io::Result<()>>,
+    }
+
+    impl Running {
+        fn start(published: Arc<Published>, bounds: Bounds) -> Running {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+            let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            let server = runtime.spawn(serve_bounded(listener, published, shutdown, bounds));
+            Running { runtime, addr, stop, server }
+        }
+
+        fn stop(self) {
+            let _ = self.stop.send(());
+            self.runtime.block_on(self.server).unwrap().unwrap();
+        }
+    }
+
     /// The health check speaks the daemon's own server's HTTP: `/healthz`
     /// is 200, a path it does not serve is not.
     #[test]
     fn the_health_check_reads_the_daemons_healthz() {
-        // The server runs on the runtime's worker while this thread checks.
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let published = Arc::new(Published::new(&crate::config::Config::default()));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = runtime.spawn(serve(listener, published, async move {
-            let _ = stopped.await;
-        }));
+        // The daemon's bounds, as `serve` passes them.
+        let running = Running::start(Arc::new(Published::new(&crate::config::Config::default())), BOUNDS);
+        let addr = running.addr;
         let ok = check_health(&format!("http://{addr}/healthz"), Duration::from_secs(5));
         let missing = check_health(&format!("http://{addr}/nope"), Duration::from_secs(5));
         assert_eq!(ok.unwrap(), "HTTP/1.1 200 OK");
         assert!(matches!(missing, Err(HealthError::Status { status: 404, .. })), "{missing:?}");
-        let _ = stop.send(());
-        runtime.block_on(server).unwrap().unwrap();
+        running.stop();
     }
 
     /// Clients that connect and send half a request are closed after the
@@ -369,21 +390,10 @@ mod tests {
     /// the backlog and is answered once they are gone.
     #[test]
     fn half_sent_requests_are_closed_and_do_not_hold_the_server() {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let addr = listener.local_addr().unwrap();
         let published = Arc::new(Published::new(&crate::config::Config::default()));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let timeout = Duration::from_millis(1000);
-        let bounds = Bounds { header_read: timeout, max_connections: 2, ..BOUNDS };
-        let server = runtime.spawn(serve_bounded(
-            listener,
-            published.clone(),
-            async move {
-                let _ = stopped.await;
-            },
-            bounds,
-        ));
+        let running = Running::start(published.clone(), Bounds { header_read: timeout, max_connections: 2, ..BOUNDS });
+        let addr = running.addr;
         let started = Instant::now();
         let slow: Vec<TcpStream> = (0..2)
             .map(|_| {
@@ -411,8 +421,7 @@ mod tests {
         // Full after the second slow client, and perhaps again once the
         // health check took the first one's slot before the second left.
         assert!(published.slots_full.load(Ordering::Relaxed) >= 1);
-        let _ = stop.send(());
-        runtime.block_on(server).unwrap().unwrap();
+        running.stop();
     }
 
     /// A client that asks for `/metrics` and never reads the answer holds
@@ -420,27 +429,17 @@ mod tests {
     /// the server drops it and serves the next one.
     #[test]
     fn a_client_that_never_reads_is_dropped_after_its_lifetime() {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let addr = listener.local_addr().unwrap();
         let published = Arc::new(Published::new(&crate::config::Config::default()));
         // Far more than the socket buffers hold.
         published.set_exposition("x".repeat(64 << 20));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let bounds = Bounds {
             lifetime: Duration::from_millis(500),
             grace: Duration::from_millis(500),
             max_connections: 1,
             ..BOUNDS
         };
-        let server = runtime.spawn(serve_bounded(
-            listener,
-            published.clone(),
-            async move {
-                let _ = stopped.await;
-            },
-            bounds,
-        ));
+        let running = Running::start(published.clone(), bounds);
+        let addr = running.addr;
         let started = Instant::now();
         let mut stuck = TcpStream::connect(addr).unwrap();
         stuck.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
@@ -449,8 +448,7 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_secs(1), "served before the stuck one was dropped");
         assert_eq!(published.timed_out.load(Ordering::Relaxed), 1);
         drop(stuck);
-        let _ = stop.send(());
-        runtime.block_on(server).unwrap().unwrap();
+        running.stop();
     }
 
     #[test]

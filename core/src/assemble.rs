@@ -977,27 +977,25 @@ impl Assembler {
             arrival_ms,
             source: None,
         };
-        {
-            match self.closed_lists.judge_at(start, &edit) {
-                Some(applied) => applied,
-                None => {
-                    self.closed_lists.load_at(start, list);
-                    let applied = if list.event_ids.contains(&event_hash) {
-                        Applied::Duplicate
-                    } else if list.event_ids.len() >= max_events {
-                        Applied::TooLarge
-                    } else {
-                        list.event_ids.push(event_hash);
-                        list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
-                        apply_judgment(list, judgment);
-                        Applied::Applied
-                    };
-                    if applied == Applied::Applied && self.closed_lists.store_at(key, Some(start), list).is_err() {
-                        // The arena is full: the list takes no more.
-                        self.forget_closed(key, sink);
-                    }
-                    applied
+        match self.closed_lists.judge_at(start, &edit) {
+            Some(applied) => applied,
+            None => {
+                self.closed_lists.load_at(start, list);
+                let applied = if list.event_ids.contains(&event_hash) {
+                    Applied::Duplicate
+                } else if list.event_ids.len() >= max_events {
+                    Applied::TooLarge
+                } else {
+                    list.event_ids.push(event_hash);
+                    list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
+                    apply_judgment(list, judgment);
+                    Applied::Applied
+                };
+                if applied == Applied::Applied && self.closed_lists.store_at(key, Some(start), list).is_err() {
+                    // The arena is full: the list takes no more.
+                    self.forget_closed(key, sink);
                 }
+                applied
             }
         }
     }
@@ -1064,23 +1062,21 @@ impl Assembler {
         arrival_ms: i64,
     ) -> Applied {
         let max_events = self.limits.max_events_per_list;
-        {
-            match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, max_events) {
-                Some(Ok(_)) => Applied::Applied,
-                Some(Err(refused)) => refused,
-                None => {
-                    self.closed_lists.load_at(start, list);
-                    if list.event_ids.contains(&event_hash) {
-                        Applied::Duplicate
-                    } else if list.event_ids.len() >= max_events {
-                        Applied::TooLarge
-                    } else {
-                        list.event_ids.push(event_hash);
-                        if self.closed_lists.store_at(key, Some(start), list).is_err() {
-                            self.closed_lists.remove(key);
-                        }
-                        Applied::Applied
+        match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, max_events) {
+            Some(Ok(_)) => Applied::Applied,
+            Some(Err(refused)) => refused,
+            None => {
+                self.closed_lists.load_at(start, list);
+                if list.event_ids.contains(&event_hash) {
+                    Applied::Duplicate
+                } else if list.event_ids.len() >= max_events {
+                    Applied::TooLarge
+                } else {
+                    list.event_ids.push(event_hash);
+                    if self.closed_lists.store_at(key, Some(start), list).is_err() {
+                        self.closed_lists.remove(key);
                     }
+                    Applied::Applied
                 }
             }
         }
