@@ -162,8 +162,16 @@ impl Dimensions {
         d
     }
 
+    /// An empty value is a missing one: Prometheus reads `ranker=""` as
+    /// no `ranker` label at all, so a series of its own would merge, in
+    /// every query, with the series of lists that have no label.
     fn value<'e>(label: &str, impression: &'e Impression) -> &'e str {
-        impression.dimensions.get(label).map_or(MISSING_DIMENSION, |v| v.as_ref())
+        impression
+            .dimensions
+            .get(label)
+            .map(|v| v.as_ref())
+            .filter(|v: &&str| !v.is_empty())
+            .unwrap_or(MISSING_DIMENSION)
     }
 
     fn find(&self, hash: u64, values: &[&str]) -> Option<DimsId> {
@@ -1475,6 +1483,15 @@ mod tests {
         judged.sort();
         assert_eq!(judged, [0, 2, 3]);
         assert_eq!(&*f.dims, ["a", MISSING_DIMENSION]);
+    }
+
+    #[test]
+    fn an_empty_dimension_value_is_unknown() {
+        let mut asm = Assembler::new(30_000, vec!["ranker".into()]);
+        let events = [imp("i1", "s", 1_000, &[("d1", 1)]).replace(r#""ranker":"a""#, r#""ranker":"""#)];
+        let out = collect(&mut asm, &events);
+        assert_eq!(out.len(), 1);
+        assert_eq!(&*final_of(&out[0]).unwrap().dims, [MISSING_DIMENSION]);
     }
 
     #[test]
