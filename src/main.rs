@@ -613,6 +613,37 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
             humantime::format_duration(config.session.gap.duration),
         );
     }
+    if let Some((jump, jumps)) = output.jump {
+        let at = |ms: i64| {
+            let since_epoch = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+            humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + since_epoch)
+        };
+        let after = std::time::Duration::from_secs(u64::try_from((jump.to_ms - jump.from_ms) / 1000).unwrap_or(0));
+        let others = match jumps {
+            1 => String::new(),
+            n => format!(" ({n} events jumped so; this is the last)"),
+        };
+        eprintln!(
+            "rankpulse replay: warning: {} line {}: its event time {} is {} after every event before it \
+             (the newest {}){others}; the windows end at the newest event, so the {} event(s) before it are \
+             outside every window (the longest is {}): if that event's clock is wrong, remove the line",
+            args.files.get(jump.input).map(name).unwrap_or_default(),
+            jump.line,
+            at(jump.to_ms),
+            humantime::format_duration(after),
+            at(jump.from_ms),
+            jump.before,
+            config
+                .windows
+                .spans
+                .iter()
+                .map(|s| s.duration)
+                .max()
+                .map(humantime::format_duration)
+                .map(|d| d.to_string())
+                .unwrap_or_default(),
+        );
+    }
     std::io::stdout().lock().write_all(output.exposition.as_bytes())?;
     Ok(())
 }

@@ -44,6 +44,8 @@ pub struct Replayed {
     pub pipeline: Pipeline,
     /// Each input's count, in the order given.
     pub inputs: Vec<InputCount>,
+    /// See [`ReplayOutput::jump`].
+    pub jump: Option<(WindowJump, u64)>,
 }
 
 /// What one input of a replay held.
@@ -70,6 +72,25 @@ pub struct ReplayOutput {
     pub exposition: String,
     /// Per input (in the order given): its [`InputCount::behind`].
     pub behind: Vec<u64>,
+    /// The last event that left every event before it outside the
+    /// windows, and how many did so.
+    pub jump: Option<(WindowJump, u64)>,
+}
+
+/// An event stamped more than the longest window after every event before
+/// it. The windows end at the newest event, so from there on they hold
+/// nothing older: one event of a broken clock would empty every window of
+/// the replay, with no other sign than gauges at zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowJump {
+    /// The input it is in (index in the order given) and its line.
+    pub input: usize,
+    pub line: u64,
+    /// The newest event time before it, and its own.
+    pub from_ms: i64,
+    pub to_ms: i64,
+    /// Events accepted before it, of every input.
+    pub before: u64,
 }
 
 /// Runs the pipeline over `input` (rankpulse's own format) and returns the final pipeline.
@@ -98,8 +119,18 @@ pub fn replay_inputs<R: BufRead>(
     format: Format,
     inputs: impl IntoIterator<Item = R>,
 ) -> Result<Replayed, (usize, std::io::Error)> {
-    let mut pipeline = Pipeline::new(&config.pipeline_settings());
-    let mut run = Run { clock: Clock::replay(), gap_ms: config.session.gap.ms(), inputs: Vec::new() };
+    let settings = config.pipeline_settings();
+    let mut pipeline = Pipeline::new(&settings);
+    let mut run = Run {
+        clock: Clock::replay(),
+        gap_ms: config.session.gap.ms(),
+        longest_window_ms: settings.longest_window_ms,
+        inputs: Vec::new(),
+        newest_ms: i64::MIN,
+        events: 0,
+        jumps: 0,
+        jump: None,
+    };
     // One more byte than a message may have: the `\r` of a CRLF line.
     let limit = config.input.max_message_bytes.saturating_add(1);
     let mut inputs: Vec<Input<R>> = inputs
@@ -139,7 +170,7 @@ pub fn replay_inputs<R: BufRead>(
         }
     }
     pipeline.finalize_all();
-    Ok(Replayed { pipeline, inputs: run.inputs })
+    Ok(Replayed { pipeline, inputs: run.inputs, jump: run.jump.map(|j| (j, run.jumps)) })
 }
 
 /// What a replay has counted so far.
@@ -152,6 +183,15 @@ struct Run {
     /// Per input: a file of another format beside good ones must not pass
     /// unseen in the good ones' counts.
     inputs: Vec<InputCount>,
+    /// The longest of `windows.spans`: a jump past it empties the windows.
+    longest_window_ms: i64,
+    /// The newest event time of every input so far.
+    newest_ms: i64,
+    /// Events accepted so far (not ignored ones), every input.
+    events: u64,
+    /// Events that jumped past the windows, and the last of them.
+    jumps: u64,
+    jump: Option<WindowJump>,
 }
 
 impl Run {
@@ -176,6 +216,13 @@ impl Run {
                 count.behind += 1;
             }
             count.newest_ms = count.newest_ms.max(ts);
+            if self.newest_ms > i64::MIN && ts > self.newest_ms.saturating_add(self.longest_window_ms) {
+                self.jumps += 1;
+                let before = self.events;
+                self.jump = Some(WindowJump { input: index, line: number, from_ms: self.newest_ms, to_ms: ts, before });
+            }
+            self.newest_ms = self.newest_ms.max(ts);
+            self.events += 1;
         }
         match result {
             Ok(()) => count.accepted += 1,
@@ -387,7 +434,7 @@ pub fn replay_events_as<R: BufRead>(
         return Err((0, ReplayError::Empty));
     }
     let behind = replayed.inputs.iter().map(|c| c.behind).collect();
-    Ok(ReplayOutput { exposition: exposition(config, &replayed.pipeline), behind })
+    Ok(ReplayOutput { exposition: exposition(config, &replayed.pipeline), behind, jump: replayed.jump })
 }
 
 /// The exposition `/metrics` would show once `pipeline` has read everything.

@@ -195,6 +195,37 @@ fn a_file_out_of_time_order_is_warned_about() {
     assert_eq!((code, err.as_str()), (0, ""));
 }
 
+/// One event stamped more than the longest window (1h) after every event
+/// before it leaves them all outside the windows, which end at the newest
+/// event: the replay says which line did it. An event within the longest
+/// window of the others says nothing.
+#[test]
+fn an_event_past_the_windows_of_all_before_it_is_named() {
+    let t = 1_700_000_000_000;
+    let lines = |last_ms: i64| {
+        [
+            impression_line("i1", "a", t, &["d1", "d2"], "v1"),
+            judgment_line("j1", "a", "d2", r#""grade":1"#, t + 1_000),
+            impression_line("i2", "b", t + 60_000, &["d1"], "v1"),
+            judgment_line("j2", "c", "d1", r#""grade":1"#, last_ms),
+        ]
+        .join("\n")
+    };
+    let jump = Scratch::new("jump", lines(t + 60_000 + 3_600_001).as_bytes());
+    let (code, out, err) = replay(&[], &jump.0);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(&format!("{} line 4: its event time 2023-11-14T23:14:20.001Z", jump.0.display())), "{err}");
+    assert!(err.contains("is 1h after every event before it (the newest 2023-11-14T22:14:20.000Z)"), "{err}");
+    assert!(err.contains("so the 3 event(s) before it are outside every window (the longest is 1h)"), "{err}");
+    // What the warning is about: both lists were scored, no window holds them.
+    assert_eq!(value(&out, r#"rankpulse_lists_finalized_total{ranker="v1",market="us"}"#), 2.0);
+    assert!(!out.contains(r#"rankpulse_ndcg{k="10",window="1h",ranker="v1""#), "{out}");
+    let within = Scratch::new("within-window", lines(t + 60_000 + 3_600_000).as_bytes());
+    let (code, out, err) = replay(&[], &within.0);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert!(out.contains(r#"rankpulse_ndcg{k="10",window="1h",ranker="v1""#), "{out}");
+}
+
 /// An empty input (a file, blank lines, an empty pipe) is refused too.
 #[test]
 fn an_empty_input_fails() {
