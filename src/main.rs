@@ -34,7 +34,8 @@ enum Command {
     Healthcheck(HealthcheckArgs),
     /// Run the stream pipeline over a file of JSON events (one per line) and print the final /metrics exposition.
     ///
-    /// Invalid lines are counted in rankpulse_events_rejected_total, by reason. A file in which no
+    /// Invalid lines are counted in rankpulse_events_rejected_total, by reason, and each file with
+    /// any is named in a warning on stderr with its first. A file in which no
     /// line is a valid event fails (exit 2, nothing printed), saying how many lines were rejected
     /// and why the first one was; so does an empty file (or one of blank lines only): an exposition
     /// of zeros would hide a wrong file.
@@ -612,6 +613,15 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
             name(file),
             humantime::format_duration(config.session.gap.duration),
         );
+    }
+    for (file, (rejected, lines, first)) in args.files.iter().zip(&output.rejected) {
+        if let Some((line, reason)) = first {
+            eprintln!(
+                "rankpulse replay: warning: {}: {rejected} of {lines} line(s) rejected, the first (line {line}) as \
+                 {reason}; rankpulse_events_rejected_total counts them by reason (docs/formats.md)",
+                name(file),
+            );
+        }
     }
     if let Some((jump, jumps)) = output.jump {
         let at = |ms: i64| {

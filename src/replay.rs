@@ -72,6 +72,11 @@ pub struct ReplayOutput {
     pub exposition: String,
     /// Per input (in the order given): its [`InputCount::behind`].
     pub behind: Vec<u64>,
+    /// Per input: lines rejected, of how many, and the first one. An
+    /// input with valid events and rejected ones still replays, but the
+    /// rejects can be every judgment (times in seconds, say): silent
+    /// zeros unless said.
+    pub rejected: Vec<(u64, u64, Option<(u64, RejectReason)>)>,
     /// The last event that left every event before it outside the
     /// windows, and how many did so.
     pub jump: Option<(WindowJump, u64)>,
@@ -434,7 +439,8 @@ pub fn replay_events_as<R: BufRead>(
         return Err((0, ReplayError::Empty));
     }
     let behind = replayed.inputs.iter().map(|c| c.behind).collect();
-    Ok(ReplayOutput { exposition: exposition(config, &replayed.pipeline), behind, jump: replayed.jump })
+    let rejected = replayed.inputs.iter().map(|c| (c.rejected, c.lines, c.first_reject)).collect();
+    Ok(ReplayOutput { exposition: exposition(config, &replayed.pipeline), behind, rejected, jump: replayed.jump })
 }
 
 /// The exposition `/metrics` would show once `pipeline` has read everything.

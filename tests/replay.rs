@@ -74,6 +74,9 @@ fn hand_computed_replay() {
     assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="too_large"}"#), 0.0);
     assert_eq!(value(&out, r#"rankpulse_events_total{topic="replay",type="judgment"}"#), 3.0);
     assert_eq!(value(&out, "rankpulse_open_lists"), 0.0);
+    // A reject beside valid events is said, not only counted: judgments
+    // stamped in seconds would otherwise zero every metric in silence.
+    assert!(err.contains("small.jsonl: 1 of 6 line(s) rejected, the first (line 4) as invalid_json"), "{err}");
     // One list per window: no standard error yet.
     assert!(!out.contains("rankpulse_ndcg_stderr"), "{out}");
 }
