@@ -601,21 +601,31 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
             let name = args.files.get(at).map(name).unwrap_or_default();
             match e {
                 ReplayError::Read(cause) => anyhow::bail!("cannot read {name}: {cause}"),
+                e @ ReplayError::NoValidEvent { .. }
+                    if args.format == rankpulse::event::Format::Rankpulse && config.mapped.is_some() =>
+                {
+                    anyhow::bail!("{name}: {e}; the configuration has a [mapped] section: is it --format mapped?")
+                }
                 e => anyhow::bail!("{name}: {e}"),
             }
         }
     };
-    for (file, behind) in args.files.iter().zip(&output.behind).filter(|(_, n)| **n > 0) {
+    // Events behind in time are only worth a word when they cost something:
+    // one within the gap of its list's other events joins it as if in time.
+    for (file, behind) in args.files.iter().zip(&output.behind).filter(|(_, n)| **n > 0 && output.lost > 0) {
         eprintln!(
             "rankpulse replay: warning: {}: {behind} event(s) more than session.gap ({}) older than an event before \
-             them in the file; their lists were likely final (late or orphan, or a list of their own): sort the \
-             file by timestamp, or give each index as a file of its own",
+             them in the file, and {} list(s) ended orphan or had a judgment come late (dropped, or amended in the \
+             windows only: rankpulse_orphan_lists_total, rankpulse_late_judgments_total): sort the file by \
+             timestamp, or give each index as a file of its own",
             name(file),
             humantime::format_duration(config.session.gap.duration),
+            output.lost,
         );
     }
-    for (file, (rejected, lines, first)) in args.files.iter().zip(&output.rejected) {
-        if let Some((line, reason)) = first {
+    for (file, input) in args.files.iter().zip(&output.inputs) {
+        if let Some((line, reason)) = input.first_reject {
+            let (rejected, lines) = (input.rejected, input.lines);
             eprintln!(
                 "rankpulse replay: warning: {}: {rejected} of {lines} line(s) rejected, the first (line {line}) as \
                  {reason}; rankpulse_events_rejected_total counts them by reason (docs/formats.md)",
@@ -633,14 +643,18 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
             1 => String::new(),
             n => format!(" ({n} events jumped so; this is the last)"),
         };
+        let file = |input: usize| args.files.get(input).map(name).unwrap_or_default();
         eprintln!(
-            "rankpulse replay: warning: {} line {}: its event time {} is {} after every event before it \
-             (the newest {}){others}; the windows end at the newest event, so the {} event(s) before it are \
-             outside every window (the longest is {}): if that event's clock is wrong, remove the line",
-            args.files.get(jump.input).map(name).unwrap_or_default(),
+            "rankpulse replay: warning: the windows end at the newest event, and hold nothing before {} line {} \
+             ({}){others}: it is {} after every event before it, the newest of which is {} line {} ({}); so the {} \
+             event(s) before it are outside every window (the longest is {}). If the clock of one of these two \
+             lines is wrong, remove that line",
+            file(jump.input),
             jump.line,
             at(jump.to_ms),
             humantime::format_duration(after),
+            file(jump.from.0),
+            jump.from.1,
             at(jump.from_ms),
             jump.before,
             config

@@ -68,7 +68,13 @@ fn a_mapped_replay_needs_its_mapping() {
     let (code, _, err) = replay(&[], &[&file]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("no line is a valid event"), "{err}");
-    for f in [&file, &bare] {
+    assert!(!err.contains("--format mapped?"), "{err}");
+    // The same with a mapping configured: the error asks about the flag.
+    let config = temp("hint.toml", &[MAPPING_TOML.as_bytes().to_vec()]);
+    let (code, _, err) = replay(&["--config", config.to_str().unwrap()], &[&file]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the configuration has a [mapped] section: is it --format mapped?"), "{err}");
+    for f in [&file, &bare, &config] {
         let _ = std::fs::remove_file(f);
     }
 }

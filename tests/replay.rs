@@ -176,26 +176,36 @@ fn a_file_without_a_valid_event_fails_with_its_first_reject() {
 
 /// A file out of time order by more than the gap (an index exported shard
 /// by shard) is replayed, with a warning that says how many events came
-/// behind and what to do; one in order, or within the gap, has none.
+/// behind, what it cost and what to do, when it cost something (a list
+/// orphan, a late judgment dropped, or amended in the windows only). One
+/// behind by less than the gap joins its list: no warning then.
 #[test]
 fn a_file_out_of_time_order_is_warned_about() {
     let t = 1_700_000_000_000;
     let lines = |second_list_ms: i64| {
         [
             impression_line("i1", "a", t, &["d1", "d2"], "v1"),
-            impression_line("i2", "b", t + 60_000, &["d1"], "v1"),
-            judgment_line("j1", "a", "d2", r#""grade":1"#, second_list_ms),
+            impression_line("i2", "b", second_list_ms, &["d1"], "v1"),
+            judgment_line("j1", "a", "d2", r#""grade":1"#, t + 1_000),
         ]
         .join("\n")
     };
-    let behind = Scratch::new("behind", lines(t + 1_000).as_bytes());
-    let (code, _, err) = replay(&[], &behind.0);
-    assert_eq!(code, 0, "{err}");
-    assert!(err.contains("warning") && err.contains("1 event(s) more than session.gap (30s) older"), "{err}");
-    assert!(err.contains(behind.0.to_str().unwrap()) && err.contains("sort the file by timestamp"), "{err}");
-    let within = Scratch::new("within", lines(t + 45_000).as_bytes());
-    let (code, _, err) = replay(&[], &within.0);
+    for (name, second_list_ms, outcome) in [("dropped", t + 200_000, "dropped"), ("amended", t + 60_000, "amended")] {
+        let behind = Scratch::new(name, lines(second_list_ms).as_bytes());
+        let (code, out, err) = replay(&[], &behind.0);
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains("warning") && err.contains("1 event(s) more than session.gap (30s) older"), "{err}");
+        assert!(err.contains("and 1 list(s) ended orphan or had a judgment come late"), "{err}");
+        assert!(err.contains(behind.0.to_str().unwrap()) && err.contains("sort the file by timestamp"), "{err}");
+        let late = format!(r#"rankpulse_late_judgments_total{{outcome="{outcome}"}}"#);
+        assert_eq!(value(&out, "rankpulse_orphan_lists_total") + value(&out, &late), 1.0, "{out}");
+    }
+    let within = Scratch::new("within", lines(t + 20_000).as_bytes());
+    let (code, out, err) = replay(&[], &within.0);
     assert_eq!((code, err.as_str()), (0, ""));
+    // List a scored with its judgment: d2 at rank 2.
+    let ndcg = value(&out, r#"rankpulse_ndcg_sum{k="10",ranker="v1",market="us"}"#);
+    assert!((ndcg - 1.0 / 3f64.log2()).abs() < 1e-12, "{out}");
 }
 
 /// One event stamped more than the longest window (1h) after every event
@@ -217,8 +227,12 @@ fn an_event_past_the_windows_of_all_before_it_is_named() {
     let jump = Scratch::new("jump", lines(t + 60_000 + 3_600_001).as_bytes());
     let (code, out, err) = replay(&[], &jump.0);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains(&format!("{} line 4: its event time 2023-11-14T23:14:20.001Z", jump.0.display())), "{err}");
-    assert!(err.contains("is 1h after every event before it (the newest 2023-11-14T22:14:20.000Z)"), "{err}");
+    let name = jump.0.display();
+    assert!(
+        err.contains(&format!("hold nothing before {name} line 4 (2023-11-14T23:14:20.001Z): it is 1h after")),
+        "{err}"
+    );
+    assert!(err.contains(&format!("the newest of which is {name} line 3 (2023-11-14T22:14:20.000Z)")), "{err}");
     assert!(err.contains("so the 3 event(s) before it are outside every window (the longest is 1h)"), "{err}");
     // What the warning is about: both lists were scored, no window holds them.
     assert_eq!(value(&out, r#"rankpulse_lists_finalized_total{ranker="v1",market="us"}"#), 2.0);
@@ -227,6 +241,91 @@ fn an_event_past_the_windows_of_all_before_it_is_named() {
     let (code, out, err) = replay(&[], &within.0);
     assert_eq!((code, err.as_str()), (0, ""));
     assert!(out.contains(r#"rankpulse_ndcg{k="10",window="1h",ranker="v1""#), "{out}");
+}
+
+/// A clock running ahead: one event more than `input.max_future_skew` (5m)
+/// after every event before it in its file, and as much after one of the
+/// events that follow it, is rejected as `future_timestamp`, as Kafka's
+/// timestamp has it rejected in the daemon. Before, one such click at the
+/// head of a judgments file held that file back until the impressions
+/// file had gone past it, and every list ended orphan. A quiet spell (the
+/// events after a jump stay after it) is no such event.
+#[test]
+fn an_event_of_a_clock_running_ahead_of_its_file_is_rejected() {
+    let t = 1_700_000_000_000;
+    let imps: Vec<String> = (0..4)
+        .map(|i| impression_line(&format!("i{i}"), &format!("s{i}"), t + i * 60_000, &["d1", "d2"], "v1"))
+        .collect();
+    let judged =
+        |extra: Option<String>| {
+            let mut lines: Vec<String> = extra.into_iter().collect();
+            lines.extend((0..4).map(|i| {
+                judgment_line(&format!("j{i}"), &format!("s{i}"), "d2", r#""grade":2"#, t + i * 60_000 + 5_000)
+            }));
+            lines.join("\n")
+        };
+    let imps = Scratch::new("ahead-imps", imps.join("\n").as_bytes());
+    let clean = Scratch::new("ahead-clean", judged(None).as_bytes());
+    let ahead = judged(Some(judgment_line("bad", "s0", "d1", r#""grade":3"#, t + 2 * 3_600_000)));
+    let ahead = Scratch::new("ahead-bad", ahead.as_bytes());
+    let (code, expected, err) = replay_files(&[&imps.0, &clean.0]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    let ndcg = r#"rankpulse_ndcg_sum{k="10",ranker="v1",market="us"}"#;
+    // d2 at rank 2 in every list: 1 / log2 3 each.
+    assert!((value(&expected, ndcg) - 4.0 / 3f64.log2()).abs() < 1e-12, "{expected}");
+    let (code, out, err) = replay_files(&[&imps.0, &ahead.0]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: 1 of 5 line(s) rejected, the first (line 1) as future_timestamp",
+            ahead.0.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(value(&out, ndcg), value(&expected, ndcg), "{out}");
+    assert_eq!(value(&out, "rankpulse_orphan_lists_total"), 0.0);
+    assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="future_timestamp"}"#), 1.0);
+    // In one file, in the middle: the same.
+    let mut one: Vec<String> = (0..4)
+        .flat_map(|i| {
+            [
+                impression_line(&format!("i{i}"), &format!("s{i}"), t + i * 60_000, &["d1", "d2"], "v1"),
+                judgment_line(&format!("j{i}"), &format!("s{i}"), "d2", r#""grade":2"#, t + i * 60_000 + 5_000),
+            ]
+        })
+        .collect();
+    let clean_one = Scratch::new("ahead-one-clean", one.join("\n").as_bytes());
+    one.insert(3, judgment_line("bad", "s1", "d1", r#""grade":3"#, t + 2 * 3_600_000));
+    let ahead_one = Scratch::new("ahead-one", one.join("\n").as_bytes());
+    let (_, expected_one, _) = replay(&[], &clean_one.0);
+    let (code, out, err) = replay(&[], &ahead_one.0);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("1 of 9 line(s) rejected, the first (line 4) as future_timestamp"), "{err}");
+    assert_eq!(value(&out, ndcg), value(&expected_one, ndcg), "{out}");
+    // A quiet spell of half an hour: every event after it stays after it.
+    let spell: Vec<String> = (0..4)
+        .flat_map(|i| {
+            let at = t + i * 60_000 + if i >= 2 { 1_800_000 } else { 0 };
+            [
+                impression_line(&format!("i{i}"), &format!("s{i}"), at, &["d1", "d2"], "v1"),
+                judgment_line(&format!("j{i}"), &format!("s{i}"), "d2", r#""grade":2"#, at + 5_000),
+            ]
+        })
+        .collect();
+    let spell = Scratch::new("quiet-spell", spell.join("\n").as_bytes());
+    let (code, out, err) = replay(&[], &spell.0);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(value(&out, ndcg), value(&expected_one, ndcg), "{out}");
+}
+
+/// `rankpulse replay FILE…` with the default configuration.
+fn replay_files(files: &[&Path]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse")).arg("replay").args(files).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 /// An empty input (a file, blank lines, an empty pipe) is refused too.
