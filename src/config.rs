@@ -157,10 +157,18 @@ impl<'de> Deserialize<'de> for Moment {
         enum Written {
             Text(String),
             Toml(toml::value::Datetime),
+            // Epoch milliseconds, as events carry them: refused with what
+            // to write instead, not serde's "no variant matched".
+            Number(i64),
         }
         let text = match Written::deserialize(d)? {
             Written::Text(text) => text,
             Written::Toml(t) => t.to_string(),
+            Written::Number(n) => {
+                return Err(serde::de::Error::custom(format!(
+                    "{n} is a number: write a date-time (RFC 3339), e.g. \"2000-01-01T00:00:00Z\""
+                )));
+            }
         };
         text.parse().map_err(serde::de::Error::custom)
     }
@@ -1615,6 +1623,9 @@ mod tests {
             let e = from_toml(&format!("[input]\nmin_timestamp = {bad}\n")).unwrap_err().to_string();
             assert!(e.starts_with("config key input.min_timestamp:"), "{bad}: {e}");
         }
+        // Epoch milliseconds say what to write instead.
+        let e = from_toml("[input]\nmin_timestamp = 946684800000\n").unwrap_err().to_string();
+        assert!(e.contains("946684800000 is a number: write a date-time (RFC 3339)"), "{e}");
     }
 
     /// librdkafka properties written as bare numbers or booleans, as users

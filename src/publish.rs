@@ -309,7 +309,7 @@ pub fn render(s: &Snapshot) -> String {
         let n = s.counters.dimension_overflow.get(&i).copied().unwrap_or(0);
         f.counter(
             &format!("{PREFIX}dimension_overflow_total"),
-            "Impressions whose value of a dimension label was reported as __other__ (dimensions.max_values reached)",
+            "Impressions whose value of a dimension label was reported as __other__ (dimensions.max_values reached, or the value longer than dimensions.max_value_bytes)",
             &[("label", label)],
             n as f64,
         );

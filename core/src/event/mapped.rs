@@ -420,21 +420,30 @@ struct Walk<'c, 'm, 's, 'de> {
 }
 
 impl<'c, 'm, 's, 'de> Walk<'c, 'm, 's, 'de> {
-    fn put(&mut self, value: Scalar<'de>) {
+    /// A member a path reaches, given twice in its object, is `wrong_type`
+    /// (as serde rejects it in the other formats): keeping the first, as
+    /// this walk would, or the last, as most JSON parsers do, would be a
+    /// guess between two grades or two sessions.
+    fn put<E: de::Error>(&mut self, value: Scalar<'de>) -> Result<(), E> {
         for &(target, alt) in &self.trie.nodes[self.node].slots {
             let slot = &mut self.slots[target.slot()];
-            if slot.as_ref().is_none_or(|(a, _)| alt < *a) {
-                *slot = Some((alt, value.clone()));
+            match slot {
+                Some((a, _)) if *a == alt => return Err(E::custom("a member given twice")),
+                Some((a, _)) if *a < alt => {}
+                _ => *slot = Some((alt, value.clone())),
             }
         }
+        Ok(())
     }
 
-    /// Whether alternative `alt` of `results` beats what was found so far.
-    fn results_wanted(&self) -> Option<u8> {
-        let alt = self.trie.nodes[self.node].results?;
+    /// Whether alternative `alt` of `results` beats what was found so far;
+    /// the same alternative found again is a member given twice.
+    fn results_wanted<E: de::Error>(&self) -> Result<Option<u8>, E> {
+        let Some(alt) = self.trie.nodes[self.node].results else { return Ok(None) };
         match &*self.results {
-            Some((a, _)) if *a <= alt => None,
-            _ => Some(alt),
+            Some((a, _)) if *a == alt => Err(E::custom("a member given twice")),
+            Some((a, _)) if *a < alt => Ok(None),
+            _ => Ok(Some(alt)),
         }
     }
 
@@ -442,11 +451,10 @@ impl<'c, 'm, 's, 'de> Walk<'c, 'm, 's, 'de> {
         if self.root {
             return Err(E::invalid_type(de::Unexpected::Other("a scalar"), &"an object"));
         }
-        if let Some(alt) = self.results_wanted() {
+        if let Some(alt) = self.results_wanted()? {
             *self.results = Some((alt, Found::Other));
         }
-        self.put(value);
-        Ok(())
+        self.put(value)
     }
 
     fn child(&mut self, node: usize) -> Walk<'_, 'm, '_, 'de> {
@@ -503,10 +511,10 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
         Ok(())
     }
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-        if let Some(alt) = self.results_wanted() {
+        if let Some(alt) = self.results_wanted()? {
             *self.results = Some((alt, Found::Other));
         }
-        self.put(Scalar::Compound);
+        self.put(Scalar::Compound)?;
         while let Some(key) = map.next_key::<Text<'de>>()? {
             match self.trie.child_by_key(self.node, &key.0) {
                 Some(c) => map.next_value_seed(self.child(c))?,
@@ -519,8 +527,8 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
         if self.root {
             return Err(de::Error::invalid_type(de::Unexpected::Seq, &"an object"));
         }
-        self.put(Scalar::Compound);
-        if let Some(alt) = self.results_wanted() {
+        self.put(Scalar::Compound)?;
+        if let Some(alt) = self.results_wanted()? {
             let mut found = Vec::with_capacity(seq.size_hint().unwrap_or(16).min(16));
             let mut failed = None;
             // Elements read, kept or not: more than `max_results` is
@@ -895,6 +903,29 @@ mod tests {
         assert_eq!(grade_of(&j(r#","label":2.5"#)), Err(RejectReason::WrongType));
         assert_eq!(grade_of(&j(r#","event_type":1"#)), Err(RejectReason::WrongType));
         assert_eq!(grade_of(&j("")), Err(RejectReason::MissingField));
+    }
+
+    /// A member that a path reaches, given twice, at any depth, is
+    /// `wrong_type`: which of the two is meant cannot be known. Members no
+    /// path reaches may repeat, as the message's own business.
+    #[test]
+    fn a_member_given_twice_on_a_path_is_wrong_type() {
+        let imp = r#""user":{"session_id":"s"},"ts":1700000000000,"hits":[{"doc_id":"a"}]"#;
+        let judg = r#""user":{"session_id":"s"},"ts":1700000000000,"doc":"a""#;
+        assert!(event(&format!("{{{imp}}}")).is_ok());
+        assert!(event(&format!(r#"{{{judg},"label":0}}"#)).is_ok());
+        for twice in [
+            format!(r#"{{{judg},"label":0,"label":3}}"#),
+            format!(r#"{{"user":{{"session_id":"s2"}},{judg},"label":3}}"#),
+            format!(r#"{{{judg},"label":3,"geo":{{"market":"us","market":"de"}}}}"#),
+            format!(r#"{{{imp},"hits":[{{"doc_id":"b"}}]}}"#),
+            r#"{"user":{"session_id":"s"},"ts":1700000000000,"hits":[{"doc_id":"a","doc_id":"b"}]}"#.to_string(),
+        ] {
+            assert_eq!(event(&twice).map(|_| ()), Err(RejectReason::WrongType), "{twice}");
+        }
+        // Two alternatives of one field, each once: the first wins.
+        assert!(event(&format!(r#"{{{judg},"label":3,"geo":{{"market":"us","markets":["x","de"]}}}}"#)).is_ok());
+        assert!(event(&format!(r#"{{{judg},"label":3,"other":1,"other":2}}"#)).is_ok());
     }
 
     #[test]
