@@ -767,6 +767,12 @@ impl Assembler {
         };
         let applied = match late {
             Some(applied) => applied,
+            // A re-delivery stamped anew (a producer's retry that takes the
+            // time again), more than a gap after its list: the final list
+            // counted it already. Judgments are asked in `late_event`.
+            None if at.is_none() && matches!(event, Event::Impression(_)) && self.seen_in_final(key, event_hash) => {
+                Applied::Duplicate
+            }
             None => {
                 if at.is_none() && self.open_lists.len() >= self.limits.max_open_lists {
                     self.evict_oldest(sink);
@@ -906,6 +912,9 @@ impl Assembler {
         // became final.
         let closed_at = header.last_event_ms.saturating_add(gap);
         if ts > closed_at || watermark > closed_at.saturating_add(horizon) {
+            if self.seen_in_final(key, event_hash) {
+                return Some(Applied::Duplicate);
+            }
             self.forget_closed(key, sink);
             return None;
         }
@@ -1119,6 +1128,17 @@ impl Assembler {
 
     /// Forgets a final list, putting it back into the windows first if it
     /// was withdrawn.
+    /// Whether the final list of `key`, still remembered for late events,
+    /// took the event `event_hash`.
+    fn seen_in_final(&mut self, key: ListKey, event_hash: u64) -> bool {
+        let Some(start) = self.closed_lists.locate(key) else { return false };
+        let mut list = self.scratch.take().unwrap_or_default();
+        self.closed_lists.load_at(start, &mut list);
+        let seen = list.event_ids.contains(&event_hash);
+        self.scratch = Some(list);
+        seen
+    }
+
     fn forget_closed(&mut self, key: ListKey, sink: &mut impl FnMut(Closed)) {
         if self.withdrawn.remove(&key) {
             self.reinstate(key, sink);
@@ -1483,6 +1503,30 @@ mod tests {
         judged.sort();
         assert_eq!(judged, [0, 2, 3]);
         assert_eq!(&*f.dims, ["a", MISSING_DIMENSION]);
+    }
+
+    /// An event delivered again with a new time more than a gap after its
+    /// list (a producer's retry that stamps the time anew) counts once
+    /// while the final list is remembered (`late.horizon`): it is a
+    /// duplicate of the final list's, not a list of its own (an
+    /// impression) or an orphan (a judgment).
+    #[test]
+    fn a_redelivery_stamped_anew_after_the_gap_is_a_duplicate() {
+        // Final lists are remembered for the late horizon (1m) only.
+        let mut asm = Assembler::with_limits(AssemblyLimits::default(), vec!["ranker".into()], None);
+        let mut out = Vec::new();
+        let mut ingest = |asm: &mut Assembler, e: &str| asm.ingest_t(&ev(e), 0, None, &mut |c| out.push(c.into()));
+        assert_eq!(ingest(&mut asm, &imp("i1", "s", 1_000, &[("d1", 1), ("d2", 2)])), Applied::Applied);
+        assert_eq!(ingest(&mut asm, &judg("j1", "s", 3_000, "d2", 2)), Applied::Applied);
+        assert_eq!(ingest(&mut asm, &imp("i1", "s", 61_000, &[("d1", 1), ("d2", 2)])), Applied::Duplicate);
+        assert_eq!(ingest(&mut asm, &judg("j1", "s", 62_000, "d2", 2)), Applied::Duplicate);
+        // Another event of the key that late: a list of its own, as before.
+        assert_eq!(ingest(&mut asm, &imp("i2", "s", 63_000, &[("d3", 1)])), Applied::Applied);
+        asm.finalize_all(&mut |c| out.push(c.into()));
+        let finals: Vec<&Fin> = out.iter().filter_map(final_of).collect();
+        assert_eq!(finals.len(), 2, "{out:?}");
+        assert_eq!(finals[0].shown.len(), 2);
+        assert_eq!(finals[1].shown.len(), 1);
     }
 
     #[test]
