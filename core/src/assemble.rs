@@ -1705,7 +1705,9 @@ mod tests {
 
     /// A UBI impression event whose list is final belongs to it as a late
     /// judgment does: amended into it (or dropped, by policy), not a list
-    /// of its own without a query that takes the clicks after it.
+    /// of its own without a query that takes the clicks after it. On a
+    /// compact list and on one past BIG_RUN_WORDS (250 results), which
+    /// indexes its positions in a hash map.
     #[test]
     fn late_impression_events_amend_their_final_list() {
         let shown = |id: &str, ms: i64, doc: &str, ordinal: u32| {
@@ -1713,36 +1715,47 @@ mod tests {
                 r#"{{"action_name":"impression","client_id":"s","query_id":"q","timestamp":{ms},"message":"{id}","event_attributes":{{"object":{{"object_id":"{doc}"}},"position":{{"ordinal":{ordinal}}}}}}}"#
             )
         };
-        for policy in [LatePolicy::Amend, LatePolicy::Drop] {
+        for (size, policy) in
+            [(2u32, LatePolicy::Amend), (2, LatePolicy::Drop), (300, LatePolicy::Amend), (300, LatePolicy::Drop)]
+        {
             let mut asm = Assembler::with_limits(limits(policy), vec![], None);
             let mut out = Vec::new();
             let limits = DecodeLimits::default();
+            let docs: Vec<(String, u32)> = (1..=size).map(|p| (format!("d{p}"), p)).collect();
+            let docs: Vec<(&str, u32)> = docs.iter().map(|(d, p)| (d.as_str(), *p)).collect();
+            let extra = format!("d{}", size + 1);
             let mut feed = |asm: &mut Assembler, e: &Event| {
                 asm.ingest_t(e, 0, None, &mut |c| out.push(c.into()));
                 asm.finalize_expired(None, &mut |c| out.push(c.into()));
             };
-            feed(&mut asm, &ev(&imp("i1", "s", 0, &[("d1", 1), ("d2", 2)])));
+            // Pages of at most 200 results (the decoder's limit).
+            let (first, rest) = docs.split_at(docs.len().min(200));
+            feed(&mut asm, &ev(&imp("i1", "s", 0, first)));
+            if !rest.is_empty() {
+                feed(&mut asm, &ev(&imp("i1b", "s", 0, rest)));
+            }
             feed(&mut asm, &ev(&judg("j1", "s", 1_000, "d1", 1)));
             // Another list moves the watermark past 1 s + gap: s is final.
             feed(&mut asm, &ev(&imp("i2", "t", 20_000, &[("d1", 1)])));
-            // Its third result, shown at 5 s, arrives late; then a click on it.
-            let late = shown("e1", 5_000, "d3", 2);
+            // One more result (0-based ordinal `size`), shown at 5 s, arrives
+            // late; then a click on it.
+            let late = shown("e1", 5_000, &extra, size);
             let late = crate::event::ubi::decode(crate::event::Format::UbiEvents, late.as_bytes(), &limits).unwrap();
             feed(&mut asm, &late);
             feed(&mut asm, &late);
-            feed(&mut asm, &ev(&judg("j2", "s", 5_500, "d3", 3)));
+            feed(&mut asm, &ev(&judg("j2", "s", 5_500, &extra, 3)));
             asm.finalize_all(&mut |c| out.push(c.into()));
             let finals: Vec<&Fin> = out.iter().filter_map(final_of).collect();
-            assert_eq!(finals.len(), 2, "{policy:?}: no list of its own: {finals:?}");
+            assert_eq!(finals.len(), 2, "{size} {policy:?}: no list of its own: {finals:?}");
             let amended = out.iter().filter(|c| **c == Got::LateAmended).count();
             let dropped = out.iter().filter(|c| **c == Got::LateDropped).count();
             let moved: Vec<&Got> = out.iter().filter(|c| matches!(c, Got::Withdrawn(_) | Got::Reinstated(_))).collect();
             match policy {
                 LatePolicy::Amend => {
                     // The re-delivery is a duplicate. The list leaves the
-                    // windows and comes back at each sweep: with d3 shown
-                    // third, then with its grade.
-                    assert_eq!((amended, dropped), (2, 0));
+                    // windows and comes back at each sweep: with the extra
+                    // result shown last, then with its grade.
+                    assert_eq!((amended, dropped), (2, 0), "{size}");
                     let shown: Vec<&[Grade]> = moved
                         .iter()
                         .map(|g| match g {
@@ -1750,11 +1763,19 @@ mod tests {
                             _ => unreachable!(),
                         })
                         .collect();
-                    assert_eq!(shown, [&[1, 0][..], &[1, 0, 0], &[1, 0, 0], &[1, 0, 3]], "{moved:?}");
+                    let grades = |n: usize, last: Grade| {
+                        let mut g = vec![0; n];
+                        g[0] = 1;
+                        g[n - 1] = last.max(g[n - 1]);
+                        g
+                    };
+                    let n = size as usize;
+                    let expected = [grades(n, 0), grades(n + 1, 0), grades(n + 1, 0), grades(n + 1, 3)];
+                    assert_eq!(shown, expected.iter().map(Vec::as_slice).collect::<Vec<_>>(), "{size}");
                 }
-                LatePolicy::Drop => assert_eq!((amended, dropped, moved.len()), (0, 2, 0)),
+                LatePolicy::Drop => assert_eq!((amended, dropped, moved.len()), (0, 2, 0), "{size}"),
             }
-            assert_eq!(out.iter().filter(|c| **c == Got::Orphan).count(), 0, "{policy:?}");
+            assert_eq!(out.iter().filter(|c| **c == Got::Orphan).count(), 0, "{size} {policy:?}");
         }
     }
 
