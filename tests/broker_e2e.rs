@@ -141,7 +141,8 @@ fn the_state_topic_is_created_compacted_and_other_topics_are_refused() {
 /// wrote: a checkpoints and stops, b takes every partition over. The list
 /// shows both, b the latest owner of every partition; forgetting b is
 /// refused (exit 2, naming them), forgetting a tombstones its records, and
-/// the list then shows b alone.
+/// the list then shows b alone. A state.topic that does not exist is
+/// named as missing.
 #[test]
 #[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn state_list_and_forget_show_and_clean_a_departed_instance() {
@@ -187,6 +188,19 @@ fn state_list_and_forget_show_and_clean_a_departed_instance() {
     let (code, list, err) = state(&["list"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(list.contains("2 instance(s)"), "{list}");
+    // A state.topic that does not exist is said to be missing, not an
+    // "Unknown partition".
+    let missing = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["state", "list"])
+        .env("RANKPULSE__KAFKA__BROKERS", &broker)
+        .env("RANKPULSE__KAFKA__GROUP_ID", &group)
+        .env("RANKPULSE__STATE__BACKEND", "kafka")
+        .env("RANKPULSE__STATE__TOPIC", "rankpulse-state-never-created")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(2), "{err}");
+    assert!(err.contains("state.topic rankpulse-state-never-created: no such topic"), "{err}");
     let line = |name: &str| list.lines().find(|l| l.starts_with(&format!("{name}: "))).unwrap_or_default().to_string();
     assert!(line("a").contains("latest owner of []"), "{list}");
     assert!(line("b").contains("latest owner of [0, 1, 2, 3]"), "{list}");

@@ -744,6 +744,27 @@ impl KafkaStore {
     /// an instance name of its own (it must not take any instance's
     /// records for its own), never creating the topic.
     pub fn inspect(config: &Config) -> Result<KafkaStore, StateError> {
+        // A topic that does not exist: said so, not as the reader's
+        // "Unknown partition".
+        let topic = &config.state.topic;
+        let context = StateContext::default();
+        let probe: BaseConsumer<StateContext> = client_config(config)
+            .create_with_context(context.clone())
+            .map_err(|e| StateError::Kafka { topic: topic.clone(), cause: crate::kafka::error_text(&e) })?;
+        let metadata = probe.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| {
+            serve_events(&probe);
+            let cause = format!("cannot reach the brokers: {}", crate::kafka::error_text(&e));
+            StateError::Kafka { topic: topic.clone(), cause: context.0.explain(cause) }
+        })?;
+        if let Some(e) = metadata.topics().iter().find(|t| t.name() == topic).and_then(|t| t.error()) {
+            let cause = match RDKafkaErrorCode::from(e) {
+                RDKafkaErrorCode::UnknownTopicOrPartition => {
+                    "no such topic (`rankpulse run` with state.backend = \"kafka\" creates it)".to_string()
+                }
+                code => code.to_string(),
+            };
+            return Err(StateError::Kafka { topic: topic.clone(), cause });
+        }
         let mut config = config.clone();
         config.state.instance = format!("rankpulse-state-cli-{}", std::process::id());
         KafkaStore::connect(&config, MAX_CHUNK_BYTES)
