@@ -610,16 +610,24 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
             }
         }
     };
+    let at = |ms: i64| {
+        let since_epoch = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+        humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + since_epoch)
+    };
     // Events behind in time are only worth a word when they cost something:
     // one within the gap of its list's other events joins it as if in time.
-    for (file, behind) in args.files.iter().zip(&output.behind).filter(|(_, n)| **n > 0 && output.lost > 0) {
+    for (file, input) in args.files.iter().zip(&output.inputs).filter(|_| output.lost > 0) {
+        let Some((line, ms)) = input.behind_of else { continue };
         eprintln!(
-            "rankpulse replay: warning: {}: {behind} event(s) more than session.gap ({}) older than an event before \
-             them in the file, and {} list(s) ended orphan or had a judgment come late (dropped, or amended in the \
-             windows only: rankpulse_orphan_lists_total, rankpulse_late_judgments_total): sort the file by \
+            "rankpulse replay: warning: {}: {} event(s) more than session.gap ({}) older than an event before \
+             them in the file, the first behind line {line} ({}); in the whole replay {} list(s) ended orphan or \
+             had a judgment come late (dropped, or amended in the windows only: rankpulse_orphan_lists_total, \
+             rankpulse_late_judgments_total). If line {line}'s clock is wrong, remove it; else sort the file by \
              timestamp, or give each index as a file of its own",
             name(file),
+            input.behind,
             humantime::format_duration(config.session.gap.duration),
+            at(ms),
             output.lost,
         );
     }
@@ -634,10 +642,6 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
         }
     }
     if let Some((jump, jumps)) = output.jump {
-        let at = |ms: i64| {
-            let since_epoch = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-            humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + since_epoch)
-        };
         let after = std::time::Duration::from_secs(u64::try_from((jump.to_ms - jump.from_ms) / 1000).unwrap_or(0));
         let others = match jumps {
             1 => String::new(),

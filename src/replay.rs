@@ -63,15 +63,17 @@ pub struct InputCount {
     /// this input: their lists were likely final already (a file in the
     /// order of an index's shards, not of time).
     pub behind: u64,
-    /// The newest event time read so far.
+    /// The event the first of them was behind (its line and time): the
+    /// whole file's order, or that one event's clock, is wrong.
+    pub behind_of: Option<(u64, i64)>,
+    /// The newest event time read so far, and its line.
     newest_ms: i64,
+    newest_line: u64,
 }
 
 /// What `rankpulse replay` shows, and what it should tell on the side.
 pub struct ReplayOutput {
     pub exposition: String,
-    /// Per input (in the order given): its [`InputCount::behind`].
-    pub behind: Vec<u64>,
     /// Lists that ended orphan, and late judgments: what events behind
     /// their time cost, if anything (an amended list is right in the
     /// windows, but the since-start counters keep its first values).
@@ -136,7 +138,6 @@ pub fn replay_inputs<R: BufRead>(
     let mut run = Run {
         clock: Clock::replay(),
         gap_ms: config.session.gap.ms(),
-        skew_ms: settings.max_future_skew_ms,
         longest_window_ms: settings.longest_window_ms,
         inputs: Vec::new(),
         newest_ms: i64::MIN,
@@ -154,28 +155,29 @@ pub fn replay_inputs<R: BufRead>(
             reader,
             index,
             number: 0,
-            current: 0,
             pending: None,
             update_body: false,
             line: Vec::new(),
             line_format: format,
             head: None,
-            ahead: std::collections::VecDeque::with_capacity(LOOKAHEAD),
-            spare: Vec::new(),
-            ended: false,
         })
         .collect();
-    let fresh = InputCount { lines: 0, accepted: 0, rejected: 0, first_reject: None, behind: 0, newest_ms: i64::MIN };
+    let fresh = InputCount {
+        lines: 0,
+        accepted: 0,
+        rejected: 0,
+        first_reject: None,
+        behind: 0,
+        behind_of: None,
+        newest_ms: i64::MIN,
+        newest_line: 0,
+    };
     run.inputs = vec![fresh; inputs.len()];
     if let [only] = inputs.as_mut_slice() {
         // One input: its order is the order; each line decoded once.
         let at = only.index;
         while let Some(number) = only.advance(format, limit, &mut pipeline, &mut run).map_err(|e| (at, e))? {
             let decoded = pipeline.prepare_as(only.line_format, trim_line(&only.line));
-            let decoded = match &decoded {
-                Ok(event) if only.runs_ahead(event, &pipeline, &run) => Err(RejectReason::FutureTimestamp),
-                _ => decoded,
-            };
             run.ingest(&mut pipeline, &decoded, only.index, number);
         }
     } else {
@@ -186,7 +188,7 @@ pub fn replay_inputs<R: BufRead>(
         }
         while let Some(input) = inputs.iter_mut().filter(|i| i.head.is_some()).min_by_key(|i| (i.head, i.index)) {
             let decoded = pipeline.prepare_as(input.line_format, trim_line(&input.line));
-            let number = input.current;
+            let number = input.number;
             run.ingest(&mut pipeline, &decoded, input.index, number);
             input.fill(format, limit, &mut pipeline, &mut run).map_err(|e| (input.index, e))?;
         }
@@ -202,9 +204,6 @@ struct Run {
     clock: Clock,
     /// `session.gap`: disorder beyond it makes events late.
     gap_ms: i64,
-    /// `input.max_future_skew`: how far an event may run ahead of its
-    /// neighbours in the file (see [`Input::runs_ahead`]).
-    skew_ms: i64,
     /// Per input: a file of another format beside good ones must not pass
     /// unseen in the good ones' counts.
     inputs: Vec<InputCount>,
@@ -241,8 +240,11 @@ impl Run {
             let ts = event.timestamp_ms();
             if ts < count.newest_ms.saturating_sub(self.gap_ms) {
                 count.behind += 1;
+                count.behind_of.get_or_insert((count.newest_line, count.newest_ms));
             }
-            count.newest_ms = count.newest_ms.max(ts);
+            if ts > count.newest_ms {
+                (count.newest_ms, count.newest_line) = (ts, number);
+            }
             if self.newest_ms > i64::MIN && ts > self.newest_ms.saturating_add(self.longest_window_ms) {
                 self.jumps += 1;
                 let before = self.events;
@@ -264,11 +266,7 @@ impl Run {
             Ok(()) => count.accepted += 1,
             Err(reason) => {
                 count.rejected += 1;
-                // Lines read ahead are rejected before the ones applied
-                // before them: the first is the lowest line number.
-                if count.first_reject.is_none_or(|(first, _)| number < first) {
-                    count.first_reject = Some((number, reason));
-                }
+                count.first_reject.get_or_insert((number, reason));
             }
         }
     }
@@ -288,8 +286,6 @@ struct Input<R> {
     index: usize,
     /// Lines read so far, blank ones included (the last one's number).
     number: u64,
-    /// The line number of `line`: lines are read ahead of it.
-    current: u64,
     /// What the last `_bulk` action line said the next line is.
     pending: Option<Format>,
     /// The last line was a `_bulk` `update`: the next is its partial
@@ -302,31 +298,12 @@ struct Input<R> {
     /// The event time of `line` when it is an event waiting to be applied
     /// (merging only); `None` once the input is exhausted.
     head: Option<i64>,
-    /// The messages after `line`, read ahead: their times tell an event
-    /// of a clock running ahead from the first of a quiet spell.
-    ahead: std::collections::VecDeque<Ahead>,
-    /// Buffers of messages applied, for the next ones read.
-    spare: Vec<Vec<u8>>,
-    /// The reader has no more lines.
-    ended: bool,
 }
-
-/// A message read ahead of the one being applied.
-struct Ahead {
-    number: u64,
-    line: Vec<u8>,
-    format: Format,
-    /// Its event time, if it is an event the time guards let through.
-    ts: Option<i64>,
-}
-
-/// Messages read ahead of the one applied, per input.
-const LOOKAHEAD: usize = 8;
 
 impl<R: BufRead> Input<R> {
-    /// Moves to the next message (into `line` and `line_format`), reading
-    /// up to [`LOOKAHEAD`] more behind it. Returns its line number, `None`
-    /// at the end.
+    /// Reads up to the next line that is a message: blank lines are
+    /// skipped, `_bulk` action lines counted and skipped, a line too long
+    /// rejected at once. Returns its line number, `None` at the end.
     fn advance(
         &mut self,
         format: Format,
@@ -334,64 +311,9 @@ impl<R: BufRead> Input<R> {
         pipeline: &mut Pipeline,
         run: &mut Run,
     ) -> std::io::Result<Option<u64>> {
-        while !self.ended && self.ahead.len() <= LOOKAHEAD {
-            let mut line = self.spare.pop().unwrap_or_default();
-            match self.read_message(&mut line, format, limit, pipeline, run)? {
-                Some((number, line_format)) => {
-                    let ts = match pipeline.prepare_as(line_format, trim_line(&line)) {
-                        Ok(event) if !matches!(event, Event::Ignored(_)) => {
-                            Some(event.timestamp_ms()).filter(|ts| pipeline.time_verdict(*ts, run.clock).is_ok())
-                        }
-                        _ => None,
-                    };
-                    self.ahead.push_back(Ahead { number, line, format: line_format, ts });
-                }
-                None => self.ended = true,
-            }
-        }
-        let Some(next) = self.ahead.pop_front() else { return Ok(None) };
-        self.spare.push(std::mem::replace(&mut self.line, next.line));
-        self.line_format = next.format;
-        self.current = next.number;
-        Ok(Some(next.number))
-    }
-
-    /// Whether `event` (the message in `line`) is stamped by a clock
-    /// running ahead: more than `input.max_future_skew` after every event
-    /// of this input before it, and as much after one of the next
-    /// [`LOOKAHEAD`] events. Kafka's timestamp catches such an event in
-    /// the daemon; in a file its neighbours tell when it was written. The
-    /// first event of a quiet spell has no neighbour after it that is that
-    /// far back, and the disorder of an unsorted file is no jump ahead of
-    /// what came before.
-    fn runs_ahead(&self, event: &Event<'_>, pipeline: &Pipeline, run: &Run) -> bool {
-        if matches!(event, Event::Ignored(_)) {
-            return false;
-        }
-        let ts = event.timestamp_ms();
-        if pipeline.time_verdict(ts, run.clock).is_err() {
-            return false;
-        }
-        let limit = ts.saturating_sub(run.skew_ms);
-        let newest = run.inputs.get(self.index).map_or(i64::MIN, |c| c.newest_ms);
-        (newest == i64::MIN || newest < limit) && self.ahead.iter().any(|a| a.ts.is_some_and(|t| t < limit))
-    }
-
-    /// Reads up to the next line that is a message into `line`: blank
-    /// lines are skipped, `_bulk` action lines counted and skipped, a line
-    /// too long rejected at once. Returns its line number and format,
-    /// `None` at the end.
-    fn read_message(
-        &mut self,
-        line: &mut Vec<u8>,
-        format: Format,
-        limit: usize,
-        pipeline: &mut Pipeline,
-        run: &mut Run,
-    ) -> std::io::Result<Option<(u64, Format)>> {
         let ubi = format.is_ubi();
         loop {
-            let too_long = match read_line(&mut self.reader, line, limit)? {
+            let too_long = match read_line(&mut self.reader, &mut self.line, limit)? {
                 Line::End => return Ok(None),
                 Line::Read => false,
                 Line::TooLong => true,
@@ -399,8 +321,8 @@ impl<R: BufRead> Input<R> {
             self.number += 1;
             // A byte order mark is the file's encoding, not its first
             // event (editors on Windows write one).
-            if self.number == 1 && line.starts_with(BOM) {
-                line.drain(..BOM.len());
+            if self.number == 1 && self.line.starts_with(BOM) {
+                self.line.drain(..BOM.len());
             }
             if too_long {
                 run.line(self.index);
@@ -413,7 +335,7 @@ impl<R: BufRead> Input<R> {
                 }
                 continue;
             }
-            let message = trim_line(line);
+            let message = trim_line(&self.line);
             // Blank: nothing but spaces, tabs or the `\r` of a CRLF.
             if message.trim_ascii().is_empty() {
                 continue;
@@ -429,7 +351,8 @@ impl<R: BufRead> Input<R> {
                 self.update_body = target == BulkTarget::Update;
                 continue;
             }
-            return Ok(Some((self.number, self.pending.take().unwrap_or(format))));
+            self.line_format = self.pending.take().unwrap_or(format);
+            return Ok(Some(self.number));
         }
     }
 
@@ -443,9 +366,6 @@ impl<R: BufRead> Input<R> {
         while let Some(number) = self.advance(format, limit, pipeline, run)? {
             let decoded = pipeline.prepare_as(self.line_format, trim_line(&self.line));
             match &decoded {
-                Ok(event) if self.runs_ahead(event, pipeline, run) => {
-                    run.ingest(pipeline, &Err(RejectReason::FutureTimestamp), self.index, number)
-                }
                 Ok(event)
                     if !matches!(event, Event::Ignored(_))
                         && pipeline.time_verdict(event.timestamp_ms(), run.clock).is_ok() =>
@@ -551,12 +471,10 @@ pub fn replay_events_as<R: BufRead>(
     if replayed.inputs.iter().all(|c| c.accepted == 0) {
         return Err((0, ReplayError::Empty));
     }
-    let behind = replayed.inputs.iter().map(|c| c.behind).collect();
     let counters = replayed.pipeline.counters();
     let lost = counters.orphans + counters.late_dropped + counters.late_amended;
     Ok(ReplayOutput {
         exposition: exposition(config, &replayed.pipeline),
-        behind,
         lost,
         inputs: replayed.inputs,
         jump: replayed.jump,
