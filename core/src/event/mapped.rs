@@ -114,6 +114,8 @@ pub enum MappingError {
     PositionBase { key: String, base: u32 },
     #[error("{count} labels, more than the {MAX_DIMENSIONS} a list can carry")]
     Dimensions { key: String, count: usize },
+    #[error("the paths name {count} distinct members, more than the {MAX_NODES} a message is checked for")]
+    TooManyMembers { key: String, count: usize },
 }
 
 impl MappingError {
@@ -125,7 +127,8 @@ impl MappingError {
             | MappingError::Path { key, .. }
             | MappingError::IntoResults { key, .. }
             | MappingError::PositionBase { key, .. }
-            | MappingError::Dimensions { key, .. } => key,
+            | MappingError::Dimensions { key, .. }
+            | MappingError::TooManyMembers { key, .. } => key,
         }
     }
 }
@@ -201,6 +204,11 @@ const MESSAGE_SLOTS: usize = 7;
 const MAX_DIMENSIONS: usize = crate::assemble::MAX_DIMENSION_LABELS;
 /// Slots of a result: doc, position, score.
 const RESULT_SLOTS: usize = 3;
+/// Members the paths of one trie may name (its nodes): each message keeps
+/// one bit per node on the stack, to find a member given twice.
+const MAX_NODES: usize = 512;
+/// The bits of [`MAX_NODES`].
+type Seen = [u64; MAX_NODES / 64];
 
 impl Target {
     fn slot(self) -> usize {
@@ -364,6 +372,11 @@ impl Mapping {
                 result.nodes[at].slots.push((target, alt.min(255) as u8));
             }
         }
+        for (key, trie) in [("dimensions", &message), ("result_doc", &result)] {
+            if trie.nodes.len() > MAX_NODES {
+                return Err(MappingError::TooManyMembers { key: key.to_string(), count: trie.nodes.len() - 1 });
+            }
+        }
         Ok(Mapping {
             message,
             result,
@@ -416,34 +429,27 @@ struct Walk<'c, 'm, 's, 'de> {
     results: &'s mut Option<(u8, Found<'de>)>,
     /// Results past `max_results`: not kept, only noticed.
     overflow: &'s mut bool,
+    /// The nodes of `trie` met so far in this object (message or result).
+    seen: &'s mut Seen,
     root: bool,
 }
 
 impl<'c, 'm, 's, 'de> Walk<'c, 'm, 's, 'de> {
-    /// A member a path reaches, given twice in its object, is `wrong_type`
-    /// (as serde rejects it in the other formats): keeping the first, as
-    /// this walk would, or the last, as most JSON parsers do, would be a
-    /// guess between two grades or two sessions.
-    fn put<E: de::Error>(&mut self, value: Scalar<'de>) -> Result<(), E> {
+    fn put(&mut self, value: Scalar<'de>) {
         for &(target, alt) in &self.trie.nodes[self.node].slots {
             let slot = &mut self.slots[target.slot()];
-            match slot {
-                Some((a, _)) if *a == alt => return Err(E::custom("a member given twice")),
-                Some((a, _)) if *a < alt => {}
-                _ => *slot = Some((alt, value.clone())),
+            if slot.as_ref().is_none_or(|(a, _)| alt < *a) {
+                *slot = Some((alt, value.clone()));
             }
         }
-        Ok(())
     }
 
-    /// Whether alternative `alt` of `results` beats what was found so far;
-    /// the same alternative found again is a member given twice.
-    fn results_wanted<E: de::Error>(&self) -> Result<Option<u8>, E> {
-        let Some(alt) = self.trie.nodes[self.node].results else { return Ok(None) };
+    /// Whether alternative `alt` of `results` beats what was found so far.
+    fn results_wanted(&self) -> Option<u8> {
+        let alt = self.trie.nodes[self.node].results?;
         match &*self.results {
-            Some((a, _)) if *a == alt => Err(E::custom("a member given twice")),
-            Some((a, _)) if *a < alt => Ok(None),
-            _ => Ok(Some(alt)),
+            Some((a, _)) if *a <= alt => None,
+            _ => Some(alt),
         }
     }
 
@@ -451,10 +457,28 @@ impl<'c, 'm, 's, 'de> Walk<'c, 'm, 's, 'de> {
         if self.root {
             return Err(E::invalid_type(de::Unexpected::Other("a scalar"), &"an object"));
         }
-        if let Some(alt) = self.results_wanted()? {
+        if let Some(alt) = self.results_wanted() {
             *self.results = Some((alt, Found::Other));
         }
-        self.put(value)
+        self.put(value);
+        Ok(())
+    }
+
+    /// Marks member `node` met. A member a path reaches, given twice in
+    /// its object, is `wrong_type` (as serde rejects it in the other
+    /// formats), whatever its values (`null` too) and wherever it stands:
+    /// keeping the first, or the last as most JSON parsers do, would be a
+    /// guess between two grades or two sessions.
+    fn meet<E: de::Error>(&mut self, node: usize) -> Result<(), E> {
+        let (word, bit) = (node / 64, 1u64 << (node % 64));
+        match self.seen.get_mut(word) {
+            Some(w) if *w & bit != 0 => Err(E::custom("a member given twice")),
+            Some(w) => {
+                *w |= bit;
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 
     fn child(&mut self, node: usize) -> Walk<'_, 'm, '_, 'de> {
@@ -465,6 +489,7 @@ impl<'c, 'm, 's, 'de> Walk<'c, 'm, 's, 'de> {
             slots: &mut *self.slots,
             results: &mut *self.results,
             overflow: &mut *self.overflow,
+            seen: &mut *self.seen,
             root: false,
         }
     }
@@ -511,13 +536,16 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
         Ok(())
     }
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-        if let Some(alt) = self.results_wanted()? {
+        if let Some(alt) = self.results_wanted() {
             *self.results = Some((alt, Found::Other));
         }
-        self.put(Scalar::Compound)?;
+        self.put(Scalar::Compound);
         while let Some(key) = map.next_key::<Text<'de>>()? {
             match self.trie.child_by_key(self.node, &key.0) {
-                Some(c) => map.next_value_seed(self.child(c))?,
+                Some(c) => {
+                    self.meet(c)?;
+                    map.next_value_seed(self.child(c))?
+                }
                 None => map.next_value::<IgnoredAny>().map(|_| ())?,
             }
         }
@@ -527,8 +555,8 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
         if self.root {
             return Err(de::Error::invalid_type(de::Unexpected::Seq, &"an object"));
         }
-        self.put(Scalar::Compound)?;
-        if let Some(alt) = self.results_wanted()? {
+        self.put(Scalar::Compound);
+        if let Some(alt) = self.results_wanted() {
             let mut found = Vec::with_capacity(seq.size_hint().unwrap_or(16).min(16));
             let mut failed = None;
             // Elements read, kept or not: more than `max_results` is
@@ -546,6 +574,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
                     continue;
                 }
                 let mut slots: [Slot<'de>; RESULT_SLOTS] = [None, None, None];
+                let mut seen: Seen = Default::default();
                 let element = Walk {
                     cx: self.cx,
                     trie: &mapping.result,
@@ -553,6 +582,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
                     slots: &mut slots,
                     results: &mut none,
                     overflow: &mut *self.overflow,
+                    seen: &mut seen,
                     root: false,
                 };
                 if seq.next_element_seed(element)?.is_none() {
@@ -591,6 +621,7 @@ pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, R
     let mut slots: [Slot<'a>; MESSAGE_SLOTS + MAX_DIMENSIONS] = Default::default();
     let mut results = None;
     let mut overflow = false;
+    let mut seen: Seen = Default::default();
     let walk = Walk {
         cx: &cx,
         trie: &mapping.message,
@@ -598,6 +629,7 @@ pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, R
         slots: &mut slots,
         results: &mut results,
         overflow: &mut overflow,
+        seen: &mut seen,
         root: true,
     };
     let mut de = serde_json::Deserializer::from_str(text);
@@ -920,6 +952,15 @@ mod tests {
             format!(r#"{{{judg},"label":3,"geo":{{"market":"us","market":"de"}}}}"#),
             format!(r#"{{{imp},"hits":[{{"doc_id":"b"}}]}}"#),
             r#"{"user":{"session_id":"s"},"ts":1700000000000,"hits":[{"doc_id":"a","doc_id":"b"}]}"#.to_string(),
+        ] {
+            assert_eq!(event(&twice).map(|_| ()), Err(RejectReason::WrongType), "{twice}");
+        }
+        // Wherever the second one stands, whatever its value, and for a
+        // parent object given twice.
+        for twice in [
+            format!(r#"{{{judg},"label":null,"label":3}}"#),
+            format!(r#"{{{judg},"label":3,"geo":{{"markets":["x","de"],"market":"us","markets":[]}}}}"#),
+            r#"{"user":{"session_id":"s"},"user":{},"ts":1700000000000,"doc":"a","label":3}"#.to_string(),
         ] {
             assert_eq!(event(&twice).map(|_| ()), Err(RejectReason::WrongType), "{twice}");
         }
