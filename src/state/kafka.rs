@@ -747,15 +747,7 @@ impl KafkaStore {
         // A topic that does not exist: said so, not as the reader's
         // "Unknown partition".
         let topic = &config.state.topic;
-        let context = StateContext::default();
-        let probe: BaseConsumer<StateContext> = client_config(config)
-            .create_with_context(context.clone())
-            .map_err(|e| StateError::Kafka { topic: topic.clone(), cause: crate::kafka::error_text(&e) })?;
-        let metadata = probe.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| {
-            serve_events(&probe);
-            let cause = format!("cannot reach the brokers: {}", crate::kafka::error_text(&e));
-            StateError::Kafka { topic: topic.clone(), cause: context.0.explain(cause) }
-        })?;
+        let metadata = Probe::new(&client_config(config), topic)?.metadata()?;
         if let Some(e) = metadata.topics().iter().find(|t| t.name() == topic).and_then(|t| t.error()) {
             let cause = match RDKafkaErrorCode::from(e) {
                 RDKafkaErrorCode::UnknownTopicOrPartition => {
@@ -1506,17 +1498,9 @@ fn ensure_topic(base: &ClientConfig, topic: &str, replication: i32) -> Result<Op
     // The admin client serves none of librdkafka's events (its errors stay
     // queued): a consumer with the same settings reaches the brokers
     // first, and the events it serves say why it cannot.
-    let context = StateContext::default();
-    let probe: BaseConsumer<StateContext> = base
-        .create_with_context(context.clone())
-        .map_err(|e| StateError::Kafka { topic: topic.to_string(), cause: crate::kafka::error_text(&e) })?;
-    let kafka = |cause: String| {
-        serve_events(&probe);
-        StateError::Kafka { topic: topic.to_string(), cause: context.0.explain(cause) }
-    };
-    probe
-        .fetch_metadata(Some(topic), TIMEOUT)
-        .map_err(|e| kafka(format!("cannot reach the brokers: {}", crate::kafka::error_text(&e))))?;
+    let probe = Probe::new(base, topic)?;
+    let kafka = |cause: String| probe.error(cause);
+    probe.metadata()?;
     let admin: AdminClient<DefaultClientContext> = base.create().map_err(|e| kafka(crate::kafka::error_text(&e)))?;
     let opts = AdminOptions::new().request_timeout(Some(TIMEOUT)).operation_timeout(Some(TIMEOUT));
     let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(replication));
@@ -1575,6 +1559,37 @@ fn ensure_topic(base: &ClientConfig, topic: &str, replication: i32) -> Result<Op
         }
     }
     Ok(value("max.message.bytes").and_then(|v| v.parse().ok()))
+}
+
+/// A consumer that asks the brokers about `topic` before anything else
+/// does: the events it serves say why they cannot answer.
+struct Probe {
+    consumer: BaseConsumer<StateContext>,
+    context: StateContext,
+    topic: String,
+}
+
+impl Probe {
+    fn new(base: &ClientConfig, topic: &str) -> Result<Probe, StateError> {
+        let context = StateContext::default();
+        let consumer = base
+            .create_with_context(context.clone())
+            .map_err(|e| StateError::Kafka { topic: topic.to_string(), cause: crate::kafka::error_text(&e) })?;
+        Ok(Probe { consumer, context, topic: topic.to_string() })
+    }
+
+    /// `cause`, with what the brokers reported last.
+    fn error(&self, cause: String) -> StateError {
+        serve_events(&self.consumer);
+        StateError::Kafka { topic: self.topic.clone(), cause: self.context.0.explain(cause) }
+    }
+
+    /// The brokers' metadata of the topic (its error, if it has none).
+    fn metadata(&self) -> Result<rdkafka::metadata::Metadata, StateError> {
+        self.consumer
+            .fetch_metadata(Some(&self.topic), TIMEOUT)
+            .map_err(|e| self.error(format!("cannot reach the brokers: {}", crate::kafka::error_text(&e))))
+    }
 }
 
 /// Serves what librdkafka queued for `consumer` (errors, log lines), so
