@@ -260,6 +260,17 @@ pub enum TopicFormat {
 }
 
 impl TopicFormat {
+    /// The name a configuration gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TopicFormat::Rankpulse => "rankpulse",
+            TopicFormat::UbiQueries => "ubi_queries",
+            TopicFormat::UbiEvents => "ubi_events",
+            TopicFormat::Ubi => "ubi",
+            TopicFormat::Mapped => "mapped",
+        }
+    }
+
     pub fn core(self) -> crate::event::Format {
         use crate::event::Format;
         match self {
@@ -930,6 +941,30 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// What `rankpulse run` warns of at start: settings that are valid
+    /// but read by nothing it consumes, which usually means a format was
+    /// meant and not set (every topic then rejects its events as
+    /// `invalid_json` or `missing_field`, which says nothing of why).
+    pub fn unused_sections(&self) -> Vec<String> {
+        let mut unused = Vec::new();
+        if self.mapped.is_some() && !self.kafka.formats.values().any(|f| *f == TopicFormat::Mapped) {
+            unused.push(format!(
+                "[mapped] is set but no topic is read with it: kafka.topics {:?} are read as {}; \
+                 to read a topic through [mapped], set kafka.formats.<topic> = \"mapped\" (docs/formats.md)",
+                self.kafka.topics,
+                match self.kafka.formats.is_empty() {
+                    true => "rankpulse events".to_string(),
+                    false => {
+                        let set: Vec<String> =
+                            self.kafka.formats.iter().map(|(t, f)| format!("{t} = {:?}", f.name())).collect();
+                        format!("kafka.formats says ({}), the others as rankpulse events", set.join(", "))
+                    }
+                }
+            ));
+        }
+        unused
     }
 
     /// The metric conventions these settings select.
@@ -1710,6 +1745,34 @@ mod tests {
     const MAPPED: &str = "[kafka]\ntopics = [\"hits\", \"clicks\"]\n[kafka.formats]\nhits = \"mapped\"\nclicks = \"mapped\"\n\
                           [mapped]\nsession = \"user.sid\"\ntime = [\"ts\", \"/clicked~1at\"]\nresults = \"hits\"\n\
                           result_doc = \"\"\njudged_doc = \"doc\"\naction = \"what\"\n[mapped.dimensions]\nranker = \"exp.arm\"\n";
+
+    /// `[mapped]` with no topic of format mapped is valid (a replay may use
+    /// it) but `run` warns of it; with a mapped topic it does not.
+    #[test]
+    fn an_unused_mapped_section_is_named() {
+        let unused = MAPPED.replace("hits = \"mapped\"\nclicks = \"mapped\"\n", "hits = \"ubi_queries\"\n");
+        let c = from_toml(&unused).unwrap();
+        let warnings = c.unused_sections();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(
+            warnings[0],
+            "[mapped] is set but no topic is read with it: kafka.topics [\"hits\", \"clicks\"] are read as \
+             kafka.formats says (hits = \"ubi_queries\"), the others as rankpulse events; to read a topic \
+             through [mapped], set kafka.formats.<topic> = \"mapped\" (docs/formats.md)"
+        );
+        // The names are those a configuration writes (serde's).
+        for f in [
+            TopicFormat::Rankpulse,
+            TopicFormat::UbiQueries,
+            TopicFormat::UbiEvents,
+            TopicFormat::Ubi,
+            TopicFormat::Mapped,
+        ] {
+            assert_eq!(serde_json::to_string(&f).unwrap(), format!("{:?}", f.name()));
+        }
+        assert_eq!(from_toml(MAPPED).unwrap().unused_sections(), Vec::<String>::new());
+        assert_eq!(Config::default().unused_sections(), Vec::<String>::new());
+    }
 
     /// Every `[mapped]` error names its key, and the variable that set it
     /// when an override did; a mapped topic or replay without `[mapped]`

@@ -307,6 +307,9 @@ pub async fn run_with(
         config.http.listen
     );
 
+    for unused in config.unused_sections() {
+        tracing::warn!("{unused}");
+    }
     daemon.update_health();
     daemon.publish();
     let mut tick = tokio::time::interval(TICK);
