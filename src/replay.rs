@@ -313,7 +313,10 @@ impl<R: BufRead> Input<R> {
     ) -> std::io::Result<Option<u64>> {
         let ubi = format.is_ubi();
         loop {
-            let too_long = match read_line(&mut self.reader, &mut self.line, limit)? {
+            // The first line may carry a byte order mark, which is not part
+            // of its message and so not of the limit.
+            let room = if self.number == 0 { limit + BOM.len() } else { limit };
+            let mut too_long = match read_line(&mut self.reader, &mut self.line, room)? {
                 Line::End => return Ok(None),
                 Line::Read => false,
                 Line::TooLong => true,
@@ -324,6 +327,7 @@ impl<R: BufRead> Input<R> {
             if self.number == 1 && self.line.starts_with(BOM) {
                 self.line.drain(..BOM.len());
             }
+            too_long |= self.line.len() > limit;
             if too_long {
                 run.line(self.index);
                 self.pending = None;

@@ -930,6 +930,22 @@ fn a_byte_order_mark_at_the_start_is_skipped() {
     let (code, out, err) = replay(&[], &inner.0);
     assert_eq!(code, 0, "{err}");
     assert_eq!(value(&out, r#"rankpulse_events_rejected_total{reason="invalid_json"}"#), 3.0, "{out}");
+    // The mark is not part of the first message's size: a first event of
+    // exactly input.max_message_bytes is taken with or without it, one
+    // byte more is too large with or without it.
+    let first = std::str::from_utf8(&text).unwrap().lines().next().unwrap();
+    let limit = first.len().to_string();
+    let env = [("RANKPULSE__INPUT__MAX_MESSAGE_BYTES", limit.as_str())];
+    for (name, bom) in [("bom-limit.jsonl", &b"\xef\xbb\xbf"[..]), ("no-bom-limit.jsonl", &b""[..])] {
+        let exact = Scratch::new(name, &[bom, first.as_bytes(), b"\n"].concat());
+        let (code, out, err) = replay_env(&env, &[], &exact.0);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert_eq!(sum_rejected(&out), 0.0, "{name}: {out}");
+        let over = Scratch::new(name, &[bom, first.as_bytes(), b" \n"].concat());
+        let (code, _, err) = replay_env(&env, &[], &over.0);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(err.contains("1 line(s) rejected, the first (line 1) as too_large"), "{name}: {err}");
+    }
 }
 
 /// `dimensions.max_value_bytes`: a ranker name of 257 bytes (past the
