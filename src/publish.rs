@@ -540,14 +540,15 @@ fn propensities(f: &mut Families, s: &Snapshot) -> Vec<f64> {
             *clicks as f64,
         );
     }
-    // A rank without an estimate makes every IPS value through it absent
-    // (weight 1/0), never silently unweighted.
+    // A rank without an estimate (NaN) makes every IPS value through it
+    // absent, never silently unweighted; an estimate of 0 (no randomized
+    // click there yet) is one, which debias.min_propensity clips.
     let theta: Vec<f64> = if d.propensities.is_empty() {
-        counts.propensities(1.0).into_iter().map(|p| p.unwrap_or(0.0)).collect()
+        counts.propensities(1.0).into_iter().map(|p| p.unwrap_or(f64::NAN)).collect()
     } else {
         d.propensities.clone()
     };
-    for (rank, p) in theta.iter().enumerate().filter(|(_, p)| **p > 0.0) {
+    for (rank, p) in theta.iter().enumerate().filter(|(_, p)| p.is_finite()) {
         f.gauge(
             &format!("{PREFIX}position_propensity"),
             "Examination propensity of the rank under the position-based model, relative to rank 1 (debias.propensities, else estimated from randomized lists since start)",

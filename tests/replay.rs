@@ -696,6 +696,69 @@ fn clicks_are_weighted_by_estimated_or_configured_propensities() {
     assert!(!out.contains("rankpulse_clicks") && !out.contains("propensity"), "{out}");
 }
 
+/// A rank shown in randomized lists and never clicked there has an
+/// estimated propensity of 0: with debias.min_propensity = 0.2 it weighs
+/// 1/0.2 = 5 like any rank below the floor (it had no weight and the IPS
+/// gauges through it were absent, from the statistics review).
+/// Randomized lists (top 3 shuffled), clicks: rank 1, 1, 2, 1 and 2, none:
+/// CTR 3/5, 2/5, 0 → θ = (1, 2/3, 0), weights (1, 1.5, 5).
+/// Production lists, clicks → clicks@3 IPS: rank 1 → 1; rank 3 → 5;
+/// ranks 1, 2 → 2.5; none → 0: mean 8.5/4 = 2.125. Unclipped, θ₃ = 0 has
+/// no weight: the gauge is absent.
+#[test]
+fn an_estimated_zero_propensity_is_clipped_by_min_propensity() {
+    let t0 = 1_700_000_000_000i64;
+    let mut lines = Vec::new();
+    let docs = ["a", "b", "c"];
+    let mut list = |s: &str, randomized: bool, clicked: &[usize]| {
+        lines.push(format!(
+            r#"{{"type":"impression","event_id":"i{s}","session_id":"{s}","timestamp":{t0},"randomized":{randomized},"results":[{{"doc_id":"a"}},{{"doc_id":"b"}},{{"doc_id":"c"}}],"dimensions":{{"ranker":"v2","market":"us"}}}}"#
+        ));
+        for &r in clicked {
+            let d = docs[r - 1];
+            lines.push(format!(
+                r#"{{"type":"judgment","event_id":"j{s}{d}","session_id":"{s}","doc_id":"{d}","action":"click","timestamp":{}}}"#,
+                t0 + 1000
+            ));
+        }
+    };
+    for (i, clicks) in [&[1][..], &[1], &[2], &[1, 2], &[]].iter().enumerate() {
+        list(&format!("R{i}"), true, clicks);
+    }
+    for (i, clicks) in [&[1][..], &[3], &[1, 2], &[]].iter().enumerate() {
+        list(&format!("P{i}"), false, clicks);
+    }
+    let events = Scratch::new("ips-zero.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let run = |toml: &str| {
+        let config = Scratch::new(&format!("ips-zero-{}.toml", toml.len()), toml.as_bytes());
+        let (code, out, err) = replay(&["--config", config.0.to_str().unwrap()], &events.0);
+        assert_eq!(code, 0, "{toml}: {err}");
+        out
+    };
+    let base = "[metrics]\ncutoffs = [3]\n[debias]\nmax_rank = 3\n";
+    let ips = r#"rankpulse_clicks_ips{k="3",window="1h",ranker="v2",market="us"}"#;
+    let out = run(&format!("{base}min_propensity = 0.2\n"));
+    assert_eq!(value(&out, r#"rankpulse_position_propensity{rank="3"}"#), 0.0, "{out}");
+    assert!((value(&out, r#"rankpulse_position_propensity{rank="2"}"#) - 2.0 / 3.0).abs() < 1e-12);
+    assert!((value(&out, ips) - 2.125).abs() < 1e-12, "{out}");
+    let out = run(base);
+    assert!(!out.contains("rankpulse_clicks_ips{"), "{out}");
+    assert_eq!(value(&out, r#"rankpulse_clicks{k="3",window="1h",ranker="v2",market="us"}"#), 1.0, "{out}");
+    // The randomized lists are not the ranker's order: they are left out
+    // of its quality means (counted), not of its lists. MRR@3 of the four
+    // production lists (first click at rank 1, 3, 1; none): (1 + 1/3 + 1
+    // + 0)/4 = 7/12; with the five shuffled ones (1, 1, 1/2, 1, 0) it
+    // would be 7/12·4/9 + 3.5/9 = 0.6481.
+    let v2 = r#"ranker="v2",market="us"}"#;
+    assert_eq!(value(&out, &format!(r#"rankpulse_lists_finalized_total{{{v2}"#)), 9.0, "{out}");
+    assert_eq!(value(&out, &format!(r#"rankpulse_mrr_count{{k="3",{v2}"#)), 4.0, "{out}");
+    assert!((value(&out, &format!(r#"rankpulse_mrr{{k="3",window="1h",{v2}"#)) - 7.0 / 12.0).abs() < 1e-12, "{out}");
+    for metric in ["ndcg", "mrr", "err", "precision", "recall", "map", "gauc"] {
+        let excluded = format!(r#"rankpulse_lists_excluded_total{{metric="{metric}",reason="randomized",{v2}"#);
+        assert_eq!(value(&out, &excluded), 5.0, "{metric}: {out}");
+    }
+}
+
 /// `metrics.relevance_threshold` set through the environment, on
 /// small.jsonl (values of `hand_computed_replay`). At 3, the candidate's
 /// one judged document (grade 2) is no longer relevant for the binary

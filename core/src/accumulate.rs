@@ -211,7 +211,15 @@ impl Moments {
         }
         let mean = self.sum as f64 / SCALE / w;
         let mean_sq = self.sum_sq as f64 / SCALE / w;
-        let variance = (mean_sq - mean * mean).max(0.0);
+        // Below the resolution of these sums a variance is rounding, not
+        // spread: each v² is quantized to 2^-52 on its own (at most 2^-53
+        // off, as the square of the quantized mean is), and both terms are
+        // rounded to f64 (2^-53 relative each). Lists that all scored 1/3
+        // left about 1e-16 here: a standard error of 5e-9, and a p-value of
+        // 1e-31 between two arms that each scored one constant.
+        let resolution = f64::EPSILON * (1.0 + 4.0 * mean_sq.abs());
+        let variance = mean_sq - mean * mean;
+        let variance = if variance > resolution { variance } else { 0.0 };
         Some((variance / (n_eff - 1.0)).sqrt())
     }
 }
@@ -310,6 +318,8 @@ pub enum Exclusion {
     NoRelevant,
     /// Only positives or only negatives shown: no AUC.
     SingleClass,
+    /// A randomized list: it feeds the position propensities alone.
+    Randomized,
 }
 
 impl Exclusion {
@@ -480,16 +490,21 @@ impl Cell {
 
     /// Adds (`sign` 1) or retracts (-1) one list's values.
     pub fn apply(&mut self, score: &ListScore, sign: i64) {
-        for (m, v) in self.metrics.iter_mut().zip(&score.values) {
-            if let Some(v) = *v {
-                if sign > 0 { m.add(v, 1) } else { m.retract(v, 1) }
+        // A randomized list (the top results shuffled, for propensities)
+        // shows no ranker's order: its quality would be the shuffle's, in
+        // its arm's means and in every comparison of that arm.
+        if !score.randomized {
+            for (m, v) in self.metrics.iter_mut().zip(&score.values) {
+                if let Some(v) = *v {
+                    if sign > 0 { m.add(v, 1) } else { m.retract(v, 1) }
+                }
             }
-        }
-        if let (Some((auc, weight)), Some(m)) = (score.gauc, self.metrics.last_mut()) {
-            if sign > 0 { m.add(auc, weight) } else { m.retract(auc, weight) }
-        }
-        if let Some(outcome) = score.interleaving {
-            self.interleaving.apply(outcome, sign);
+            if let (Some((auc, weight)), Some(m)) = (score.gauc, self.metrics.last_mut()) {
+                if sign > 0 { m.add(auc, weight) } else { m.retract(auc, weight) }
+            }
+            if let Some(outcome) = score.interleaving {
+                self.interleaving.apply(outcome, sign);
+            }
         }
         if score.click_ranks > 0 {
             let k = usize::from(score.click_ranks);
@@ -711,6 +726,12 @@ impl Accumulators {
                 series.retired = Cell::new(cutoffs);
             }
             series.retired.apply(score, sign);
+        }
+        if score.randomized {
+            for mean in Family::ALL.iter().map(|&f| Mean::Family(f)).chain([Mean::Gauc]) {
+                *series.excluded.entry((mean, Exclusion::Randomized)).or_default() += sign;
+            }
+            return;
         }
         for &family in Family::ALL {
             let first = score.values.get(family as usize * cutoffs).copied().flatten();

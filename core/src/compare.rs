@@ -145,12 +145,26 @@ mod tests {
     fn undefined_until_both_arms_have_a_spread() {
         assert_eq!(welch(&moments(&[0.5]), &moments(&[0.1, 0.2])), None);
         assert_eq!(welch(&moments(&[0.1, 0.2]), &Moments::default()), None);
-        // Both constant: the difference is exact and has no p-value. (With
-        // values whose squares are not multiples of 2^-52 the quantized
-        // variance keeps a residue of about 1e-16 instead of 0.)
+        // Both constant: the difference is exact and has no p-value.
         let c = welch(&moments(&[0.5, 0.5]), &moments(&[0.25, 0.25, 0.25])).unwrap();
         assert_eq!(c.p_value, None);
         assert_eq!(c.difference, 0.25);
+        // Also for values whose squares are not multiples of 2^-52 (P@3 of
+        // 1/3 and 2/3 in every list: the review's case, p = 2.9e-31 and one
+        // list needed before), and for any constant: no spread, no test.
+        let c = welch(&moments(&[2.0 / 3.0; 5]), &moments(&[1.0 / 3.0; 5])).unwrap();
+        assert_eq!((c.stderr, c.p_value), (0.0, None), "{c:?}");
+        assert_eq!(lists_needed(&moments(&[2.0 / 3.0; 5]), &moments(&[1.0 / 3.0; 5]), 0.1, 0.05, 0.8), None);
+        let mut rng = rankpulse_testkit::Rng::new(31);
+        for _ in 0..2_000 {
+            let (a, b) = (rng.unit() * 10.0, rng.unit());
+            let n = 2 + rng.below(60) as usize;
+            let c = welch(&moments(&vec![a; n]), &moments(&vec![b; n + 1])).unwrap();
+            assert_eq!(c.p_value, None, "constants {a} and {b}, {n} lists: {c:?}");
+        }
+        // A real spread far below any metric's still counts: 1e-6 apart.
+        let c = welch(&moments(&[0.5, 0.500_001, 0.5]), &moments(&[0.25, 0.250_001])).unwrap();
+        assert!(c.p_value.is_some_and(|p| p < 1e-6), "{c:?}");
         // Identical arms: p = 1.
         let same = [0.1, 0.5, 0.9];
         assert_eq!(welch(&moments(&same), &moments(&same)).unwrap().p_value, Some(1.0));

@@ -176,12 +176,14 @@ pub enum Weighting<'a> {
     /// w_r = 1: the naive click metric, biased towards the top ranks.
     Unweighted,
     /// w_r = 1/θ_r with θ_r = `propensities[r-1]` (e.g. from
-    /// [`PositionCounts::propensities`], missing ones mapped to 0.0). A rank
-    /// whose propensity is missing (slice too short), zero, negative or not
+    /// [`PositionCounts::propensities`], missing ones mapped to NaN). A rank
+    /// whose propensity is missing (slice too short), negative or not
     /// finite makes the value `None`: no weight can stand in for an unknown
-    /// propensity.
+    /// propensity. A propensity of 0 (estimated: shown in randomized lists,
+    /// never clicked there) has no finite weight unclipped, `None` too.
     ///
-    /// `min_propensity` clips: w_r = 1/max(θ_r, min), so w ≤ 1/min. Clipping
+    /// `min_propensity` clips: w_r = 1/max(θ_r, min), so w ≤ 1/min, for an
+    /// estimated 0 as for any θ below the floor. Clipping
     /// trades a bias (towards the naive metric at the clipped ranks) for
     /// variance, which 1/θ blows up at deep ranks. `None` (the default from
     /// [`Weighting::ips`]) means unclipped, hence unbiased.
@@ -200,11 +202,12 @@ impl<'a> Weighting<'a> {
             Weighting::Unweighted => Some(1.0),
             Weighting::Ips { propensities, min_propensity } => {
                 let theta = *propensities.get(r.checked_sub(1)?)?;
-                if !(theta.is_finite() && theta > 0.0) {
+                if !(theta.is_finite() && theta >= 0.0) {
                     return None;
                 }
                 let floor = min_propensity.filter(|m| m.is_finite() && *m > 0.0).unwrap_or(0.0);
-                Some(1.0 / theta.max(floor))
+                let theta = theta.max(floor);
+                (theta > 0.0).then(|| 1.0 / theta)
             }
         }
     }
@@ -413,6 +416,16 @@ mod tests {
         // A nonsensical clip is no clip.
         let bad = Weighting::Ips { propensities: &theta, min_propensity: Some(f64::NAN) };
         assert!(close(m.clicks_at(2, bad).unwrap().0, 100.0));
+        // An estimated 0 is clipped like any θ below the floor; unclipped it
+        // has no weight, and an unknown θ (NaN) has none either way.
+        let zero = [1.0, 0.0];
+        assert_eq!(
+            m.clicks_at(2, Weighting::Ips { propensities: &zero, min_propensity: Some(0.1) }),
+            Some((10.0, 0.0))
+        );
+        assert_eq!(m.clicks_at(2, Weighting::ips(&zero)), None);
+        let unknown = [1.0, f64::NAN];
+        assert_eq!(m.clicks_at(2, Weighting::Ips { propensities: &unknown, min_propensity: Some(0.1) }), None);
     }
 
     #[test]
