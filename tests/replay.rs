@@ -843,6 +843,89 @@ fn late_judgments_are_amended_or_dropped_as_configured() {
     assert_eq!(value(&forget, control), 0.0, "{forget}");
     assert!(!forget.contains(&late("amended")) || value(&forget, &late("amended")) == 0.0, "{forget}");
     assert!(!forget.contains(&late("dropped")) || value(&forget, &late("dropped")) == 0.0, "{forget}");
+    // A horizon that ends before the click comes. L1 closed at t0 + 31 s
+    // (its last event at t0 + 1 s, then the 30 s gap); the click is read
+    // with event time at t0 + 41 s, 10 s later: a horizon of 10 s takes
+    // it, one a millisecond shorter has forgotten L1, and the click starts
+    // a list of its own that ends orphan.
+    let within = with("[late]\nhorizon = \"10s\"\n");
+    assert_eq!(value(&within, control), 0.5, "{within}");
+    assert_eq!(value(&within, &late("amended")), 1.0, "{within}");
+    let past = with("[late]\nhorizon = \"9999ms\"\n");
+    assert_eq!(value(&past, control), 0.0, "{past}");
+    assert_eq!(value(&past, &late("amended")), 0.0, "{past}");
+    assert_eq!(value(&past, "rankpulse_orphan_lists_total"), 1.0, "{past}");
+}
+
+/// `dimensions.labels` and `windows.spans` other than the defaults, end
+/// to end: the labels are the configured ones (an event's other
+/// dimensions are not labels), the windows are the configured spans,
+/// labelled as written. L1 (control, jp) shows a, b, b clicked: MRR@1 0,
+/// MRR@3 1/2; L2 an hour later shows x, clicked: 1 and 1. The 90s window
+/// (ending at the newest event) holds L2 alone, the 3h window both:
+/// MRR@1 (0 + 1)/2, MRR@3 (1/2 + 1)/2.
+#[test]
+fn configured_labels_and_windows_are_the_exposed_ones() {
+    let t0 = 1_700_000_000_000i64;
+    let impression = |id: &str, s: &str, t: i64, docs: &str, dims: &str| {
+        format!(
+            r#"{{"type":"impression","event_id":"{id}","session_id":"{s}","timestamp":{t},"results":[{docs}],"dimensions":{{{dims}}}}}"#
+        )
+    };
+    let lines = [
+        impression("i1", "L1", t0, r#"{"doc_id":"a"},{"doc_id":"b"}"#, r#""ranker":"control","country":"jp""#),
+        judgment_line("j1", "L1", "b", r#""action":"click""#, t0 + 1_000),
+        impression(
+            "i2",
+            "L2",
+            t0 + 3_600_000,
+            r#"{"doc_id":"x"}"#,
+            r#""ranker":"control","country":"jp","market":"us""#,
+        ),
+        judgment_line("j2", "L2", "x", r#""action":"click""#, t0 + 3_601_000),
+    ];
+    let events = Scratch::new("labels-windows.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let config = Scratch::new(
+        "labels-windows.toml",
+        b"[dimensions]\nlabels = [\"ranker\", \"country\"]\n[windows]\nspans = [\"90s\", \"3h\"]\n",
+    );
+    let (code, out, err) = replay(&["--config", config.0.to_str().unwrap()], &events.0);
+    assert_eq!(code, 0, "{err}");
+    let g = |name: &str, window: &str| {
+        value(&out, &format!(r#"rankpulse_{name}{{window="{window}",ranker="control",country="jp"}}"#))
+    };
+    let mrr = |k: u32, window: &str| {
+        value(&out, &format!(r#"rankpulse_mrr{{k="{k}",window="{window}",ranker="control",country="jp"}}"#))
+    };
+    assert_eq!(g("lists", "90s"), 1.0, "{out}");
+    assert_eq!(g("lists", "3h"), 2.0, "{out}");
+    assert_eq!((mrr(1, "90s"), mrr(3, "90s")), (1.0, 1.0));
+    assert_eq!((mrr(1, "3h"), mrr(3, "3h")), (0.5, 0.75));
+    for absent in [r#"window="1h""#, r#"window="5m""#, "market="] {
+        assert!(!out.contains(absent), "{absent}: {out}");
+    }
+}
+
+/// `input.max_future_skew` through the environment: an impression 10
+/// minutes ahead of the wall clock is `future_timestamp` under the default
+/// (5m) and under 9m, taken under 11m; one a minute old is taken always.
+#[test]
+fn input_max_future_skew_decides_how_far_ahead_an_event_may_be() {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let lines = [
+        impression_line("i1", "L1", now - 60_000, &["a"], "control"),
+        impression_line("i2", "L2", now + 600_000, &["a"], "control"),
+    ];
+    let events = Scratch::new("future-skew.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let future = r#"rankpulse_events_rejected_total{reason="future_timestamp"}"#;
+    let lists = r#"rankpulse_lists_finalized_total{ranker="control",market="us"}"#;
+    for (skew, rejected) in [(None, 1.0), (Some("9m"), 1.0), (Some("11m"), 0.0)] {
+        let env: Vec<(&str, &str)> = skew.map(|s| ("RANKPULSE__INPUT__MAX_FUTURE_SKEW", s)).into_iter().collect();
+        let (code, out, err) = replay_env(&env, &[], &events.0);
+        assert_eq!(code, 0, "{skew:?}: {err}");
+        assert_eq!(value(&out, future), rejected, "{skew:?}: {out}");
+        assert_eq!(value(&out, lists), 2.0 - rejected, "{skew:?}: {out}");
+    }
 }
 
 /// `input.max_results` through the environment: at 2, small.jsonl's
