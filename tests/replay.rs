@@ -928,6 +928,67 @@ fn input_max_future_skew_decides_how_far_ahead_an_event_may_be() {
     }
 }
 
+/// `metrics.gain`, `metrics.no_relevant`, `metrics.max_grade` and
+/// `metrics.gauc_weight` through the environment, each against values
+/// derived by hand (docs/metrics.md's conventions), so that a key that was
+/// read and then ignored fails here. Three control lists, positions as
+/// shown, grades as judged (unjudged: 0):
+///   L1: a 1, b 0, c 2.  L2: x 0, y (nothing relevant).  L3: p 1, q 0, r 4, s 1.
+/// nDCG@3, exp2: L1 (1 + 3/2) / (3 + 1/log2 3); L3 (1 + 15/2) / (15 +
+///   1/log2 3 + 1/2); linear: L1 (1 + 2/2) / (2 + 1/log2 3), L3 (1 + 4/2) /
+///   (4 + 1/log2 3 + 1/2). no_relevant zero: mean of 3 (L2 is 0); skip: of 2.
+/// ERR@3, R(g) = (2^g − 1)/2^max: max 4: L1 1/16 + (15/16)(3/16)/3, L3
+///   1/16 + (15/16)(15/16)/3; max 3: r's grade 4 is rejected, L1 1/8 +
+///   (7/8)(3/8)/3, L3 1/8.
+/// AUC (display order): L1 a>b, c<b: 1/2; L3 p>q, r<q, s<q: 1/3 (with r
+///   rejected: 1/2). GAUC: impressions (3, 4): (3/2 + 4/3)/7; uniform (1/2
+///   + 1/3)/2; positives (2, 3): (1 + 1)/5; max 3, impressions: 1/2.
+#[test]
+fn metric_conventions_are_the_configured_ones() {
+    let t0 = 1_700_000_000_000i64;
+    let grade = |id: &str, s: &str, d: &str, g: u32, t: i64| judgment_line(id, s, d, &format!(r#""grade":{g}"#), t);
+    let lines = [
+        impression_line("i1", "L1", t0, &["a", "b", "c"], "control"),
+        grade("ja", "L1", "a", 1, t0 + 100),
+        grade("jb", "L1", "b", 0, t0 + 100),
+        grade("jc", "L1", "c", 2, t0 + 100),
+        impression_line("i2", "L2", t0 + 1_000, &["x", "y"], "control"),
+        grade("jx", "L2", "x", 0, t0 + 1_100),
+        impression_line("i3", "L3", t0 + 2_000, &["p", "q", "r", "s"], "control"),
+        grade("jp", "L3", "p", 1, t0 + 2_100),
+        grade("jq", "L3", "q", 0, t0 + 2_200),
+        grade("jr", "L3", "r", 4, t0 + 2_200),
+        grade("js", "L3", "s", 1, t0 + 2_200),
+    ];
+    let events = Scratch::new("conventions.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let run = |key: Option<(&str, &str)>| {
+        let (code, out, err) = replay_env(&key.into_iter().collect::<Vec<_>>(), &[], &events.0);
+        assert_eq!(code, 0, "{key:?}: {err}");
+        let g = |name: &str| value(&out, &format!(r#"rankpulse_{name}window="1h",ranker="control",market="us"}}"#));
+        (g(r#"ndcg{k="3","#), g(r#"err{k="3","#), g("gauc{"))
+    };
+    let l3 = 1f64 / 3f64.log2();
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+    let (ndcg_exp2, err4, gauc_impressions) = run(None);
+    let (exp2_l1, exp2_l3) = (2.5 / (3.0 + l3), 8.5 / (15.0 + l3 + 0.5));
+    assert!(close(ndcg_exp2, (exp2_l1 + exp2_l3) / 3.0), "{ndcg_exp2}");
+    let (err4_l1, err4_l3) =
+        (1.0 / 16.0 + (15.0 / 16.0) * (3.0 / 16.0) / 3.0, 1.0 / 16.0 + (15.0 / 16.0) * (15.0 / 16.0) / 3.0);
+    assert!(close(err4, (err4_l1 + err4_l3) / 3.0), "{err4}");
+    assert!(close(gauc_impressions, (1.5 + 4.0 / 3.0) / 7.0), "{gauc_impressions}");
+    let (ndcg_linear, _, _) = run(Some(("RANKPULSE__METRICS__GAIN", "linear")));
+    assert!(close(ndcg_linear, (2.0 / (2.0 + l3) + 3.0 / (4.0 + l3 + 0.5)) / 3.0), "{ndcg_linear}");
+    let (ndcg_skip, _, _) = run(Some(("RANKPULSE__METRICS__NO_RELEVANT", "skip")));
+    assert!(close(ndcg_skip, (exp2_l1 + exp2_l3) / 2.0), "{ndcg_skip}");
+    let (_, err3, gauc3) = run(Some(("RANKPULSE__METRICS__MAX_GRADE", "3")));
+    assert!(close(err3, (0.125 + (7.0 / 8.0) * (3.0 / 8.0) / 3.0 + 0.125) / 3.0), "{err3}");
+    assert!(close(gauc3, 0.5), "{gauc3}");
+    let (_, _, uniform) = run(Some(("RANKPULSE__METRICS__GAUC_WEIGHT", "uniform")));
+    assert!(close(uniform, (0.5 + 1.0 / 3.0) / 2.0), "{uniform}");
+    let (_, _, positives) = run(Some(("RANKPULSE__METRICS__GAUC_WEIGHT", "positives")));
+    assert!(close(positives, 0.4), "{positives}");
+}
+
 /// `input.max_results` through the environment: at 2, small.jsonl's
 /// control impression (3 results) is rejected as too many results, the
 /// candidate's (2) is not.
