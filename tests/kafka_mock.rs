@@ -172,6 +172,44 @@ async fn held_back_topics_lose_and_repeat_nothing() {
     drop(cluster);
 }
 
+/// `kafka.max_topic_drift = "0s"` turns holding off: the judgments that
+/// the default 30 s holds back in the test below (60 s of event time ahead
+/// of the only impressions there are) flow at once, nothing is held, and
+/// the metrics still equal a replay once the impressions come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drift_of_zero_holds_no_topic_back() {
+    let (cluster, bootstrap) = cluster(1);
+    let producer: FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
+    let evs = events(6000, 1_700_000_000_000, 13);
+    let is_impression = |j: &str| j.contains(r#""type":"impression""#);
+    let mut list = 0;
+    let (mut first, mut judgments, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+    for e in &evs {
+        if is_impression(&e.1) {
+            list += 1;
+            if list <= 100 { &mut first } else { &mut rest }.push(e.clone());
+        } else {
+            judgments.push(e.clone());
+        }
+    }
+    let (config, addr, stop, daemon) = start(&bootstrap, "0s").await;
+    produce(&producer, &first).await;
+    wait_consumed(&addr, first.len() as f64, 60).await;
+    produce(&producer, &judgments).await;
+    let body = wait_consumed(&addr, (first.len() + judgments.len()) as f64, 60).await;
+    assert_eq!(sum_of(&body, "rankpulse_topic_pauses_total"), 0.0, "a topic was held back:\n{body}");
+    assert!(body.contains("rankpulse_topic_pauses_total"), "the counter is exposed, at 0:\n{body}");
+    produce(&producer, &rest).await;
+    wait_consumed(&addr, evs.len() as f64, 60).await;
+    stop.send(()).unwrap();
+    let summary =
+        tokio::time::timeout(Duration::from_secs(10), daemon).await.expect("shutdown within 10 s").unwrap().unwrap();
+    assert_eq!(summary.messages as f64, evs.len() as f64);
+    assert_eq!(counter_lines(&summary.final_exposition), counter_lines(&replay_of(&config, &evs)));
+    drop(cluster);
+}
+
 /// Judgments run far ahead of the only impressions there are: they are
 /// held back; the impressions deliver nothing more, and after
 /// `align::MAX_HOLD_MS` the judgments flow again (a silent topic must not
