@@ -367,16 +367,46 @@ pub fn instance_name(config: &Config) -> String {
     if !config.state.instance.is_empty() {
         return config.state.instance.clone();
     }
-    std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+    // The kernel's host name first: `HOSTNAME` is a shell variable that
+    // many environments do not export, and a minimal container may have no
+    // /etc/hostname; two instances both named "rankpulse" would fence each
+    // other.
+    host_name()
+        .into_iter()
+        .chain(std::env::var("HOSTNAME").ok())
+        .chain(std::fs::read_to_string("/etc/hostname").ok())
         .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty() && !h.contains('/') && !h.starts_with('.'))
+        .find(|h| !h.is_empty() && !h.contains('/') && !h.starts_with('.'))
         .unwrap_or_else(|| "rankpulse".to_string())
+}
+
+/// gethostname(2), when it answers with UTF-8.
+fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length, which is what
+    // gethostname is told; it writes at most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0)?;
+    String::from_utf8(buf[..end].to_vec()).ok()
 }
 
 #[cfg(test)]
 mod tests {
+    /// An empty `state.instance` is the kernel's host name (what `uname
+    /// -n` prints), whether or not `HOSTNAME` is exported.
+    #[test]
+    fn an_empty_instance_is_the_host_name() {
+        let mut config = crate::config::Config::default();
+        config.state.instance = "a".into();
+        assert_eq!(super::instance_name(&config), "a");
+        config.state.instance = String::new();
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert_eq!(super::instance_name(&config), kernel.trim());
+    }
+
     /// A list goes into its time bucket only; the totals, derived from the
     /// buckets, must still be what folding every list into a total cell
     /// gives: first values only (late amendments change the buckets, not
