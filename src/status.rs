@@ -541,6 +541,18 @@ mod tests {
         assert!(page.contains("<span class=\"muted\">nDCG@10 +0.000 ± 0.011 vs control (p = 1.000)</span>"), "{page}");
         assert!(page.contains("text-anchor=\"end\">0.45</text>"), "value ticks");
         assert!(page.contains(">now</text>"));
+        // compare.alpha decides the colour: p (about 1e-13 here) above a
+        // stricter level leaves the same difference uncoloured.
+        let mut strict = config.clone();
+        strict.compare.alpha = 1e-20;
+        let mut h = History::new(&strict);
+        h.sample(&strict, &acc, now);
+        let page = render_page(&h, true);
+        assert!(
+            page.contains("<span class=\"muted\">nDCG@10 \u{2212}0.100 ± 0.011 vs control (p &lt; 0.001)</span>"),
+            "{page}"
+        );
+        assert!(!page.contains("class=\"worse\""), "{page}");
     }
 
     /// 3 A wins, 9 B wins, no ties: Δ = 3/12 − 1/2 = −0.25; sign test
