@@ -294,8 +294,9 @@ pub struct CompareConfig {
     /// The arm every other arm is compared with.
     pub baseline: String,
     /// Values of the arm label that are not A/B arms: their lists are
-    /// interleaved or randomized traffic (a mix of rankers), which a
-    /// difference against the baseline would not describe.
+    /// interleaved traffic (a mix of rankers), which a difference against
+    /// the baseline would not describe. (Randomized lists enter no
+    /// comparison whatever their arm.)
     pub exclude: Vec<String>,
     /// Significance level: the status page colours a difference only below
     /// it, and `rankpulse_compare_lists_needed` is for a test at this level.
