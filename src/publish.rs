@@ -206,7 +206,7 @@ pub fn render(s: &Snapshot) -> String {
                 let r = (rank + 1).to_string();
                 f.counter(
                     &format!("{PREFIX}rank_clicks_total"),
-                    "Clicks at each rank of those lists: with propensities theta, sum over ranks of rate(_total)/theta / rate(rankpulse_click_lists_total) is the IPS clicks@k across instances",
+                    "Clicks at each rank of those lists: with propensities theta (raised to debias.min_propensity when set), sum over ranks of rate(_total)/theta / rate(rankpulse_click_lists_total) is the IPS clicks@k across instances",
                     &with(&[("rank", &r)], &dl),
                     *n as f64,
                 );

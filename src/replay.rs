@@ -315,7 +315,7 @@ impl<R: BufRead> Input<R> {
         loop {
             // The first line may carry a byte order mark, which is not part
             // of its message and so not of the limit.
-            let room = if self.number == 0 { limit + BOM.len() } else { limit };
+            let room = if self.number == 0 { limit.saturating_add(BOM.len()) } else { limit };
             let mut too_long = match read_line(&mut self.reader, &mut self.line, room)? {
                 Line::End => return Ok(None),
                 Line::Read => false,

@@ -172,7 +172,9 @@ impl History {
                                 arm: arm.clone(),
                                 metric,
                                 comparison,
-                                lists: (cell.lists, base.lists),
+                                // The lists in the test: randomized lists (and
+                                // skipped ones) are in `cell.lists`, not here.
+                                lists: (c.count, b.count),
                             });
                         }
                     }
@@ -520,6 +522,12 @@ mod tests {
                 let dims: Arc<[String]> = vec![arm.to_string(), market.to_string()].into();
                 for i in 0..20 {
                     acc.fold(&dims, now - 30_000, &score(cutoffs, base + 0.1 * f64::from(i % 2)));
+                }
+                // Shuffled lists: in no comparison and in none of its counts.
+                let mut shuffled = score(cutoffs, 0.0);
+                shuffled.randomized = true;
+                for _ in 0..5 {
+                    acc.fold(&dims, now - 30_000, &shuffled);
                 }
             }
         }

@@ -510,7 +510,7 @@ fn arms_are_compared_with_the_baseline_over_all_markets() {
     assert!((value(&out, &series("stderr")) - se).abs() < 1e-12);
     assert_eq!(value(&out, &series("lists_needed")), 132.0);
     assert!(!out.contains(r#"rankpulse_compare_difference{ranker="v2""#), "the baseline is not compared with itself");
-    // An excluded arm (interleaved or randomized traffic) is not compared.
+    // An excluded arm (interleaved traffic) is not compared.
     let excluded = std::env::temp_dir().join(format!("rankpulse-arms-x-{}.toml", std::process::id()));
     let file = std::env::temp_dir().join(format!("rankpulse-arms-x-{}.jsonl", std::process::id()));
     std::fs::write(&excluded, "[compare]\nexclude = [\"v2\"]\n").unwrap();
@@ -751,6 +751,9 @@ fn an_estimated_zero_propensity_is_clipped_by_min_propensity() {
     // would be 7/12·4/9 + 3.5/9 = 0.6481.
     let v2 = r#"ranker="v2",market="us"}"#;
     assert_eq!(value(&out, &format!(r#"rankpulse_lists_finalized_total{{{v2}"#)), 9.0, "{out}");
+    // Nothing relevant in one production list and one randomized one: both
+    // counted, whatever the list (README: under either policy).
+    assert_eq!(value(&out, &format!(r#"rankpulse_lists_no_relevant_total{{kind="binary",{v2}"#)), 2.0, "{out}");
     assert_eq!(value(&out, &format!(r#"rankpulse_mrr_count{{k="3",{v2}"#)), 4.0, "{out}");
     assert!((value(&out, &format!(r#"rankpulse_mrr{{k="3",window="1h",{v2}"#)) - 7.0 / 12.0).abs() < 1e-12, "{out}");
     for metric in ["ndcg", "mrr", "err", "precision", "recall", "map", "gauc"] {

@@ -727,6 +727,12 @@ impl Accumulators {
             }
             series.retired.apply(score, sign);
         }
+        if score.no_relevant_graded {
+            *series.no_relevant.entry(Relevance::Graded).or_default() += sign;
+        }
+        if score.no_relevant_binary {
+            *series.no_relevant.entry(Relevance::Binary).or_default() += sign;
+        }
         if score.randomized {
             for mean in Family::ALL.iter().map(|&f| Mean::Family(f)).chain([Mean::Gauc]) {
                 *series.excluded.entry((mean, Exclusion::Randomized)).or_default() += sign;
@@ -741,12 +747,6 @@ impl Accumulators {
         }
         if score.gauc.is_none() {
             *series.excluded.entry((Mean::Gauc, Exclusion::SingleClass)).or_default() += sign;
-        }
-        if score.no_relevant_graded {
-            *series.no_relevant.entry(Relevance::Graded).or_default() += sign;
-        }
-        if score.no_relevant_binary {
-            *series.no_relevant.entry(Relevance::Binary).or_default() += sign;
         }
     }
 

@@ -563,7 +563,7 @@ mod tests {
     /// estimates), d mean = −Σ_{k≥2} a_k·(d ln r_k − d ln r_1), and
     /// Var(ln r) ≈ (1 − r)/(n·r).
     fn propensity_se(counts: &PositionCounts, moments: &ClickMoments, discount: impl Fn(usize) -> f64) -> f64 {
-        let theta: Vec<f64> = counts.propensities(1.0).into_iter().map(|t| t.unwrap_or(0.0)).collect();
+        let theta: Vec<f64> = counts.propensities(1.0).into_iter().map(|t| t.unwrap_or(f64::NAN)).collect();
         let var_ln = |i: usize| {
             let r = counts.clicks[i] as f64 / counts.lists[i] as f64;
             (1.0 - r) / (counts.lists[i] as f64 * r)
@@ -659,7 +659,7 @@ mod tests {
         //   IPS SE (both shrink as 1/√lists, and the randomized lists carry
         //   no more information each than the others), so leaving it out
         //   would make (b) pass or fail on the seed's luck.
-        let theta: Vec<f64> = estimated.iter().map(|t| t.unwrap_or(0.0)).collect();
+        let theta: Vec<f64> = estimated.iter().map(|t| t.unwrap_or(f64::NAN)).collect();
         let ips = Weighting::ips(&theta);
         let metrics = [
             (

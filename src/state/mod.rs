@@ -371,10 +371,15 @@ pub fn instance_name(config: &Config) -> String {
     // many environments do not export, and a minimal container may have no
     // /etc/hostname; two instances both named "rankpulse" would fence each
     // other.
-    host_name()
+    first_host_name([host_name(), std::env::var("HOSTNAME").ok(), std::fs::read_to_string("/etc/hostname").ok()])
+}
+
+/// The first of `candidates` (in order of trust) that can name a file,
+/// else "rankpulse".
+fn first_host_name(candidates: [Option<String>; 3]) -> String {
+    candidates
         .into_iter()
-        .chain(std::env::var("HOSTNAME").ok())
-        .chain(std::fs::read_to_string("/etc/hostname").ok())
+        .flatten()
         .map(|h| h.trim().to_string())
         .find(|h| !h.is_empty() && !h.contains('/') && !h.starts_with('.'))
         .unwrap_or_else(|| "rankpulse".to_string())
@@ -405,6 +410,13 @@ mod tests {
         config.state.instance = String::new();
         let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
         assert_eq!(super::instance_name(&config), kernel.trim());
+        // The kernel's name before HOSTNAME and /etc/hostname; each skipped
+        // when it cannot name a file; "rankpulse" only when none can.
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(super::first_host_name([some("k"), some("env"), some("file\n")]), "k");
+        assert_eq!(super::first_host_name([None, some("env"), some("file\n")]), "env");
+        assert_eq!(super::first_host_name([some(""), some("a/b"), some("file\n")]), "file");
+        assert_eq!(super::first_host_name([None, some(".x"), None]), "rankpulse");
     }
 
     /// A list goes into its time bucket only; the totals, derived from the
