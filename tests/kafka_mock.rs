@@ -172,6 +172,25 @@ async fn held_back_topics_lose_and_repeat_nothing() {
     drop(cluster);
 }
 
+type Events = Vec<(String, String)>;
+
+/// `evs` in the order of a stalled impressions topic: the impressions of
+/// the first 100 lists (1 s of event time), then every judgment, then the
+/// other impressions.
+fn stalled_impressions(evs: &[(String, String)]) -> (Events, Events, Events) {
+    let mut list = 0;
+    let (mut first, mut judgments, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+    for e in evs {
+        if e.1.contains(r#""type":"impression""#) {
+            list += 1;
+            if list <= 100 { &mut first } else { &mut rest }.push(e.clone());
+        } else {
+            judgments.push(e.clone());
+        }
+    }
+    (first, judgments, rest)
+}
+
 /// `kafka.max_topic_drift = "0s"` turns holding off: the judgments that
 /// the default 30 s holds back in the test below (60 s of event time ahead
 /// of the only impressions there are) flow at once, nothing is held, and
@@ -182,17 +201,7 @@ async fn a_drift_of_zero_holds_no_topic_back() {
     let producer: FutureProducer =
         ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
     let evs = events(6000, 1_700_000_000_000, 13);
-    let is_impression = |j: &str| j.contains(r#""type":"impression""#);
-    let mut list = 0;
-    let (mut first, mut judgments, mut rest) = (Vec::new(), Vec::new(), Vec::new());
-    for e in &evs {
-        if is_impression(&e.1) {
-            list += 1;
-            if list <= 100 { &mut first } else { &mut rest }.push(e.clone());
-        } else {
-            judgments.push(e.clone());
-        }
-    }
+    let (first, judgments, rest) = stalled_impressions(&evs);
     let (config, addr, stop, daemon) = start(&bootstrap, "0s").await;
     produce(&producer, &first).await;
     wait_consumed(&addr, first.len() as f64, 60).await;
@@ -222,19 +231,7 @@ async fn a_stalled_topic_does_not_hold_the_other_back() {
         ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
     // 6,000 lists 10 ms apart: 60 s of event time, twice the drift.
     let evs = events(6000, 1_700_000_000_000, 13);
-    let is_impression = |j: &str| j.contains(r#""type":"impression""#);
-    // The impressions of the first 100 lists (1 s of event time), then
-    // every judgment, then the other impressions.
-    let mut list = 0;
-    let (mut first, mut judgments, mut rest) = (Vec::new(), Vec::new(), Vec::new());
-    for e in &evs {
-        if is_impression(&e.1) {
-            list += 1;
-            if list <= 100 { &mut first } else { &mut rest }.push(e.clone());
-        } else {
-            judgments.push(e.clone());
-        }
-    }
+    let (first, judgments, rest) = stalled_impressions(&evs);
 
     let (config, addr, stop, daemon) = start(&bootstrap, "30s").await;
     produce(&producer, &first).await;
