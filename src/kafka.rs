@@ -435,8 +435,12 @@ pub fn connection_config(config: &Config, client_id: &str) -> ClientConfig {
     cc
 }
 
-/// Counts the dead-letter copies that failed after librdkafka's retries.
+/// Counts the dead-letter copies as the broker settles them: acknowledged,
+/// or failed after librdkafka's retries. A copy is counted once, when its
+/// fate is known, never when it is queued (a queued copy that then fails
+/// would count as both).
 pub struct DeadLetterContext {
+    pub delivered: Arc<AtomicU64>,
     pub failures: Arc<AtomicU64>,
     tracker: Arc<DeliveryTracker>,
 }
@@ -447,9 +451,10 @@ impl ProducerContext for DeadLetterContext {
     /// The copy's sequence number (see [`DeliveryTracker`]).
     type DeliveryOpaque = usize;
     fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
-        if result.is_err() {
-            self.failures.fetch_add(1, Ordering::Relaxed);
-        }
+        match result {
+            Ok(_) => self.delivered.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.failures.fetch_add(1, Ordering::Relaxed),
+        };
         self.tracker.finished(seq as u64);
     }
 }
@@ -506,7 +511,9 @@ pub const DLQ_OFFSET: &str = "rankpulse.offset";
 pub struct DeadLetters {
     producer: ThreadedProducer<DeadLetterContext>,
     topic: String,
-    pub sent: u64,
+    /// Copies the broker acknowledged (`rankpulse_dead_letters_total{outcome="sent"}`).
+    pub delivered: Arc<AtomicU64>,
+    /// Copies that failed: refused at once, or after librdkafka's retries.
     pub failures: Arc<AtomicU64>,
     /// The next copy's sequence number.
     next_seq: u64,
@@ -519,12 +526,16 @@ impl DeadLetters {
             return Ok(None);
         }
         let cc = connection_config(config, "rankpulse-dead-letters");
+        let delivered = Arc::new(AtomicU64::new(0));
         let failures = Arc::new(AtomicU64::new(0));
         let tracker = Arc::new(DeliveryTracker::default());
-        let producer =
-            cc.create_with_context(DeadLetterContext { failures: failures.clone(), tracker: tracker.clone() })?;
+        let producer = cc.create_with_context(DeadLetterContext {
+            delivered: delivered.clone(),
+            failures: failures.clone(),
+            tracker: tracker.clone(),
+        })?;
         let topic = config.kafka.dead_letter_topic.clone();
-        Ok(Some(DeadLetters { producer, topic, sent: 0, failures, next_seq: 0, tracker }))
+        Ok(Some(DeadLetters { producer, topic, delivered, failures, next_seq: 0, tracker }))
     }
 
     /// Queues one copy; the offsets covering it are committed only once it
@@ -550,10 +561,7 @@ impl DeadLetters {
         // invalid messages against a slow broker), and nothing is lost.
         loop {
             match self.producer.send(record) {
-                Ok(()) => {
-                    self.sent += 1;
-                    return;
-                }
+                Ok(()) => return,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                     record = r;
                     let _ = self.producer.flush(Duration::from_millis(100));

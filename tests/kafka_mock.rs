@@ -113,6 +113,18 @@ async fn start(
     config.kafka.brokers = bootstrap.to_string();
     config.kafka.group_id = format!("rankpulse-test-{}-{drift}", std::process::id());
     config.kafka.max_topic_drift = drift.parse().unwrap();
+    start_with(config).await
+}
+
+/// A daemon running `config`, as [`start`] returns it.
+async fn start_with(
+    mut config: Config,
+) -> (
+    Config,
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<rankpulse::daemon::RunSummary, rankpulse::daemon::DaemonError>>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     config.http.listen = addr.clone();
@@ -341,5 +353,129 @@ async fn loadgen_produces_keyed_lists_and_the_invalid_share() {
     assert!((5..=40).contains(&invalid), "{invalid} invalid messages");
     // Closed while its broker is still up.
     drop(consumer);
+    drop(cluster);
+}
+
+const DEAD_LETTERS: &str = "rankpulse-dead-letters";
+
+/// Three invalid messages first in the judgments topic (offsets 0 to 2,
+/// one partition), then `lists` lists: the daemon's config with
+/// `kafka.dead_letter_topic`, the valid events and the message count.
+async fn invalid_first(bootstrap: &str, lists: usize, group: &str) -> (Config, Vec<(String, String)>, f64) {
+    let producer: FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).set("linger.ms", "5").create().unwrap();
+    for i in 0..3 {
+        let record = FutureRecord::to(JUDGMENTS).key("bad").payload("{not json").partition(0);
+        producer.send(record, Duration::from_secs(5)).await.unwrap_or_else(|(e, _)| panic!("invalid message {i}: {e}"));
+    }
+    let evs = events(lists, 1_700_000_000_000, 17);
+    produce(&producer, &evs).await;
+    let mut config = Config::default();
+    config.kafka.brokers = bootstrap.to_string();
+    config.kafka.group_id = format!("{group}-{}", std::process::id());
+    config.kafka.dead_letter_topic = DEAD_LETTERS.to_string();
+    let total = evs.len() as f64 + 3.0;
+    (config, evs, total)
+}
+
+/// The group's committed offset of `topic` partition 0, asked of the
+/// broker as another client would (-1: none).
+fn committed_offset(bootstrap: &str, group: &str, topic: &str) -> i64 {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).set("group.id", group).create().unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition(topic, 0);
+    let committed = consumer.committed_offsets(tpl, Duration::from_secs(5)).unwrap();
+    match committed.find_partition(topic, 0).map(|e| e.offset()) {
+        Some(rdkafka::Offset::Offset(o)) => o,
+        _ => -1,
+    }
+}
+
+/// A dead-letter topic that refuses every write (an ACL missing, here
+/// `TOPIC_AUTHORIZATION_FAILED` on every produce request) never stops
+/// consumption: each copy is counted as failed, none as sent, the offsets
+/// covering them advance, and the metrics are a replay's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_topic_refusing_writes_fails_its_copies_and_consumption_goes_on() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let (cluster, bootstrap) = cluster(1);
+    cluster.create_topic(DEAD_LETTERS, 1, 1).unwrap();
+    let (config, evs, total) = invalid_first(&bootstrap, 200, "dlq-refused").await;
+    // From now on every produce request is refused (only the daemon's
+    // dead-letter producer produces).
+    cluster.request_errors(RDKafkaApiKey::Produce, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 64]);
+
+    let (config, addr, stop, daemon) = start_with(config).await;
+    wait_consumed(&addr, total, 60).await;
+    stop.send(()).unwrap();
+    let summary =
+        tokio::time::timeout(Duration::from_secs(20), daemon).await.expect("shutdown within 20 s").unwrap().unwrap();
+    let m = &summary.final_exposition;
+    assert_eq!(sum_of(m, r#"rankpulse_dead_letters_total{outcome="failed"}"#), 3.0, "{m}");
+    assert_eq!(sum_of(m, r#"rankpulse_dead_letters_total{outcome="sent"}"#), 0.0, "{m}");
+    let committed: i64 = summary.committed.values().sum();
+    assert_eq!(committed as f64, total, "{:?}", summary.committed);
+    let lines: String = evs.iter().map(|(_, j)| format!("{j}\n")).collect::<String>() + &"{not json\n".repeat(3);
+    let replayed = rankpulse::replay::replay(&config, lines.as_bytes()).unwrap();
+    assert_eq!(counter_lines(m), counter_lines(&replayed));
+    drop(cluster);
+}
+
+/// While dead-letter copies are unacknowledged (the broker answers each
+/// produce request with a retriable error, so librdkafka keeps retrying),
+/// no offset past the invalid messages is committed, though the lists
+/// after them are consumed and commit ticks pass; once the broker takes
+/// the copies they count as sent and every offset is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_wait_for_their_dead_letter_copies_to_be_acknowledged() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let (cluster, bootstrap) = cluster(1);
+    cluster.create_topic(DEAD_LETTERS, 1, 1).unwrap();
+    let (config, _evs, total) = invalid_first(&bootstrap, 200, "dlq-pending").await;
+    let group = config.kafka.group_id.clone();
+    cluster.request_errors(RDKafkaApiKey::Produce, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 100_000]);
+
+    let (_, addr, stop, daemon) = start_with(config).await;
+    let body = wait_consumed(&addr, total, 60).await;
+    // Ten ticks (5 s, two commit intervals) after everything was read.
+    let ticks = |body: &str| sum_of(body, "rankpulse_consumer_tick_seconds_count");
+    let from = ticks(&body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let a = addr.clone();
+        let (_, body) = tokio::task::spawn_blocking(move || http_get(&a, "/metrics")).await.unwrap().unwrap();
+        if ticks(&body) >= from + 10.0 {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "ten ticks did not pass in 30 s:\n{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(sum_of(&body, r#"rankpulse_dead_letters_total{outcome="sent"}"#), 0.0, "{body}");
+    assert_eq!(sum_of(&body, r#"rankpulse_dead_letters_total{outcome="failed"}"#), 0.0, "{body}");
+    let (b, g) = (bootstrap.clone(), group.clone());
+    let held = tokio::task::spawn_blocking(move || committed_offset(&b, &g, JUDGMENTS)).await.unwrap();
+    assert!(held <= 0, "offset {held} of {JUDGMENTS} committed past unacknowledged dead-letter copies");
+
+    cluster.clear_request_errors(RDKafkaApiKey::Produce);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (b, g) = (bootstrap.clone(), group.clone());
+        let committed = tokio::task::spawn_blocking(move || committed_offset(&b, &g, JUDGMENTS)).await.unwrap();
+        if committed > 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "offsets still held 60 s after the copies could be written");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.send(()).unwrap();
+    let summary =
+        tokio::time::timeout(Duration::from_secs(20), daemon).await.expect("shutdown within 20 s").unwrap().unwrap();
+    let m = &summary.final_exposition;
+    assert_eq!(sum_of(m, r#"rankpulse_dead_letters_total{outcome="sent"}"#), 3.0, "{m}");
+    assert_eq!(sum_of(m, r#"rankpulse_dead_letters_total{outcome="failed"}"#), 0.0, "{m}");
+    let committed: i64 = summary.committed.values().sum();
+    assert_eq!(committed as f64, total, "{:?}", summary.committed);
     drop(cluster);
 }

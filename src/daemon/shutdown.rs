@@ -49,6 +49,10 @@ pub(super) async fn shut_down(
         daemon.note_done(done);
     }
     daemon.pending_commit = None;
+    // Dead-letter copies settle first: the last exposition counts them
+    // (sent or failed), and without checkpoints the offsets covering them
+    // are committed only if they did.
+    let dead_letters_settled = daemon.dead_letters_flushed();
     // 2. Finalize every open list, or checkpoint it to continue after a
     // restart; 3. publish the result.
     daemon.update_health();
@@ -64,7 +68,7 @@ pub(super) async fn shut_down(
         daemon.finalize_all();
         daemon.publish();
         daemon.publisher.wait();
-        daemon.dead_letters_flushed()
+        dead_letters_settled
     };
     // 4. Commit what is safe: everything consumed, now that nothing is open
     // (or everything open is checkpointed).

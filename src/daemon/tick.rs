@@ -178,7 +178,7 @@ impl Daemon {
         self.health.kafka_outages = self.outages.total;
         self.health.kafka_outage_seconds = self.outages.seconds(now);
         if let Some(dl) = &self.dead_letters {
-            self.health.dead_letters = dl.sent;
+            self.health.dead_letters = dl.delivered.load(Ordering::Relaxed);
             self.health.dead_letter_failures = dl.failures.load(Ordering::Relaxed);
         }
     }
