@@ -628,7 +628,7 @@ pub struct DimensionsConfig {
     pub max_combinations: usize,
     /// Longest value a label takes, in bytes; a longer one is reported as
     /// `__other__` and counted: a value is repeated on every series of its
-    /// combination (about 238), so one of a megabyte is a scrape of hundreds.
+    /// combination (about 239), so one of a megabyte is a scrape of hundreds.
     pub max_value_bytes: usize,
 }
 

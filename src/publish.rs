@@ -341,6 +341,14 @@ pub fn render(s: &Snapshot) -> String {
             h.kafka_outage_seconds,
         );
         f.counter(&format!("{PREFIX}kafka_outages_total"), "Broker outages since start", &[], h.kafka_outages as f64);
+        for (change, n) in [("assigned", h.partitions_assigned), ("revoked", h.partitions_revoked)] {
+            f.counter(
+                &format!("{PREFIX}partitions_rebalanced_total"),
+                "Topic-partitions assigned to or revoked from this instance by consumer-group rebalances (an expired session revokes them all)",
+                &[("change", change)],
+                n as f64,
+            );
+        }
         f.counter(
             &format!("{PREFIX}topic_pauses_total"),
             "Times a topic-partition was held back (not read) for running more than kafka.max_topic_drift ahead of its partition's slowest topic in event time",
@@ -413,7 +421,7 @@ pub fn render(s: &Snapshot) -> String {
             for (outcome, n) in [("sent", h.dead_letters), ("failed", h.dead_letter_failures)] {
                 f.counter(
                     &format!("{PREFIX}dead_letters_total"),
-                    "Invalid messages copied to kafka.dead_letter_topic (sent) or whose copy failed",
+                    "Invalid messages copied to kafka.dead_letter_topic: acknowledged by the broker (sent) or failed for good",
                     &[("outcome", outcome)],
                     n as f64,
                 );

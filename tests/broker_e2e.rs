@@ -125,6 +125,9 @@ fn the_state_topic_is_created_compacted_and_other_topics_are_refused() {
     let described = futures_block_on(admin.describe_configs([&topic], &AdminOptions::new()));
     let described = described.unwrap().into_iter().next().unwrap().unwrap();
     assert_eq!(described.get("cleanup.policy").and_then(|e| e.value.as_deref()), Some("compact"));
+    // What bounds a restore's read beyond the live checkpoints (docs/operations.md).
+    assert_eq!(described.get("segment.bytes").and_then(|e| e.value.as_deref()), Some("67108864"));
+    assert_eq!(described.get("segment.ms").and_then(|e| e.value.as_deref()), Some("600000"));
 
     config.state.instance = "two".into();
     StateStore::open(&config).expect("an existing compacted topic is taken as it is");
@@ -135,6 +138,18 @@ fn the_state_topic_is_created_compacted_and_other_topics_are_refused() {
     config.state.topic = "two-partitions".into();
     let e = StateStore::open(&config).unwrap_err();
     assert!(matches!(e, StateError::Partitions { partitions: 2, .. }), "{e}");
+    // Compacted and deleting: taken (with a warning that old checkpoints go).
+    use rdkafka::admin::{NewTopic, TopicReplication};
+    let both =
+        NewTopic::new("compacted-and-deleting", 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact,delete");
+    let created = futures_block_on(admin.create_topics([&both], &AdminOptions::new())).unwrap();
+    assert!(created.iter().all(|r| r.is_ok()), "{created:?}");
+    let topic = ResourceSpecifier::Topic("compacted-and-deleting");
+    let described = futures_block_on(admin.describe_configs([&topic], &AdminOptions::new()));
+    let described = described.unwrap().into_iter().next().unwrap().unwrap();
+    assert_eq!(described.get("cleanup.policy").and_then(|e| e.value.as_deref()), Some("compact,delete"));
+    config.state.topic = "compacted-and-deleting".into();
+    StateStore::open(&config).expect("a compacted and deleting topic is taken");
 }
 
 /// `rankpulse state list` and `forget` on the state topic two daemons

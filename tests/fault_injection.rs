@@ -31,7 +31,7 @@
 //! - `two_processes_with_one_instance_name_in_kafka_stop_one_of_them`: with
 //!   the Kafka backend there is no lock file; a second process under the
 //!   same name makes one of the two exit with an error, the other goes on.
-//! - `a_session_flood_keeps_memory_flat`: 600,000 new sessions with random
+//! - `a_session_flood_keeps_memory_flat`: 1,000,000 new sessions with random
 //!   dimension values under `session.max_open_lists` and
 //!   `dimensions.max_values`: open lists and series stay capped, the excess
 //!   is counted, and the resident memory stays flat.

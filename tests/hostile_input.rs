@@ -435,6 +435,10 @@ fn frozen_broker(env: &[(&str, &str)], group: &str, freeze: Duration) {
     assert_eq!(sum_of(&m, "rankpulse_orphan_lists_total"), sum_of(&want, "rankpulse_orphan_lists_total"));
     assert_eq!(sum_of(&m, "rankpulse_late_judgments_total"), 0.0);
     assert_eq!(sum_of(&m, "rankpulse_kafka_connected"), 1.0);
+    // The path the test is for: the session expired in the freeze and
+    // every partition of both topics was revoked, then assigned again.
+    let revoked = sum_of(&m, r#"rankpulse_partitions_rebalanced_total{change="revoked"}"#);
+    assert!(revoked >= 2.0 * PARTITIONS as f64, "{revoked} topic-partitions revoked:\n{m}");
     sigterm(&mut daemon);
 }
 

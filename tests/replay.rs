@@ -1297,3 +1297,62 @@ fn a_read_error_names_its_input_and_stdin_is_read_once() {
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(err.contains("`-` (standard input) is given more than once"), "{err}");
 }
+
+/// The series one combination of dimension values costs, and one compared
+/// arm, as docs/operations.md sizes them ("Bounded memory") from the
+/// configuration: with C cutoffs, W windows and the six cut metrics plus
+/// GAUC (M = 6C + 1 metric-cutoff pairs), a combination has M × W window
+/// gauges and as many standard errors, M × 3 since-start counters
+/// (`_sum`, `_count`, `_sum_squares`), W `rankpulse_lists` gauges,
+/// `lists_finalized_total`, two `lists_no_relevant_total` and the
+/// exclusions (7 metrics: randomized; GAUC: single class; with
+/// `no_relevant = "skip"`, the six cut metrics: no relevant); a compared
+/// arm has M × W of each of the four `rankpulse_compare_*` gauges. The
+/// stream has every grade, lists with nothing relevant and randomized
+/// lists, so that every series that can exist does.
+#[test]
+fn series_per_combination_and_per_compared_arm_are_as_documented() {
+    let mut lines = String::new();
+    for (arm, prefix) in [("control", "c"), ("candidate", "x")] {
+        for i in 0..200 {
+            let (session, ts) = (format!("{prefix}{i}"), 1_700_000_000_000i64 + i * 1000);
+            let results: Vec<String> =
+                (0..10).map(|j| format!(r#"{{"doc_id":"d{j}","position":{},"score":{}}}"#, j + 1, 10 - j)).collect();
+            let randomized = if i % 7 == 0 { r#","randomized":true"# } else { "" };
+            lines += &format!(
+                r#"{{"type":"impression","event_id":"{session}","session_id":"{session}","query_id":"q","timestamp":{ts},"results":[{}],"dimensions":{{"ranker":"{arm}","market":"us"}}{randomized}}}"#,
+                results.join(",")
+            );
+            lines.push('\n');
+            // Every third list also has a relevant document it did not show
+            // (recall below 1 at every cutoff); the arms grade differently.
+            for j in 0..if i % 3 == 0 { 11 } else { 10 } {
+                let step = if arm == "control" { 1 } else { 3 };
+                let grade = if i % 5 == 0 { 0 } else { (i + j * step) % 4 };
+                lines += &format!(
+                    r#"{{"type":"judgment","event_id":"{session}-{j}","session_id":"{session}","query_id":"q","doc_id":"d{j}","grade":{grade},"timestamp":{}}}"#,
+                    ts + 100
+                );
+                lines.push('\n');
+            }
+        }
+    }
+    let file = Scratch::new("series.jsonl", lines.as_bytes());
+    let config = rankpulse::config::Config::default();
+    let (cutoffs, windows) = (config.metrics.cutoffs.len(), config.windows.spans.len());
+    let pairs = 6 * cutoffs + 1;
+    let per_combination = |skip: bool| 2 * pairs * windows + 3 * pairs + windows + 1 + 2 + 8 + if skip { 6 } else { 0 };
+    for (skip, env) in [(false, vec![]), (true, vec![("RANKPULSE__METRICS__NO_RELEVANT", "skip")])] {
+        let (code, out, err) = replay_env(&env, &[], &file.0);
+        assert_eq!(code, 0, "{err}");
+        let series = |pattern: &str| out.lines().filter(|l| !l.starts_with('#') && l.contains(pattern)).count();
+        assert_eq!(series(r#"ranker="control",market="us""#), per_combination(skip), "no_relevant skip: {skip}\n{out}");
+        let compared = out.lines().filter(|l| l.starts_with("rankpulse_compare_")).count();
+        assert_eq!(compared, 4 * pairs * windows, "{out}");
+        assert!(
+            out.lines().filter(|l| l.starts_with("rankpulse_compare_")).all(|l| l.contains(r#"ranker="candidate""#))
+        );
+    }
+    // The figures docs/operations.md and config/default.toml give.
+    assert_eq!((per_combination(false), per_combination(true), 4 * pairs * windows), (239, 245, 300));
+}

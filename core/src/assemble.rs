@@ -1803,6 +1803,30 @@ mod tests {
         assert_eq!(asm.closed_lists(), 0, "no late horizon: nothing remembered");
     }
 
+    /// Lists kept for late judgments are bounded by `session.max_open_lists`
+    /// as the open ones are: a flood of lists evicted within the horizon
+    /// keeps at most that many, the oldest forgotten (a late judgment for
+    /// one of them starts a list of its own), the newest still amended.
+    #[test]
+    fn lists_kept_for_late_judgments_are_capped_like_open_ones() {
+        let mut l = limits(LatePolicy::Amend);
+        l.max_open_lists = 4;
+        let mut asm = Assembler::with_limits(l, vec![], None);
+        let mut out = Vec::new();
+        for n in 0..10 {
+            asm.ingest_t(&ev(&imp(&format!("i{n}"), &format!("s{n}"), n, &[("d", 1)])), 0, None, &mut |c| {
+                out.push(c.into())
+            });
+            assert!(asm.closed_lists() <= 4, "{} lists kept after {n}", asm.closed_lists());
+        }
+        assert_eq!(asm.closed_lists(), 4, "s2 to s5 kept, s0 and s1 forgotten");
+        let amended = |out: &[Got]| out.iter().filter(|c| **c == Got::LateAmended).count();
+        let kept = asm.ingest_t(&ev(&judg("j5", "s5", 5, "d", 2)), 0, None, &mut |c| out.push(c.into()));
+        assert_eq!((kept, amended(&out)), (Applied::Late, 1));
+        let forgotten = asm.ingest_t(&ev(&judg("j0", "s0", 0, "d", 2)), 0, None, &mut |c| out.push(c.into()));
+        assert_eq!((forgotten, amended(&out)), (Applied::Applied, 1), "s0 was forgotten: a list of its own");
+    }
+
     /// `input.max_events_per_list`, on a list small enough for its compact
     /// run and on one past it, open and (under both late policies) final.
     #[test]

@@ -82,6 +82,11 @@ pub struct DaemonHealth {
     pub partitions_held: usize,
     /// Messages skipped because a restored checkpoint already covers them.
     pub skipped_covered: u64,
+    /// Topic-partitions assigned to and revoked from this instance by the
+    /// group's rebalances (a session timed out during an outage revokes
+    /// every one of them).
+    pub partitions_assigned: u64,
+    pub partitions_revoked: u64,
     /// Topic-partitions held back for running ahead of their partition's
     /// other topics in event time (`kafka.max_topic_drift`).
     pub topic_pauses: u64,

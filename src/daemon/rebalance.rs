@@ -61,11 +61,13 @@ impl Daemon {
                 // held again only while still assigned.
                 RebalanceEvent::Revoked(tps) => {
                     tracing::info!("partitions revoked: {}", describe(tps));
+                    self.health.partitions_revoked += tps.len() as u64;
                     self.assigned.retain(|tp| !tps.contains(tp));
                     self.revoke(tps.iter().map(|(_, p)| *p).collect())?
                 }
                 RebalanceEvent::Assigned(tps) => {
                     tracing::info!("partitions assigned: {}", describe(tps));
+                    self.health.partitions_assigned += tps.len() as u64;
                     self.assigned.extend(tps.iter().cloned());
                     self.assign(tps)
                 }
@@ -387,6 +389,29 @@ impl Daemon {
     /// The committed offsets are asked of the broker off the consumer task
     /// (every `state.interval` while such shards exist); their answer is
     /// acted on at a later tick.
+    /// The frozen shards that the group's `committed` offsets show to be
+    /// durably handed over (see [`Self::retire_handed_over`]).
+    fn handed_over(&self, committed: &BTreeMap<(String, i32), i64>) -> Vec<i32> {
+        self.shards
+            .iter()
+            // A shard waiting for its checkpoint holds what nothing
+            // durable covers: not merged into RETIRED, which every
+            // checkpoint writes.
+            .filter(|(p, s)| {
+                **p != RETIRED && !s.owned && !self.taking_over.contains(**p) && !self.restore_pending.contains(p)
+            })
+            .filter(|(p, s)| {
+                let c = |t: &String| committed.get(&(t.clone(), **p)).copied().unwrap_or(-1);
+                // Past this shard on one topic at least: committed by
+                // the new owner, not what this instance committed
+                // before the partition was revoked.
+                s.next_offsets.iter().all(|(t, next)| c(t) >= *next)
+                    && s.next_offsets.iter().any(|(t, next)| c(t) > *next)
+            })
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
     pub(super) fn retire_handed_over(&mut self, consumer: &Arc<Consumer>) {
         if self.store.is_none() {
             return;
@@ -394,26 +419,7 @@ impl Daemon {
         if let Some(query) = self.hand_over.take_if(|q| q.is_finished()) {
             let committed: BTreeMap<(String, i32), i64> =
                 ready_now(query).and_then(Result::ok).unwrap_or_default().into_iter().collect();
-            let handed_over: Vec<i32> = self
-                .shards
-                .iter()
-                // A shard waiting for its checkpoint holds what nothing
-                // durable covers: not merged into RETIRED, which every
-                // checkpoint writes.
-                .filter(|(p, s)| {
-                    **p != RETIRED && !s.owned && !self.taking_over.contains(**p) && !self.restore_pending.contains(p)
-                })
-                .filter(|(p, s)| {
-                    let c = |t: &String| committed.get(&(t.clone(), **p)).copied().unwrap_or(-1);
-                    // Past this shard on one topic at least: committed by
-                    // the new owner, not what this instance committed
-                    // before the partition was revoked.
-                    s.next_offsets.iter().all(|(t, next)| c(t) >= *next)
-                        && s.next_offsets.iter().any(|(t, next)| c(t) > *next)
-                })
-                .map(|(p, _)| *p)
-                .collect();
-            for p in handed_over {
+            for p in self.handed_over(&committed) {
                 tracing::info!("partition {p} is durably handed over: its shard is dropped");
                 self.retire(p);
             }
@@ -529,6 +535,45 @@ mod tests {
         assert_eq!(d.shards.keys().copied().collect::<Vec<_>>(), [RETIRED]);
     }
 
+    /// With checkpoints, a frozen shard is dropped only once the group's
+    /// committed offsets reach it on every topic and pass it on one (its
+    /// new owner's checkpoint covers more); offsets equal to its own (what
+    /// this instance committed), behind on a topic, or an owned shard, keep
+    /// it.
+    #[test]
+    fn a_frozen_shard_is_handed_over_once_the_group_commits_past_it() {
+        let mut d = Daemon::for_tests(Config::default());
+        for p in 0..5 {
+            d.handle(&message(IMPRESSIONS, p, 4, &impression("s1")), None, NOW_MS);
+            d.handle(&message(JUDGMENTS, p, 6, &judgment("s1", "d1", 2)), None, NOW_MS);
+        }
+        d.finalize_all();
+        for p in 0..4 {
+            d.shards.get_mut(&p).unwrap().owned = false;
+        }
+        let (i, j) = (IMPRESSIONS.to_string(), JUDGMENTS.to_string());
+        let committed = BTreeMap::from([
+            // Its own offsets: this instance committed them before the revoke.
+            ((i.clone(), 0), 5),
+            ((j.clone(), 0), 7),
+            // Past on one topic, reached on the other: handed over.
+            ((i.clone(), 1), 9),
+            ((j.clone(), 1), 7),
+            // Past on one, behind on the other.
+            ((i.clone(), 2), 9),
+            ((j.clone(), 2), 6),
+            // Past on the one topic the group committed; none on the other.
+            ((i.clone(), 3), 9),
+            // Owned (partition 4): never.
+            ((i.clone(), 4), 9),
+            ((j.clone(), 4), 9),
+        ]);
+        assert_eq!(d.handed_over(&committed), [1]);
+        d.shards.get_mut(&3).unwrap().owned = true;
+        d.restore_pending.insert(1);
+        assert_eq!(d.handed_over(&committed), Vec::<i32>::new(), "a shard waiting for its checkpoint stays");
+    }
+
     /// Without checkpoints, a partition revoked and not given back went to
     /// another instance, which reads it again from the committed offset:
     /// its open lists are that instance's to finish, its counters stay.
@@ -579,6 +624,12 @@ mod tests {
         assert_eq!(d.lane_events, [revoked]);
         assert!(!d.signals.rebalance_pending.load(Ordering::Relaxed));
         assert!(d.signals.rebalances.lock().unwrap().is_empty());
+        assert_eq!((d.health.partitions_assigned, d.health.partitions_revoked), (0, 1));
+        let assigned = RebalanceEvent::Assigned(vec![(IMPRESSIONS.to_string(), 0), (JUDGMENTS.to_string(), 0)]);
+        d.signals.rebalances.lock().unwrap().push(assigned);
+        d.signals.rebalance_pending.store(true, Ordering::Release);
+        d.apply_rebalances().unwrap();
+        assert_eq!((d.health.partitions_assigned, d.health.partitions_revoked), (2, 1));
     }
 
     /// A daemon checkpointing into `topic` on the mock cluster.
