@@ -326,6 +326,12 @@ pub fn render(s: &Snapshot) -> String {
         &[],
         s.counters.positions_taken as f64,
     );
+    f.counter(
+        &format!("{PREFIX}dimension_conflicts_total"),
+        "Impressions whose dimension values differed from an earlier impression of their list (the earliest one's are kept), since the process started",
+        &[],
+        s.counters.dimension_conflicts as f64,
+    );
     f.gauge(&format!("{PREFIX}open_lists"), "Lists still collecting events", &[], s.open_lists as f64);
     if let Some(h) = s.health {
         f.gauge(

@@ -1356,3 +1356,23 @@ fn series_per_combination_and_per_compared_arm_are_as_documented() {
     // The figures docs/operations.md and config/default.toml give.
     assert_eq!((per_combination(false), per_combination(true), 4 * pairs * windows), (239, 245, 300));
 }
+
+/// A list whose second page comes under another ranker (an experiment
+/// reassigned mid-list, or two searches under one key): counted in
+/// `rankpulse_dimension_conflicts_total`, and the list counts once, under
+/// the ranker of its earliest page.
+#[test]
+fn a_page_under_another_ranker_is_counted_as_a_dimension_conflict() {
+    let lines = [
+        impression_line("i1", "S", 1_700_000_000_000, &["a", "b"], "control"),
+        impression_line("i2", "S", 1_700_000_001_000, &["a", "b"], "candidate"),
+        impression_line("i3", "T", 1_700_000_002_000, &["a", "b"], "control"),
+        impression_line("i4", "T", 1_700_000_003_000, &["a", "b"], "control"),
+    ];
+    let file = Scratch::new("dimension-conflicts.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let (code, out, err) = replay(&[], &file.0);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(value(&out, "rankpulse_dimension_conflicts_total"), 1.0, "{out}");
+    assert_eq!(value(&out, r#"rankpulse_lists_finalized_total{ranker="control",market="us"}"#), 2.0, "{out}");
+    assert!(!out.contains(r#"rankpulse_lists_finalized_total{ranker="candidate""#), "{out}");
+}

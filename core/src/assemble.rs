@@ -423,6 +423,10 @@ pub enum Closed<'a> {
     /// its position. Two searches under one key (a producer that sends no
     /// `query_id`, or reuses one) merge into one list; this says so.
     PositionTaken,
+    /// An impression's dimension values differ from those of an earlier
+    /// impression of its list (a ranker or market changed mid-list, or two
+    /// searches under one key); the earliest impression's values are kept.
+    DimensionConflict,
 }
 
 /// What the assembler reports about one event.
@@ -825,7 +829,10 @@ impl Assembler {
                 Some(Err(refused)) => return refused,
                 Some(Ok(_)) => {
                     let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
-                    self.open_lists.note_impression(start, impression_rank(i), dims, i.randomized);
+                    let held = self.open_lists.note_impression(start, impression_rank(i), dims, i.randomized);
+                    if disagrees(held, i, dims) {
+                        sink(Closed::DimensionConflict);
+                    }
                     if let Some(big) = self.open_lists.big_mut(key) {
                         for r in &i.results {
                             if !big.show(
@@ -874,6 +881,9 @@ impl Assembler {
         match event {
             Event::Impression(i) => {
                 let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
+                if disagrees(list.impression, i, dims) {
+                    sink(Closed::DimensionConflict);
+                }
                 for _ in 0..apply_impression(list, i, dims) {
                     sink(Closed::PositionTaken);
                 }
@@ -1035,7 +1045,10 @@ impl Assembler {
             Some(Err(refused)) => return refused,
             Some(Ok(_)) => {
                 let dims = self.dimensions.intern(shown, &mut |overflow| sink(overflow));
-                self.closed_lists.note_impression(start, impression_rank(shown), dims, shown.randomized);
+                let held = self.closed_lists.note_impression(start, impression_rank(shown), dims, shown.randomized);
+                if disagrees(held, shown, dims) {
+                    sink(Closed::DimensionConflict);
+                }
                 if let Some(big) = self.closed_lists.big_mut(key) {
                     for r in &shown.results {
                         let score = r.score.unwrap_or(f64::NAN);
@@ -1058,6 +1071,9 @@ impl Assembler {
         list.event_ids.push(event_hash);
         list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
         let dims = self.dimensions.intern(shown, &mut |overflow| sink(overflow));
+        if disagrees(list.impression, shown, dims) {
+            sink(Closed::DimensionConflict);
+        }
         for _ in 0..apply_impression(list, shown, dims) {
             sink(Closed::PositionTaken);
         }
@@ -1282,6 +1298,15 @@ fn impression_rank(impression: &Impression) -> i64 {
     impression.timestamp_ms | if impression.defines_list { 0 } else { NOT_DEFINING }
 }
 
+/// Whether `impression`, which defines its list, has other dimension
+/// values than an impression that defined the list before (`held`: the
+/// rank and dimensions the list holds): one list key under two rankers or
+/// markets. UBI `impression` events define nothing (their dimensions are
+/// often only on the query) and are never compared.
+fn disagrees(held: Option<(i64, DimsId)>, impression: &Impression, dims: DimsId) -> bool {
+    impression.defines_list && held.is_some_and(|(rank, d)| rank & NOT_DEFINING == 0 && d != dims)
+}
+
 /// The impression time of a stored rank.
 fn impression_time(rank: i64) -> i64 {
     rank & !NOT_DEFINING
@@ -1425,6 +1450,7 @@ mod tests {
         DimensionOverflow(usize),
         CombinationOverflow,
         PositionTaken,
+        DimensionConflict,
     }
 
     impl From<Closed<'_>> for Got {
@@ -1440,6 +1466,7 @@ mod tests {
                 Closed::DimensionOverflow(label) => Got::DimensionOverflow(label),
                 Closed::CombinationOverflow => Got::CombinationOverflow,
                 Closed::PositionTaken => Got::PositionTaken,
+                Closed::DimensionConflict => Got::DimensionConflict,
             }
         }
     }
@@ -1456,6 +1483,13 @@ mod tests {
         format!(
             r#"{{"type":"impression","event_id":"{id}","session_id":"{session}","query_id":"q","timestamp":{ts},"results":[{}],"dimensions":{{"ranker":"a"}}}}"#,
             results.join(",")
+        )
+    }
+
+    /// A UBI `impression` event of list (s, q): `doc` shown at 0-based `ordinal`.
+    fn shown(id: &str, ms: i64, doc: &str, ordinal: u32) -> String {
+        format!(
+            r#"{{"action_name":"impression","client_id":"s","query_id":"q","timestamp":{ms},"message":"{id}","event_attributes":{{"object":{{"object_id":"{doc}"}},"position":{{"ordinal":{ordinal}}}}}}}"#
         )
     }
 
@@ -1710,11 +1744,6 @@ mod tests {
     /// indexes its positions in a hash map.
     #[test]
     fn late_impression_events_amend_their_final_list() {
-        let shown = |id: &str, ms: i64, doc: &str, ordinal: u32| {
-            format!(
-                r#"{{"action_name":"impression","client_id":"s","query_id":"q","timestamp":{ms},"message":"{id}","event_attributes":{{"object":{{"object_id":"{doc}"}},"position":{{"ordinal":{ordinal}}}}}}}"#
-            )
-        };
         for (size, policy) in
             [(2u32, LatePolicy::Amend), (2, LatePolicy::Drop), (300, LatePolicy::Amend), (300, LatePolicy::Drop)]
         {
@@ -1801,6 +1830,42 @@ mod tests {
             .collect();
         assert_eq!(evicted, [0, 1, 2, 3, 4, 5], "oldest first");
         assert_eq!(asm.closed_lists(), 0, "no late horizon: nothing remembered");
+    }
+
+    /// A page of a list under another ranker than its first page is
+    /// counted as a conflict, on a compact list and on a big one alike; the
+    /// first page's ranker is kept. Pages that agree, and UBI `impression`
+    /// events (which define nothing, and carry no ranker here), are not.
+    #[test]
+    fn an_impression_under_other_dimensions_than_its_list_is_a_conflict() {
+        for size in [2u32, 300] {
+            let mut asm = Assembler::with_limits(limits(LatePolicy::Amend), vec!["ranker".into()], None);
+            let mut out = Vec::new();
+            let docs: Vec<(String, u32)> = (1..=size).map(|p| (format!("d{p}"), p)).collect();
+            let docs: Vec<(&str, u32)> = docs.iter().map(|(d, p)| (d.as_str(), *p)).collect();
+            let (first, rest) = docs.split_at(docs.len().min(200));
+            let mut events = vec![imp("i1", "s", 1_000, first)];
+            if !rest.is_empty() {
+                events.push(imp("i1b", "s", 1_000, rest));
+            }
+            let other = format!("d{}", size + 1);
+            let b = imp("i1c", "s", 1_000, &[(&other, size + 1)]).replace(r#""ranker":"a""#, r#""ranker":"b""#);
+            events.push(b);
+            for e in &events {
+                asm.ingest_t(&ev(e), 0, None, &mut |c| out.push(c.into()));
+            }
+            let limits = DecodeLimits::default();
+            let ubi = shown("e1", 1_500, &format!("d{}", size + 2), size + 1);
+            let ubi = crate::event::ubi::decode(crate::event::Format::UbiEvents, ubi.as_bytes(), &limits).unwrap();
+            asm.ingest_t(&ubi, 0, None, &mut |c| out.push(c.into()));
+            asm.finalize_all(&mut |c| out.push(c.into()));
+            let conflicts = out.iter().filter(|c| **c == Got::DimensionConflict).count();
+            assert_eq!(conflicts, 1, "{size} results");
+            let finals: Vec<&Fin> = out.iter().filter_map(final_of).collect();
+            assert_eq!(finals.len(), 1, "{size}");
+            assert_eq!(finals[0].dims.as_ref(), ["a".to_string()], "{size}");
+            assert_eq!(finals[0].shown.len(), size as usize + 2, "{size}: every page and the UBI result shown");
+        }
     }
 
     /// Lists kept for late judgments are bounded by `session.max_open_lists`

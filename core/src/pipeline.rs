@@ -171,6 +171,11 @@ pub struct OpsCounters {
     /// started: not in checkpoints, whose format it would change.
     #[serde(skip)]
     pub positions_taken: u64,
+    /// Impressions whose dimension values differed from an earlier one of
+    /// their list ([`Closed::DimensionConflict`]). Since the process
+    /// started, as `positions_taken`.
+    #[serde(skip)]
+    pub dimension_conflicts: u64,
 }
 
 impl OpsCounters {
@@ -196,6 +201,7 @@ impl OpsCounters {
         }
         self.combination_overflow += other.combination_overflow;
         self.positions_taken += other.positions_taken;
+        self.dimension_conflicts += other.dimension_conflicts;
     }
 }
 
@@ -293,6 +299,7 @@ impl Pipeline {
     /// or they would go back.
     pub fn keep_process_counters(&mut self, from: &Pipeline) {
         self.counters.positions_taken = from.counters.positions_taken;
+        self.counters.dimension_conflicts = from.counters.dimension_conflicts;
     }
 
     /// Adds another pipeline's sums (accumulators and counters) to this
@@ -536,6 +543,7 @@ fn fold(
         Closed::DimensionOverflow(label) => *counters.dimension_overflow.entry(label).or_default() += 1,
         Closed::CombinationOverflow => counters.combination_overflow += 1,
         Closed::PositionTaken => counters.positions_taken += 1,
+        Closed::DimensionConflict => counters.dimension_conflicts += 1,
     }
 }
 

@@ -637,17 +637,28 @@ impl ListStore {
     /// Records an impression's rank (its time, and whether it defines the
     /// list) and dimensions on the list at `start` unless one of a lower
     /// rank did (the earliest that defines the list decides).
-    pub fn note_impression(&mut self, start: u32, impression_ms: i64, dims: u32, randomized: bool) {
+    /// Returns the rank (see `assemble::impression_rank`) and dimensions
+    /// the list held before, if it had an impression: the caller tells
+    /// impressions that disagree apart.
+    pub fn note_impression(
+        &mut self,
+        start: u32,
+        impression_ms: i64,
+        dims: u32,
+        randomized: bool,
+    ) -> Option<(i64, u32)> {
         let s = start as usize;
         if randomized {
             self.words[s + 6] |= RANDOMIZED_BIT;
         }
         let has = (self.words[s + 6] >> 56) & FLAG_IMPRESSION != 0;
+        let held = has.then(|| (self.words[s + 4] as i64, self.words[s + 5] as u32));
         if !has || impression_ms < self.words[s + 4] as i64 {
             self.words[s + 4] = impression_ms as u64;
             self.words[s + 5] = (self.words[s + 5] & !0xffff_ffff) | u64::from(dims);
             self.words[s + 6] |= FLAG_IMPRESSION << 56;
         }
+        held
     }
 
     /// Decodes the list at `start` into `into`.
