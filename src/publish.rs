@@ -328,7 +328,7 @@ pub fn render(s: &Snapshot) -> String {
     );
     f.counter(
         &format!("{PREFIX}dimension_conflicts_total"),
-        "Impressions whose dimension values differed from an earlier impression of their list (the earliest one's are kept), since the process started",
+        "Impressions whose value of a dimension label differs from the one their list holds (the earliest impression's is kept), since the process started",
         &[],
         s.counters.dimension_conflicts as f64,
     );

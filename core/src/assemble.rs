@@ -174,6 +174,28 @@ impl Dimensions {
             .unwrap_or(MISSING_DIMENSION)
     }
 
+    /// Whether `impression`, which defines its list, disagrees with the
+    /// impression that defined the list before (`held`: the rank and
+    /// dimensions the list holds) on a label both sent: one list key under
+    /// two rankers or markets. A label that one of them did not send
+    /// ([`MISSING_DIMENSION`]) is no disagreement (later pages may repeat
+    /// only the key), and UBI `impression` events, which define nothing
+    /// (their dimensions are the query's), are never compared. Two values
+    /// that both became [`OTHER_DIMENSION`] look alike and are not told
+    /// apart.
+    pub fn disagree(&self, held: Option<(i64, DimsId)>, impression: &Impression, dims: DimsId) -> bool {
+        let Some((rank, held)) = held else { return false };
+        if !impression.defines_list || rank & NOT_DEFINING != 0 || held == dims {
+            return false;
+        }
+        match (self.values.get(held as usize), self.values.get(dims as usize)) {
+            (Some(a), Some(b)) => {
+                a.iter().zip(b.iter()).any(|(a, b)| a != b && a != MISSING_DIMENSION && b != MISSING_DIMENSION)
+            }
+            _ => false,
+        }
+    }
+
     fn find(&self, hash: u64, values: &[&str]) -> Option<DimsId> {
         let ids = self.by_hash.get(&hash)?;
         ids.iter().copied().find(|&id| self.values[id as usize].iter().zip(values).all(|(a, b)| a == b))
@@ -830,7 +852,7 @@ impl Assembler {
                 Some(Ok(_)) => {
                     let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
                     let held = self.open_lists.note_impression(start, impression_rank(i), dims, i.randomized);
-                    if disagrees(held, i, dims) {
+                    if self.dimensions.disagree(held, i, dims) {
                         sink(Closed::DimensionConflict);
                     }
                     if let Some(big) = self.open_lists.big_mut(key) {
@@ -881,7 +903,7 @@ impl Assembler {
         match event {
             Event::Impression(i) => {
                 let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
-                if disagrees(list.impression, i, dims) {
+                if self.dimensions.disagree(list.impression, i, dims) {
                     sink(Closed::DimensionConflict);
                 }
                 for _ in 0..apply_impression(list, i, dims) {
@@ -1045,10 +1067,9 @@ impl Assembler {
             Some(Err(refused)) => return refused,
             Some(Ok(_)) => {
                 let dims = self.dimensions.intern(shown, &mut |overflow| sink(overflow));
-                let held = self.closed_lists.note_impression(start, impression_rank(shown), dims, shown.randomized);
-                if disagrees(held, shown, dims) {
-                    sink(Closed::DimensionConflict);
-                }
+                // Only impressions that define nothing come late (see
+                // `late_event`): none is compared for dimensions.
+                self.closed_lists.note_impression(start, impression_rank(shown), dims, shown.randomized);
                 if let Some(big) = self.closed_lists.big_mut(key) {
                     for r in &shown.results {
                         let score = r.score.unwrap_or(f64::NAN);
@@ -1071,9 +1092,6 @@ impl Assembler {
         list.event_ids.push(event_hash);
         list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
         let dims = self.dimensions.intern(shown, &mut |overflow| sink(overflow));
-        if disagrees(list.impression, shown, dims) {
-            sink(Closed::DimensionConflict);
-        }
         for _ in 0..apply_impression(list, shown, dims) {
             sink(Closed::PositionTaken);
         }
@@ -1296,15 +1314,6 @@ const NOT_DEFINING: i64 = 1 << 62;
 /// [`impression_time`] reads the time back.
 fn impression_rank(impression: &Impression) -> i64 {
     impression.timestamp_ms | if impression.defines_list { 0 } else { NOT_DEFINING }
-}
-
-/// Whether `impression`, which defines its list, has other dimension
-/// values than an impression that defined the list before (`held`: the
-/// rank and dimensions the list holds): one list key under two rankers or
-/// markets. UBI `impression` events define nothing (their dimensions are
-/// often only on the query) and are never compared.
-fn disagrees(held: Option<(i64, DimsId)>, impression: &Impression, dims: DimsId) -> bool {
-    impression.defines_list && held.is_some_and(|(rank, d)| rank & NOT_DEFINING == 0 && d != dims)
 }
 
 /// The impression time of a stored rank.
@@ -1834,8 +1843,10 @@ mod tests {
 
     /// A page of a list under another ranker than its first page is
     /// counted as a conflict, on a compact list and on a big one alike; the
-    /// first page's ranker is kept. Pages that agree, and UBI `impression`
-    /// events (which define nothing, and carry no ranker here), are not.
+    /// earliest page's ranker is kept. Pages that agree, a page that sends
+    /// no ranker, and UBI `impression` events (which define nothing, and
+    /// carry no ranker here) are not. An earlier page arriving second is
+    /// counted, and its ranker taken.
     #[test]
     fn an_impression_under_other_dimensions_than_its_list_is_a_conflict() {
         for size in [2u32, 300] {
@@ -1851,6 +1862,13 @@ mod tests {
             let other = format!("d{}", size + 1);
             let b = imp("i1c", "s", 1_000, &[(&other, size + 1)]).replace(r#""ranker":"a""#, r#""ranker":"b""#);
             events.push(b);
+            // A page that sends no ranker agrees with any.
+            let quiet = format!("d{}", size + 3);
+            events.push(imp("i1d", "s", 1_000, &[(&quiet, size + 3)]).replace(r#","dimensions":{"ranker":"a"}"#, ""));
+            // List t: its earliest page, under ranker b, comes second: it
+            // disagrees with the page held, and the list takes its ranker.
+            events.push(imp("t2", "t", 2_000, &[("x", 2)]));
+            events.push(imp("t1", "t", 1_500, &[("w", 1)]).replace(r#""ranker":"a""#, r#""ranker":"b""#));
             for e in &events {
                 asm.ingest_t(&ev(e), 0, None, &mut |c| out.push(c.into()));
             }
@@ -1860,11 +1878,14 @@ mod tests {
             asm.ingest_t(&ubi, 0, None, &mut |c| out.push(c.into()));
             asm.finalize_all(&mut |c| out.push(c.into()));
             let conflicts = out.iter().filter(|c| **c == Got::DimensionConflict).count();
-            assert_eq!(conflicts, 1, "{size} results");
+            assert_eq!(conflicts, 2, "{size} results");
             let finals: Vec<&Fin> = out.iter().filter_map(final_of).collect();
-            assert_eq!(finals.len(), 1, "{size}");
-            assert_eq!(finals[0].dims.as_ref(), ["a".to_string()], "{size}");
-            assert_eq!(finals[0].shown.len(), size as usize + 2, "{size}: every page and the UBI result shown");
+            assert_eq!(finals.len(), 2, "{size}");
+            let s = finals.iter().find(|f| f.impression_ms == 1_000).expect("list s");
+            assert_eq!(s.dims.as_ref(), ["a".to_string()], "{size}");
+            assert_eq!(s.shown.len(), size as usize + 3, "{size}: every page and the UBI result shown");
+            let t = finals.iter().find(|f| f.impression_ms == 1_500).expect("list t, at its earliest page");
+            assert_eq!(t.dims.as_ref(), ["b".to_string()], "{size}");
         }
     }
 

@@ -379,16 +379,6 @@ impl Daemon {
         retired.pipeline.merge_sums(&shard.pipeline);
     }
 
-    /// With `state.dir`, a revoked partition's shard keeps its last
-    /// checkpoint's open lists: the partition may come back, or its new
-    /// owner may read them from a shared `state.dir`. Once the group's
-    /// committed offsets reach the shard's on every topic and pass it on
-    /// one, the new owner has made its own state durable past it (it
-    /// commits only what a checkpoint of its covers), and the shard is
-    /// dropped.
-    /// The committed offsets are asked of the broker off the consumer task
-    /// (every `state.interval` while such shards exist); their answer is
-    /// acted on at a later tick.
     /// The frozen shards that the group's `committed` offsets show to be
     /// durably handed over (see [`Self::retire_handed_over`]).
     fn handed_over(&self, committed: &BTreeMap<(String, i32), i64>) -> Vec<i32> {
@@ -412,6 +402,16 @@ impl Daemon {
             .collect()
     }
 
+    /// With `state.dir`, a revoked partition's shard keeps its last
+    /// checkpoint's open lists: the partition may come back, or its new
+    /// owner may read them from a shared `state.dir`. Once the group's
+    /// committed offsets reach the shard's on every topic and pass it on
+    /// one, the new owner has made its own state durable past it (it
+    /// commits only what a checkpoint of its covers), and the shard is
+    /// dropped.
+    /// The committed offsets are asked of the broker off the consumer task
+    /// (every `state.interval` while such shards exist); their answer is
+    /// acted on at a later tick.
     pub(super) fn retire_handed_over(&mut self, consumer: &Arc<Consumer>) {
         if self.store.is_none() {
             return;
@@ -569,7 +569,6 @@ mod tests {
             ((j.clone(), 4), 9),
         ]);
         assert_eq!(d.handed_over(&committed), [1]);
-        d.shards.get_mut(&3).unwrap().owned = true;
         d.restore_pending.insert(1);
         assert_eq!(d.handed_over(&committed), Vec::<i32>::new(), "a shard waiting for its checkpoint stays");
     }

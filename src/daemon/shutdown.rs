@@ -49,10 +49,11 @@ pub(super) async fn shut_down(
         daemon.note_done(done);
     }
     daemon.pending_commit = None;
-    // Dead-letter copies settle first: the last exposition counts them
-    // (sent or failed), and without checkpoints the offsets covering them
-    // are committed only if they did.
-    let dead_letters_settled = daemon.dead_letters_flushed();
+    // Without checkpoints, dead-letter copies settle first: the last
+    // exposition counts them (sent or failed), and the offsets covering
+    // them are committed only if they did. A checkpoint waits for them
+    // itself (its barrier), so it is not waited for twice.
+    let dead_letters_settled = daemon.store.is_some() || daemon.dead_letters_flushed();
     // 2. Finalize every open list, or checkpoint it to continue after a
     // restart; 3. publish the result.
     daemon.update_health();
