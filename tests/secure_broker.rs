@@ -399,8 +399,10 @@ fn tls_and_scram_read_a_zstd_topic_exactly() {
     let (mut daemon, http, log) =
         spawn_daemon(&stack, "scram", &properties, &[("RANKPULSE__KAFKA__DEAD_LETTER_TOPIC", DEAD_LETTERS)]);
     assert_exact(&mut daemon, &http, &log, &evs, 1.0);
-    let m = metrics(&http);
-    assert_eq!(sum_of(&m, r#"rankpulse_dead_letters_total{outcome="sent"}"#), 1.0);
+    // Counted as sent once the broker acknowledges the copy.
+    wait_until("the dead-letter copy acknowledged", Duration::from_secs(30), || {
+        sum_of(&metrics(&http), r#"rankpulse_dead_letters_total{outcome="sent"}"#) == 1.0
+    });
     // The copy is in the dead-letter topic: the producer connected over
     // TLS + SCRAM too.
     assert_eq!(read_dead_letters(&stack, &properties), vec![b"\x01not json".to_vec()]);
