@@ -571,6 +571,10 @@ mod tests {
         assert_eq!(d.handed_over(&committed), [1]);
         d.restore_pending.insert(1);
         assert_eq!(d.handed_over(&committed), Vec::<i32>::new(), "a shard waiting for its checkpoint stays");
+        d.restore_pending.clear();
+        // Held for a hand-over of its own (`takeover`): it stays too.
+        d.taking_over.hold(1, vec![i.clone(), j.clone()], Duration::from_secs(1), std::time::Instant::now());
+        assert_eq!(d.handed_over(&committed), Vec::<i32>::new(), "a partition held for its hand-over stays");
     }
 
     /// Without checkpoints, a partition revoked and not given back went to
