@@ -321,9 +321,15 @@ impl Default for CompareConfig {
 }
 
 impl CompareConfig {
-    /// Whether `arm` is compared with the baseline.
+    /// Whether `arm` is compared with the baseline. Lists that sent no arm
+    /// label (`unknown`) and arms past `dimensions.max_values` merged into
+    /// `__other__` are no arm of the experiment: a difference or p-value
+    /// of such a mix would be read as one arm's.
     pub fn compares(&self, arm: &str) -> bool {
-        arm != self.baseline && !self.exclude.iter().any(|x| x == arm)
+        arm != self.baseline
+            && arm != crate::assemble::MISSING_DIMENSION
+            && arm != crate::assemble::OTHER_DIMENSION
+            && !self.exclude.iter().any(|x| x == arm)
     }
 
     /// The index in `dimensions.labels` of the arm label, when comparing.
@@ -1616,6 +1622,18 @@ mod tests {
             lookalike_overrides(vars),
             ["RANKPULSE_METRICS", "RANKPULSE_SESSION_GAP", "rankpulse__kafka__brokers"]
         );
+    }
+
+    /// Only arms of the experiment are compared: not the baseline, not
+    /// `compare.exclude`, not lists without the label, not `__other__`.
+    #[test]
+    fn compares_only_arms_of_the_experiment() {
+        let c = CompareConfig { exclude: vec!["tdi-v3".into()], ..CompareConfig::default() };
+        let compared: Vec<&str> = ["candidate", "control", "tdi-v3", "unknown", "__other__", "v2"]
+            .into_iter()
+            .filter(|a| c.compares(a))
+            .collect();
+        assert_eq!(compared, ["candidate", "v2"]);
     }
 
     #[test]
