@@ -393,6 +393,27 @@ fn committed_offset(bootstrap: &str, group: &str, topic: &str) -> i64 {
     }
 }
 
+/// Stops the daemon and checks its last exposition's dead-letter copies
+/// (`sent`, `failed`) and that every one of the `total` offsets was
+/// committed; returns its summary.
+async fn stopped_with_dead_letters(
+    stop: tokio::sync::oneshot::Sender<()>,
+    daemon: tokio::task::JoinHandle<Result<rankpulse::daemon::RunSummary, rankpulse::daemon::DaemonError>>,
+    total: f64,
+    sent: f64,
+    failed: f64,
+) -> rankpulse::daemon::RunSummary {
+    stop.send(()).unwrap();
+    let summary =
+        tokio::time::timeout(Duration::from_secs(20), daemon).await.expect("shutdown within 20 s").unwrap().unwrap();
+    let m = &summary.final_exposition;
+    assert_eq!(sum_of(m, r#"rankpulse_dead_letters_total{outcome="sent"}"#), sent, "{m}");
+    assert_eq!(sum_of(m, r#"rankpulse_dead_letters_total{outcome="failed"}"#), failed, "{m}");
+    let committed: i64 = summary.committed.values().sum();
+    assert_eq!(committed as f64, total, "{:?}", summary.committed);
+    summary
+}
+
 /// A dead-letter topic that refuses every write (an ACL missing, here
 /// `TOPIC_AUTHORIZATION_FAILED` on every produce request) never stops
 /// consumption: each copy is counted as failed, none as sent, the offsets
@@ -409,14 +430,8 @@ async fn a_dead_letter_topic_refusing_writes_fails_its_copies_and_consumption_go
 
     let (config, addr, stop, daemon) = start_with(config).await;
     wait_consumed(&addr, total, 60).await;
-    stop.send(()).unwrap();
-    let summary =
-        tokio::time::timeout(Duration::from_secs(20), daemon).await.expect("shutdown within 20 s").unwrap().unwrap();
+    let summary = stopped_with_dead_letters(stop, daemon, total, 0.0, 3.0).await;
     let m = &summary.final_exposition;
-    assert_eq!(sum_of(m, r#"rankpulse_dead_letters_total{outcome="failed"}"#), 3.0, "{m}");
-    assert_eq!(sum_of(m, r#"rankpulse_dead_letters_total{outcome="sent"}"#), 0.0, "{m}");
-    let committed: i64 = summary.committed.values().sum();
-    assert_eq!(committed as f64, total, "{:?}", summary.committed);
     let lines: String = evs.iter().map(|(_, j)| format!("{j}\n")).collect::<String>() + &"{not json\n".repeat(3);
     let replayed = rankpulse::replay::replay(&config, lines.as_bytes()).unwrap();
     assert_eq!(counter_lines(m), counter_lines(&replayed));
@@ -469,13 +484,6 @@ async fn offsets_wait_for_their_dead_letter_copies_to_be_acknowledged() {
         assert!(Instant::now() < deadline, "offsets still held 60 s after the copies could be written");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    stop.send(()).unwrap();
-    let summary =
-        tokio::time::timeout(Duration::from_secs(20), daemon).await.expect("shutdown within 20 s").unwrap().unwrap();
-    let m = &summary.final_exposition;
-    assert_eq!(sum_of(m, r#"rankpulse_dead_letters_total{outcome="sent"}"#), 3.0, "{m}");
-    assert_eq!(sum_of(m, r#"rankpulse_dead_letters_total{outcome="failed"}"#), 0.0, "{m}");
-    let committed: i64 = summary.committed.values().sum();
-    assert_eq!(committed as f64, total, "{:?}", summary.committed);
+    stopped_with_dead_letters(stop, daemon, total, 3.0, 0.0).await;
     drop(cluster);
 }
