@@ -445,9 +445,10 @@ pub enum Closed<'a> {
     /// its position. Two searches under one key (a producer that sends no
     /// `query_id`, or reuses one) merge into one list; this says so.
     PositionTaken,
-    /// An impression's dimension values differ from those of an earlier
-    /// impression of its list (a ranker or market changed mid-list, or two
-    /// searches under one key); the earliest impression's values are kept.
+    /// An impression that defines its list disagrees on a label with the
+    /// impression the list holds, both having sent it (a ranker or market
+    /// changed mid-list, or two searches under one key; see
+    /// [`Dimensions::disagree`]); the earliest impression's values are kept.
     DimensionConflict,
 }
 
