@@ -82,6 +82,9 @@ impl ConfigError {
     }
 }
 
+/// The longest duration a setting takes: 10 years of 365.25 days.
+const MAX_DURATION: Duration = Duration::from_secs(315_576_000);
+
 /// A duration written as text ("30s", "5m", "1h30m"); the text is kept
 /// because window spans are also label values.
 #[derive(Clone, PartialEq, Eq)]
@@ -107,6 +110,16 @@ impl std::str::FromStr for Span {
     fn from_str(s: &str) -> Result<Span, String> {
         let duration = humantime::parse_duration(s.trim())
             .map_err(|e| format!("{s:?} is not a duration like \"30s\", \"5m\" or \"1h\" ({e})"))?;
+        // Time is kept in whole milliseconds: "500us" would be 0 (a gap of
+        // nothing; a drift of 0 means "never hold", the opposite).
+        if duration.subsec_nanos() % 1_000_000 != 0 {
+            return Err(format!("{s:?} is not a whole number of milliseconds"));
+        }
+        // Event times are epoch milliseconds; a longer duration added to
+        // one could overflow, and no window or horizon needs it.
+        if duration > MAX_DURATION {
+            return Err(format!("{s:?} is longer than 10 years"));
+        }
         Ok(Span { text: s.trim().to_string(), duration })
     }
 }
@@ -190,6 +203,7 @@ fn scalars_as_text<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, S
         Integer(i64),
         Float(f64),
         Bool(bool),
+        Table(#[allow(dead_code)] BTreeMap<String, serde::de::IgnoredAny>),
         Other(serde::de::IgnoredAny),
     }
     let table = BTreeMap::<String, Scalar>::deserialize(d)?;
@@ -203,10 +217,16 @@ fn scalars_as_text<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, S
                 Scalar::Bool(b) => b.to_string(),
                 // Most often an unquoted dotted name, which TOML reads as
                 // nested tables: `ssl.ca.location = "…"` is `ssl = { ca = … }`.
-                Scalar::Other(_) => {
+                Scalar::Table(_) => {
                     return Err(serde::de::Error::custom(format!(
                         "{k:?} is not text, a number or a boolean; quote a property name with dots \
                          (\"{k}.….…\" = \"…\", not {k}.….… = \"…\")"
+                    )));
+                }
+                Scalar::Other(_) => {
+                    return Err(serde::de::Error::custom(format!(
+                        "{k:?} is not text, a number or a boolean (librdkafka takes a list as one \
+                         comma-separated text)"
                     )));
                 }
             };
@@ -880,7 +900,7 @@ impl Default for Config {
 impl Config {
     /// Loads defaults, then `path` (if any), then the process environment.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-        Self::load_with_env(path, std::env::vars())
+        Self::load_with_env(path, process_env()?)
     }
 
     /// As [`Config::load`], with the environment given explicitly (tests).
@@ -1005,17 +1025,10 @@ impl Config {
                 format!("{:?} is for state.backend = \"dir\"; with \"kafka\" checkpoints go to state.topic", s.dir),
             ));
         }
-        let valid_name = |t: &str| {
-            !t.is_empty()
-                && t.len() <= 249
-                && t != "."
-                && t != ".."
-                && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        };
-        if !valid_name(&s.topic) {
+        if !is_topic_name(&s.topic) {
             return Err(ConfigError::key(
                 "state.topic",
-                format!("{:?} is not a Kafka topic name (1 to 249 of a-z A-Z 0-9 . _ -)", s.topic),
+                format!("{:?} is not a Kafka topic name ({TOPIC_NAME})", s.topic),
             ));
         }
         if self.kafka.topics.contains(&s.topic) || self.kafka.dead_letter_topic == s.topic {
@@ -1045,13 +1058,29 @@ impl Config {
         if k.topics.is_empty() || k.topics.iter().any(|t| t.trim().is_empty()) {
             return Err(ConfigError::key("kafka.topics", "must list one or more non-empty topic names"));
         }
-        for key in
-            ["group.id", "bootstrap.servers", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof"]
-        {
-            if k.properties.contains_key(key) {
+        // librdkafka subscribes to a name starting with '^' as a pattern,
+        // which the checks below (the dead-letter and state topics are not
+        // input topics) cannot see through: a pattern matching the
+        // dead-letter topic would read back every copy, reject it and copy
+        // it again, for ever. Lists are also joined across topics by
+        // partition number, so the set of topics must be known.
+        if let Some(t) = k.topics.iter().find(|t| !is_topic_name(t)) {
+            return Err(ConfigError::key(
+                "kafka.topics",
+                format!("{t:?} is not a Kafka topic name ({TOPIC_NAME}; patterns are not supported)"),
+            ));
+        }
+        if !k.dead_letter_topic.is_empty() && !is_topic_name(&k.dead_letter_topic) {
+            return Err(ConfigError::key(
+                "kafka.dead_letter_topic",
+                format!("{:?} is not a Kafka topic name ({TOPIC_NAME})", k.dead_letter_topic),
+            ));
+        }
+        for (key, why) in MANAGED_PROPERTIES {
+            if k.properties.contains_key(*key) {
                 return Err(ConfigError::key(
                     &format!("kafka.properties.{key}"),
-                    "is managed by rankpulse (use kafka.brokers / kafka.group_id; offsets are committed by rankpulse)",
+                    format!("is managed by rankpulse ({why})"),
                 ));
             }
         }
@@ -1384,8 +1413,10 @@ fn apply_env(
         .ok()
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(value.to_string()));
-    // kafka.properties values are strings for librdkafka.
-    let text_key = (parts[0] == "kafka" && parts[1] == "properties") || is_text_key(defaults, &parts);
+    // kafka.properties values are strings for librdkafka; the whole table
+    // (`RANKPULSE__KAFKA__PROPERTIES='{ "sasl.mechanism" = "PLAIN" }'`) is TOML.
+    let properties = parts[0] == "kafka" && parts[1] == "properties";
+    let text_key = (properties && parts.len() > 2) || is_text_key(defaults, &parts);
     let parsed = if text_key { toml::Value::String(value.to_string()) } else { parsed };
     // Meant as a list or a table but not TOML ("[1, x]"): taken as text,
     // the key would only say it expected a sequence.
@@ -1395,9 +1426,11 @@ fn apply_env(
         && let Err(e) = format!("v = {value}").parse::<toml::Table>()
     {
         let what = if open == '[' { "an array" } else { "an inline table" };
+        // The properties may hold secrets: their text is not repeated.
+        let shown = if properties { "the value".to_string() } else { format!("{value:?}") };
         return Err(ConfigError::Env {
             var: var.to_string(),
-            message: format!("{value:?} is not {what} in TOML: {}", e.message()),
+            message: format!("{shown} is not {what} in TOML: {}", e.message()),
         });
     }
     let mut node = table;
@@ -1420,6 +1453,61 @@ fn env_path(rest: &str) -> Vec<String> {
     } else {
         parts
     }
+}
+
+/// librdkafka properties of the consumer that rankpulse sets itself and
+/// depends on, with why, for the error refusing them in `kafka.properties`.
+pub const MANAGED_PROPERTIES: &[(&str, &str)] = &[
+    ("group.id", "use kafka.group_id"),
+    ("bootstrap.servers", "use kafka.brokers"),
+    // librdkafka's alias of bootstrap.servers: the consumer would take one
+    // list or the other, while the dead-letter and state clients, and the
+    // logs, use kafka.brokers.
+    ("metadata.broker.list", "use kafka.brokers"),
+    ("enable.auto.commit", "offsets are committed by rankpulse once accounted for"),
+    ("enable.auto.offset.store", "offsets are committed by rankpulse once accounted for"),
+    ("enable.partition.eof", "a restored shard learns from it that its partition is live"),
+    // The statistics are how rankpulse knows it is connected (/readyz) and
+    // which brokers have answered (closing idle lists on processing time).
+    ("statistics.interval.ms", "/readyz and the close of idle lists depend on librdkafka's statistics"),
+    // Lists are joined across topics by partition number: only the range
+    // assignor gives partition p of every topic to the same instance.
+    (
+        "partition.assignment.strategy",
+        "lists are joined across topics by partition number, which needs the range assignor",
+    ),
+];
+
+/// What a Kafka topic name may hold, for error messages.
+const TOPIC_NAME: &str = "1 to 249 of a-z A-Z 0-9 . _ -";
+
+/// Whether the broker accepts `t` as a topic's name.
+fn is_topic_name(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() <= 249
+        && t != "."
+        && t != ".."
+        && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// The process environment as text. `std::env::vars` panics on a variable
+/// that is not UTF-8, and any process may inherit one: such a variable is
+/// left out, unless its name is an override's (`RANKPULSE…`), which is an
+/// error naming it.
+pub fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
+    let mut vars = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        match (name.into_string(), value.into_string()) {
+            (Ok(name), Ok(value)) => vars.push((name, value)),
+            (name, _) => {
+                let name = name.unwrap_or_else(|n| n.to_string_lossy().into_owned());
+                if name.to_ascii_uppercase().starts_with("RANKPULSE") {
+                    return Err(ConfigError::Env { var: name, message: "is not valid UTF-8".into() });
+                }
+            }
+        }
+    }
+    Ok(vars)
 }
 
 /// Environment variables that look meant for the configuration but are not
@@ -1451,16 +1539,26 @@ pub fn lookalike_overrides(env: impl IntoIterator<Item = (String, String)>) -> V
 
 /// Whether `table` (a config file's) sets `key` (`session.gap`,
 /// `metrics.cutoffs[1]`), a key below it or the section holding it.
+/// A key may itself hold dots (`kafka.properties."sasl.mechanism"`,
+/// `kafka.formats."search.events"`), so each level tries the rest whole
+/// before splitting it.
 fn sets(table: &toml::Table, key: &str) -> bool {
-    let mut node = table;
-    for part in key.split('.').map(|p| p.split('[').next().unwrap_or(p)).filter(|p| !p.is_empty()) {
-        match node.get(part) {
-            Some(toml::Value::Table(t)) => node = t,
-            Some(_) => return true,
-            None => return false,
-        }
+    let key = key.trim_start_matches('.');
+    if key.is_empty() {
+        return true;
     }
-    true
+    let whole = key.split('[').next().unwrap_or(key);
+    if table.contains_key(whole) {
+        return true;
+    }
+    key.match_indices('.').any(|(at, _)| {
+        let part = key[..at].split('[').next().unwrap_or(&key[..at]);
+        match table.get(part) {
+            Some(toml::Value::Table(t)) => sets(t, &key[at + 1..]),
+            Some(_) => true,
+            None => false,
+        }
+    })
 }
 
 /// Whether the override `var` sets `key` (`mapped.time`), a key below it
@@ -1474,8 +1572,29 @@ fn sets_key(var: &str, key: &str) -> bool {
 
 /// The typed configuration in `table`, or the failing key and why.
 fn deserialize(table: toml::Table) -> Result<Config, (String, String)> {
-    serde_path_to_error::deserialize(toml::Value::Table(table))
-        .map_err(|e| (e.path().to_string(), e.into_inner().message().to_string()))
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let key = e.path().to_string();
+        let mut message = e.into_inner().message().to_string();
+        // serde quotes the offending text ("invalid type: string \"…\"");
+        // under kafka.properties that text may be a password.
+        if key == "kafka.properties" || (key.starts_with("kafka.properties.") && is_secret_property(&key)) {
+            message = redact_quoted(&message);
+        }
+        (key, message)
+    })
+}
+
+/// serde's `invalid type: string "…", expected …` with the string
+/// replaced by `<redacted>`; any other message as it is.
+fn redact_quoted(message: &str) -> String {
+    const OPEN: &str = "string \"";
+    const CLOSE: &str = "\", expected";
+    match (message.find(OPEN), message.rfind(CLOSE)) {
+        (Some(open), Some(close)) if open + OPEN.len() <= close => {
+            format!("{}<redacted>{}", &message[..open + OPEN.len()], &message[close..])
+        }
+        _ => message.to_string(),
+    }
 }
 
 /// The error of the override `var=value` on the defaults alone, if any.
@@ -1989,15 +2108,89 @@ mod tests {
         assert!(dump.contains("visible-user") && dump.contains("/visible/ca.pem"), "{dump}");
     }
 
+    /// The whole property table may come from one variable, as TOML; an
+    /// error about it never repeats its text (it may hold a password), and
+    /// a list value is not mistaken for an unquoted dotted name.
+    #[test]
+    fn property_errors_keep_secrets_and_say_what_is_wrong() {
+        let c = Config::load_with_env(
+            None,
+            env(&[("RANKPULSE__KAFKA__PROPERTIES", r#"{ "sasl.username" = "bob", "sasl.password" = "hunter2" }"#)]),
+        )
+        .unwrap();
+        assert_eq!(c.kafka.properties["sasl.password"], "hunter2");
+        assert_eq!(c.kafka.properties["sasl.username"], "bob");
+        for value in [r#"{ "sasl.password" = "hunter2" "#, r#"sasl.password=hunter2"#] {
+            let e =
+                Config::load_with_env(None, env(&[("RANKPULSE__KAFKA__PROPERTIES", value)])).unwrap_err().to_string();
+            assert!(e.starts_with("environment variable RANKPULSE__KAFKA__PROPERTIES:"), "{e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
+        let e = from_toml("[kafka]\nproperties = \"sasl.password=hunter2\"\n").unwrap_err().to_string();
+        assert!(
+            e.starts_with("config key kafka.properties: invalid type: string \"<redacted>\"") && !e.contains("hunter2"),
+            "{e}"
+        );
+        let e = from_toml("[kafka.properties]\n\"sasl.password\" = [\"hunter2\"]\n").unwrap_err().to_string();
+        assert!(e.contains("\"sasl.password\" is not text, a number or a boolean (librdkafka takes a list"), "{e}");
+        assert!(!e.contains("hunter2") && !e.contains("quote a property name"), "{e}");
+        let e = from_toml("[kafka.properties]\nssl.ca.location = \"/ca.pem\"\n").unwrap_err().to_string();
+        assert!(e.contains("quote a property name with dots"), "{e}");
+    }
+
+    /// Values a careless or hostile configuration holds, each refused with
+    /// its key and the file that set it, rather than run with a meaning
+    /// nobody wanted.
+    #[test]
+    fn hostile_values_are_refused_naming_the_key() {
+        for (text, key, says) in [
+            // librdkafka would subscribe to a pattern, which could match
+            // the dead-letter topic and read back every copy for ever.
+            ("[kafka]\ntopics = [\"^search-.*\"]\n", "kafka.topics", "patterns are not supported"),
+            ("[kafka]\ntopics = [\"a b\"]\n", "kafka.topics", "is not a Kafka topic name"),
+            ("[kafka]\ndead_letter_topic = \"dead letters\"\n", "kafka.dead_letter_topic", "is not a Kafka topic name"),
+            // An empty filter would log errors only.
+            ("[log]\nlevel = \"\"\n", "log.level", "empty"),
+            // Sub-millisecond durations would run as 0.
+            ("[session]\ngap = \"500us\"\n", "session.gap", "whole number of milliseconds"),
+            ("[kafka]\nmax_topic_drift = \"1ns\"\n", "kafka.max_topic_drift", "whole number of milliseconds"),
+            // A window this long overflowed event time and emptied every window.
+            ("[windows]\nspans = [\"1h\", \"292000000y\"]\n", "windows.spans", "longer than 10 years"),
+            ("[late]\nhorizon = \"11y\"\n", "late.horizon", "longer than 10 years"),
+            // A topic name with dots in [kafka.formats]: the file is still named.
+            (
+                "[kafka]\ntopics = [\"search.events\"]\n[kafka.formats]\n\"search.events\" = \"nope\"\n",
+                "kafka.formats.search.events",
+                "",
+            ),
+        ] {
+            let e = from_toml(text).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("config key {key}")) && e.contains(says), "{text}: {e}");
+            assert!(e.contains("(config file "), "{text}: {e}");
+        }
+        let c = from_toml("[windows]\nspans = [\"1m\", \"10y\"]\n[session]\ngap = \"1500ms\"\n").unwrap();
+        assert_eq!(c.session.gap.ms(), 1500);
+        assert_eq!(c.windows.spans[1].duration, MAX_DURATION);
+    }
+
     /// Properties whose values rankpulse decides (its commits, its group)
     /// are refused, whether from the file or the environment.
     #[test]
     fn managed_kafka_properties_are_refused() {
-        for key in
-            ["group.id", "bootstrap.servers", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof"]
-        {
+        for key in [
+            "group.id",
+            "bootstrap.servers",
+            "metadata.broker.list",
+            "enable.auto.commit",
+            "enable.auto.offset.store",
+            "enable.partition.eof",
+            "statistics.interval.ms",
+            "partition.assignment.strategy",
+        ] {
             let e = from_toml(&format!("[kafka.properties]\n\"{key}\" = \"true\"\n")).unwrap_err().to_string();
             assert!(e.starts_with(&format!("config key kafka.properties.{key}: is managed by rankpulse")), "{e}");
+            // The key holds dots; the file that set it is named all the same.
+            assert!(e.contains("(config file "), "{e}");
             let var = format!("RANKPULSE__KAFKA__PROPERTIES__{}", key.replace('.', "_").to_ascii_uppercase());
             let e = Config::load_with_env(None, env(&[(&var, "true")])).unwrap_err().to_string();
             assert!(e.contains(&var) && e.contains("is managed by rankpulse"), "{e}");

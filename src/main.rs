@@ -517,7 +517,7 @@ fn sighup_ignored() -> bool {
 /// What to say about environment variables that look like configuration
 /// overrides but are not read (see `config::lookalike_overrides`).
 fn lookalike_warnings() -> Vec<String> {
-    rankpulse::config::lookalike_overrides(std::env::vars())
+    rankpulse::config::lookalike_overrides(rankpulse::config::process_env().unwrap_or_default())
         .into_iter()
         .map(|var| {
             format!(

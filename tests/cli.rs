@@ -47,6 +47,36 @@ fn an_unknown_environment_key_names_its_variable() {
     );
 }
 
+/// A variable that is not UTF-8 is nothing unusual in an inherited
+/// environment: one of someone else's is left alone, one named like an
+/// override is an error naming it; neither panics (exit 101).
+#[test]
+fn an_environment_variable_that_is_not_utf8_is_named_or_left_alone() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let not_utf8 = OsStr::from_bytes(b"caf\xe9");
+    for command in [&["run", "--print-config"][..], &["replay", "tests/fixtures/events/small.jsonl"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+            .args(command)
+            .env("SOMEONE_ELSES", not_utf8)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{command:?}: {stderr}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["run", "--print-config"])
+        .env("RANKPULSE__SESSION__GAP", not_utf8)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("rankpulse run: environment variable RANKPULSE__SESSION__GAP: is not valid UTF-8"),
+        "{stderr}"
+    );
+}
+
 /// A librdkafka property librdkafka does not know, or a value it refuses,
 /// stops `rankpulse run` at start with exit 2 and librdkafka's own words,
 /// before any connection is tried.

@@ -99,12 +99,14 @@ fn json_logs_are_one_object_per_line() {
 /// it (docs/operations.md). Against a closed port at `error`: once the
 /// outage is counted (its warning, and librdkafka's failed connection
 /// before it, would have been logged by then), the log holds no INFO or
-/// WARN line; the same run with `RUST_LOG=info` holds both.
+/// WARN line; the same run with `RUST_LOG=info` holds both. A `RUST_LOG`
+/// that is no filter leaves `log.level` in charge (at `warn`: WARN lines,
+/// no INFO) and says so.
 #[test]
 fn log_level_filters_the_log_and_rust_log_wins() {
-    for rust_log in [None, Some("info")] {
+    for (level, rust_log) in [("error", None), ("error", Some("info")), ("warn", Some("[{bad"))] {
         let addr = format!("127.0.0.1:{}", free_port());
-        let mut env = vec![("RANKPULSE__LOG__LEVEL", "error"), ("RANKPULSE__HTTP__LISTEN", addr.as_str())];
+        let mut env = vec![("RANKPULSE__LOG__LEVEL", level), ("RANKPULSE__HTTP__LISTEN", addr.as_str())];
         env.extend(rust_log.map(|r| ("RUST_LOG", r)));
         let mut daemon = daemon_against_a_closed_port(&env);
         wait_until("the outage counted", Duration::from_secs(60), || {
@@ -114,7 +116,11 @@ fn log_level_filters_the_log_and_rust_log_wins() {
         let has = |level: &str| log.lines().any(|l| l.contains(level));
         match rust_log {
             None => assert!(!has("INFO") && !has("WARN"), "log.level = error let more through:\n{log}"),
-            Some(_) => assert!(has("INFO") && has("WARN"), "RUST_LOG=info did not win over log.level:\n{log}"),
+            Some("info") => assert!(has("INFO") && has("WARN"), "RUST_LOG=info did not win over log.level:\n{log}"),
+            Some(_) => {
+                assert!(!has("INFO") && has("WARN"), "log.level = warn did not apply:\n{log}");
+                assert!(has("RUST_LOG is not a log filter; log.level applies"), "{log}");
+            }
         }
     }
 }
