@@ -209,8 +209,16 @@ fn the_images_health_check_is_rankpulse_healthcheck() {
     let check = dockerfile.lines().find(|l| l.starts_with("HEALTHCHECK")).expect("a HEALTHCHECK");
     let exec = check.split_once(" CMD ").map(|(_, cmd)| cmd).expect("HEALTHCHECK … CMD");
     assert!(exec.starts_with(r#"["rankpulse", "healthcheck""#), "{check}");
-    let listen = dockerfile.lines().find_map(|l| l.strip_prefix("ENV RANKPULSE__HTTP__LISTEN=")).unwrap();
+    // The image listens where its own file's sed line puts it: the
+    // replacement of `s/^listen = "…"$/listen = "ADDR"/`.
+    let listen = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("RUN sed -i 's/^listen = "))
+        .find_map(|l| l.split("/listen = \"").nth(1)?.split('"').next())
+        .expect("a sed line setting the image's http.listen");
     let port = listen.rsplit_once(':').unwrap().1;
+    // An environment variable would override a file mounted over the image's.
+    assert!(!dockerfile.lines().any(|l| l.starts_with("ENV RANKPULSE__")), "{dockerfile}");
     assert!(exec.contains(&format!(r#""http://127.0.0.1:{port}/healthz""#)), "{check} vs listen {listen}");
 }
 
