@@ -230,7 +230,7 @@ struct EvalArgs {
     /// GAUC weight per topic: impressions (results retrieved), uniform, positives.
     #[arg(long, value_name = "WEIGHT", value_parser = parse_setting::<GaucWeight>, default_value_t = GaucWeight::Impressions)]
     gauc_weight: GaucWeight,
-    /// Topics with no relevant judged document: zero (counted as 0, trec_eval) or skip.
+    /// Topics with nothing relevant: zero (counted as 0, trec_eval) or skip (left out of the means). For nDCG and ERR nothing relevant is no positive grade, for the others none at -l, as in the daemon.
     #[arg(long, value_name = "POLICY", value_parser = parse_setting::<NoRelevant>, default_value_t = NoRelevant::Zero)]
     no_relevant: NoRelevant,
     /// Ideal ranking for nDCG: judged (every judged document, trec_eval) or shown (the run's results).
@@ -717,8 +717,11 @@ fn eval_command(args: EvalArgs) -> ExitCode {
                     summary.topics,
                     opts.no_relevant,
                     match opts.no_relevant {
-                        NoRelevant::Zero => "counted as 0",
-                        NoRelevant::Skip => "left out of the means",
+                        NoRelevant::Zero => "counted as 0".to_string(),
+                        NoRelevant::Skip => format!(
+                            "left out of the means; of nDCG's and ERR's, only the {} without a positive grade",
+                            summary.no_positive_grade
+                        ),
                     }
                 );
             }

@@ -992,6 +992,79 @@ fn metric_conventions_are_the_configured_ones() {
     assert!(close(positives, 0.4), "{positives}");
 }
 
+/// Online and offline agree (README): the same lists, replayed as events
+/// and evaluated as a TREC run with `rankpulse eval`, give the same means,
+/// under each relevance threshold and each `no_relevant` policy. The lists
+/// hold every case of "nothing relevant": L2 has no positive grade, L4's
+/// best grade (1) is below threshold 2, so at 2 it has an nDCG and an ERR
+/// but no binary relevance.
+#[test]
+fn replay_and_eval_agree_on_every_no_relevant_case() {
+    let t0 = 1_700_000_000_000i64;
+    // (list, [(document, grade, if judged)]), in the order shown.
+    type List<'a> = (&'a str, &'a [(&'a str, Option<u32>)]);
+    let lists: [List; 4] = [
+        ("L1", &[("a", Some(1)), ("b", Some(0)), ("c", Some(2))]),
+        ("L2", &[("x", Some(0)), ("y", None)]),
+        ("L3", &[("p", Some(1)), ("q", Some(0)), ("r", Some(4)), ("s", Some(1))]),
+        ("L4", &[("u", Some(1)), ("v", Some(0))]),
+    ];
+    let (mut events, mut qrels, mut run) = (Vec::new(), String::new(), String::new());
+    for (i, (list, docs)) in lists.iter().enumerate() {
+        let at = t0 + i as i64 * 1_000;
+        let shown: Vec<&str> = docs.iter().map(|(d, _)| *d).collect();
+        events.push(impression_line(&format!("i{list}"), list, at, &shown, "control"));
+        for (rank, (doc, grade)) in docs.iter().enumerate() {
+            run.push_str(&format!("{list} Q0 {doc} {} {} agree\n", rank + 1, 100 - rank));
+            if let Some(g) = grade {
+                events.push(judgment_line(&format!("j{list}{doc}"), list, doc, &format!(r#""grade":{g}"#), at + 100));
+                qrels.push_str(&format!("{list} 0 {doc} {g}\n"));
+            }
+        }
+    }
+    let events = Scratch::new("agree.jsonl", (events.join("\n") + "\n").as_bytes());
+    let qrels = Scratch::new("agree.qrels", qrels.as_bytes());
+    let run = Scratch::new("agree.run", run.as_bytes());
+    for threshold in ["1", "2"] {
+        for policy in ["zero", "skip"] {
+            let env = [
+                ("RANKPULSE__METRICS__GAIN", "linear"),
+                ("RANKPULSE__METRICS__CUTOFFS", "[3]"),
+                ("RANKPULSE__METRICS__RELEVANCE_THRESHOLD", threshold),
+                ("RANKPULSE__METRICS__NO_RELEVANT", policy),
+            ];
+            let (code, online, err) = replay_env(&env, &[], &events.0);
+            assert_eq!(code, 0, "{err}");
+            let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+                .args(["eval", "--json", "-l", threshold, "--no-relevant", policy])
+                .args(["-m", "ndcg_cut.3", "-m", "err_cut.3", "-m", "P.3", "-m", "recall.3", "-m", "map_cut.3"])
+                .args(["-m", "recip_rank"])
+                .arg(&qrels.0)
+                .arg(&run.0)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let offline: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            for (family, measure) in [
+                ("ndcg", "ndcg_cut_3"),
+                ("err", "err_cut_3"),
+                ("precision", "P_3"),
+                ("recall", "recall_3"),
+                ("map", "map_cut_3"),
+                ("mrr", "recip_rank"),
+            ] {
+                let on =
+                    value(&online, &format!(r#"rankpulse_{family}{{k="3",window="1h",ranker="control",market="us"}}"#));
+                let off = offline["summary"][measure].as_f64().unwrap_or_else(|| panic!("{measure}: {offline}"));
+                assert!(
+                    (on - off).abs() < 1e-9,
+                    "-l {threshold}, {policy}: {family} {on} online, {measure} {off} offline"
+                );
+            }
+        }
+    }
+}
+
 /// `input.max_results` through the environment: at 2, small.jsonl's
 /// control impression (3 results) is rejected as too many results, the
 /// candidate's (2) is not.

@@ -260,6 +260,15 @@ impl Id {
         }
     }
 
+    /// Measures of graded gain (nDCG, ERR and their parts), for which
+    /// "nothing relevant" means no judged document with a positive grade,
+    /// as in the daemon (docs/metrics.md); for the others it means none at
+    /// or above the relevance level.
+    pub fn is_graded(self) -> bool {
+        use Id::*;
+        matches!(self, G | Dcg | IdealDcg | Ndcg | NdcgRel | Rndcg | NdcgCut | NdcgExpCut | ErrCut)
+    }
+
     /// rankpulse's own measures, absent from trec_eval.
     pub fn is_extra(self) -> bool {
         matches!(self, Id::NdcgExpCut | Id::ErrCut | Id::Gauc)

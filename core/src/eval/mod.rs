@@ -160,8 +160,12 @@ impl EvalError {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct EvalSummary {
     pub topics: usize,
-    /// Topics with no relevant judged document (the `no_relevant` case).
+    /// Topics with no judged document at or above the relevance level:
+    /// the `no_relevant` case of every measure but the graded ones.
     pub no_relevant: usize,
+    /// Topics with no judged document of a positive grade: the
+    /// `no_relevant` case of the graded measures (nDCG, ERR).
+    pub no_positive_grade: usize,
     /// Topics without an AUC (only positives or only negatives retrieved).
     pub gauc_single_class: usize,
     pub notes: Vec<String>,
@@ -340,6 +344,7 @@ struct Chunk {
     /// Per-query JSON objects (`-q --json`).
     json: Vec<(String, Value)>,
     no_relevant: usize,
+    no_positive_grade: usize,
     gauc_single_class: usize,
 }
 
@@ -418,8 +423,14 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
             }
             _ => {}
         }
-        let skip = cx.opts.no_relevant == NoRelevant::Skip && cx.needs_qrels && rr.num_rel == 0;
-        chunk.no_relevant += usize::from(cx.needs_qrels && rr.num_rel == 0);
+        // What "nothing relevant" means depends on the measure's family
+        // (`Id::is_graded`): a topic whose best grade is below the
+        // relevance level still has an nDCG and an ERR.
+        let no_relevant = cx.needs_qrels && rr.num_rel == 0;
+        let no_positive_grade = cx.needs_qrels && rr.rel_levels.iter().skip(1).all(|&n| n == 0);
+        let skip = cx.opts.no_relevant == NoRelevant::Skip;
+        chunk.no_relevant += usize::from(no_relevant);
+        chunk.no_positive_grade += usize::from(no_positive_grade);
         for (i, m) in layout.measures.iter().enumerate() {
             let out = &mut row[layout.range(i)];
             let mut weight = Weight { counted: true, weight: 1.0 };
@@ -441,7 +452,11 @@ fn score_chunk(cx: &Context, topics: &[(usize, Option<usize>)]) -> Chunk {
                     }
                 },
             }
-            if skip && matches!(m.id.average(), Average::Mean | Average::Geometric | Average::Weighted) {
+            let nothing_relevant = if m.id.is_graded() { no_positive_grade } else { no_relevant };
+            if skip
+                && nothing_relevant
+                && matches!(m.id.average(), Average::Mean | Average::Geometric | Average::Weighted)
+            {
                 weight.counted = false;
             }
             if r.is_none() {
@@ -543,6 +558,7 @@ fn evaluate(
     let mut per_query_json = Map::new();
     for chunk in chunks {
         summary.no_relevant += chunk.no_relevant;
+        summary.no_positive_grade += chunk.no_positive_grade;
         summary.gauc_single_class += chunk.gauc_single_class;
         out.write_all(&chunk.text)?;
         per_query_json.extend(chunk.json);
@@ -624,7 +640,11 @@ fn evaluate(
         );
         doc.insert(
             "excluded".into(),
-            json!({"no_relevant": summary.no_relevant, "gauc_single_class": summary.gauc_single_class}),
+            json!({
+                "no_relevant": summary.no_relevant,
+                "no_positive_grade": summary.no_positive_grade,
+                "gauc_single_class": summary.gauc_single_class,
+            }),
         );
         if !opts.no_summary {
             doc.insert("summary".into(), Value::Object(summary_json));
