@@ -614,8 +614,9 @@ fn click_gauges(
             ),
         ];
         for (name, help, value) in series {
-            if let Some((mean, se)) = value {
-                f.gauge(&format!("{PREFIX}{name}"), help, &labels, mean);
+            let Some((mean, se)) = value else { continue };
+            f.gauge(&format!("{PREFIX}{name}"), help, &labels, mean);
+            if let Some(se) = se {
                 f.gauge(
                     &format!("{PREFIX}{name}_stderr"),
                     &format!(

@@ -294,21 +294,22 @@ impl ClickMoments {
     }
 
     /// clicks@k = Σ_{r≤k} w_r·click_r: (mean, standard error of the mean).
-    /// `None` when k > K, fewer than two lists were counted (no standard
-    /// error), or a weight is unavailable.
-    pub fn clicks_at(&self, k: usize, weights: Weighting<'_>) -> Option<(f64, f64)> {
+    /// `None` when k > K, no list was counted, or a weight is unavailable;
+    /// the standard error is `None` below two lists, as the quality
+    /// gauges' is.
+    pub fn clicks_at(&self, k: usize, weights: Weighting<'_>) -> Option<(f64, Option<f64>)> {
         self.weighted(k, |r| weights.weight(r))
     }
 
     /// click-DCG@k = Σ_{r≤k} w_r·click_r / log2(r+1): (mean, standard error).
     /// `None` as for [`ClickMoments::clicks_at`].
-    pub fn dcg_at(&self, k: usize, weights: Weighting<'_>) -> Option<(f64, f64)> {
+    pub fn dcg_at(&self, k: usize, weights: Weighting<'_>) -> Option<(f64, Option<f64>)> {
         self.weighted(k, |r| Some(weights.weight(r)? / ((r + 1) as f64).log2()))
     }
 
     /// Mean and standard error of X = Σ_{r≤k} w(r)·click_r.
-    fn weighted(&self, k: usize, w: impl Fn(usize) -> Option<f64>) -> Option<(f64, f64)> {
-        if k > self.max_rank() || self.lists < 2 {
+    fn weighted(&self, k: usize, w: impl Fn(usize) -> Option<f64>) -> Option<(f64, Option<f64>)> {
+        if k > self.max_rank() || self.lists == 0 {
             return None;
         }
         let weights: Vec<f64> = (1..=k).map(w).collect::<Option<_>>()?;
@@ -324,8 +325,8 @@ impl ClickMoments {
         }
         // Rounding can leave E[X²] − mean² a hair below zero.
         let variance = (second / n - mean * mean).max(0.0);
-        let stderr = (variance / (n - 1.0)).sqrt();
-        (mean.is_finite() && stderr.is_finite()).then_some((mean, stderr))
+        let stderr = (self.lists >= 2).then(|| (variance / (n - 1.0)).sqrt());
+        (mean.is_finite() && stderr.is_none_or(f64::is_finite)).then_some((mean, stderr))
     }
 }
 
@@ -339,6 +340,11 @@ mod tests {
             m.add_list(l.iter().copied());
         }
         m
+    }
+
+    /// Mean and standard error, when both are there.
+    fn both(v: Option<(f64, Option<f64>)>) -> Option<(f64, f64)> {
+        v.and_then(|(mean, se)| Some((mean, se?)))
     }
 
     fn close(a: f64, b: f64) -> bool {
@@ -380,14 +386,14 @@ mod tests {
         // SE = sqrt((2/3)/2) = sqrt(1/3).
         let m = moments(2, &[&[1], &[1, 2], &[]]);
         assert_eq!((m.lists, m.clicks.clone(), m.co_clicks.clone()), (3, vec![2, 1], vec![2, 1, 1]));
-        let (mean, se) = m.clicks_at(2, Weighting::Unweighted).unwrap();
+        let (mean, se) = both(m.clicks_at(2, Weighting::Unweighted)).unwrap();
         assert!(close(mean, 1.0) && close(se, (1.0f64 / 3.0).sqrt()), "{mean} {se}");
 
         // θ = [1, 0.5]: X = click_1 + 2·click_2 per list: 1, 3, 0 → mean 4/3,
         // E[X²] = (1 + 9)/3 = 10/3, variance 10/3 − 16/9 = 14/9,
         // SE = sqrt((14/9)/2) = sqrt(7/9).
         let theta = [1.0, 0.5];
-        let (mean, se) = m.clicks_at(2, Weighting::ips(&theta)).unwrap();
+        let (mean, se) = both(m.clicks_at(2, Weighting::ips(&theta))).unwrap();
         assert!(close(mean, 4.0 / 3.0) && close(se, (7.0f64 / 9.0).sqrt()), "{mean} {se}");
 
         // DCG with the same θ: X = click_1 + 2·click_2/log2(3).
@@ -396,12 +402,12 @@ mod tests {
         let xs = [1.0, 1.0 + a, 0.0];
         let mu = xs.iter().sum::<f64>() / 3.0;
         let var = xs.iter().map(|x| x * x).sum::<f64>() / 3.0 - mu * mu;
-        let (mean, se) = m.dcg_at(2, Weighting::ips(&theta)).unwrap();
+        let (mean, se) = both(m.dcg_at(2, Weighting::ips(&theta))).unwrap();
         assert!(close(mean, mu) && close(se, (var / 2.0).sqrt()), "{mean} {se}");
 
         // clicks@1: X = click_1: 1, 1, 0 → mean 2/3, variance 2/3 − 4/9 = 2/9,
         // SE = sqrt(1/9) = 1/3.
-        let (mean, se) = m.clicks_at(1, Weighting::Unweighted).unwrap();
+        let (mean, se) = both(m.clicks_at(1, Weighting::Unweighted)).unwrap();
         assert!(close(mean, 2.0 / 3.0) && close(se, 1.0 / 3.0), "{mean} {se}");
     }
 
@@ -410,39 +416,41 @@ mod tests {
         // One click at rank 2 in each of two lists: X = w_2 with no spread.
         let m = moments(2, &[&[2], &[2]]);
         let theta = [1.0, 0.01];
-        assert!(close(m.clicks_at(2, Weighting::ips(&theta)).unwrap().0, 100.0));
+        assert!(close(both(m.clicks_at(2, Weighting::ips(&theta))).unwrap().0, 100.0));
         let clipped = Weighting::Ips { propensities: &theta, min_propensity: Some(0.1) };
-        assert_eq!(m.clicks_at(2, clipped), Some((10.0, 0.0)));
+        assert_eq!(both(m.clicks_at(2, clipped)), Some((10.0, 0.0)));
         // A nonsensical clip is no clip.
         let bad = Weighting::Ips { propensities: &theta, min_propensity: Some(f64::NAN) };
-        assert!(close(m.clicks_at(2, bad).unwrap().0, 100.0));
+        assert!(close(both(m.clicks_at(2, bad)).unwrap().0, 100.0));
         // An estimated 0 is clipped like any θ below the floor; unclipped it
         // has no weight, and an unknown θ (NaN) has none either way.
         let zero = [1.0, 0.0];
         assert_eq!(
-            m.clicks_at(2, Weighting::Ips { propensities: &zero, min_propensity: Some(0.1) }),
+            both(m.clicks_at(2, Weighting::Ips { propensities: &zero, min_propensity: Some(0.1) })),
             Some((10.0, 0.0))
         );
-        assert_eq!(m.clicks_at(2, Weighting::ips(&zero)), None);
+        assert_eq!(both(m.clicks_at(2, Weighting::ips(&zero))), None);
         let unknown = [1.0, f64::NAN];
-        assert_eq!(m.clicks_at(2, Weighting::Ips { propensities: &unknown, min_propensity: Some(0.1) }), None);
+        assert_eq!(both(m.clicks_at(2, Weighting::Ips { propensities: &unknown, min_propensity: Some(0.1) })), None);
     }
 
     #[test]
     fn unavailable_values_are_none() {
         let m = moments(3, &[&[1], &[2]]);
-        assert_eq!(m.clicks_at(4, Weighting::Unweighted), None, "beyond K");
-        assert_eq!(moments(3, &[&[1]]).clicks_at(1, Weighting::Unweighted), None, "one list");
+        assert_eq!(both(m.clicks_at(4, Weighting::Unweighted)), None, "beyond K");
+        // One list has a mean (as the quality gauges do) but no standard error.
+        assert_eq!(moments(3, &[&[1]]).clicks_at(1, Weighting::Unweighted), Some((1.0, None)), "one list");
+        assert_eq!(moments(3, &[]).clicks_at(1, Weighting::Unweighted), None, "no list");
         assert_eq!(ClickMoments::default().clicks_at(0, Weighting::Unweighted), None);
         for theta in [&[1.0, 0.5][..], &[1.0, 0.5, 0.0], &[1.0, 0.5, f64::NAN], &[1.0, -0.5, 0.3]] {
-            assert_eq!(m.dcg_at(3, Weighting::ips(theta)), None, "{theta:?}");
+            assert_eq!(both(m.dcg_at(3, Weighting::ips(theta))), None, "{theta:?}");
         }
-        assert!(m.clicks_at(2, Weighting::ips(&[1.0, 0.5])).is_some());
+        assert!(both(m.clicks_at(2, Weighting::ips(&[1.0, 0.5]))).is_some());
         // A truncated triangle (from a hand-edited checkpoint) shrinks K.
         let mut short = m.clone();
         short.co_clicks.truncate(4);
         assert_eq!(short.max_rank(), 2);
-        assert_eq!(short.clicks_at(3, Weighting::Unweighted), None);
+        assert_eq!(both(short.clicks_at(3, Weighting::Unweighted)), None);
         short.add_list([3, 2].into_iter());
         assert_eq!(short.clicks[2], 0);
     }
@@ -534,8 +542,8 @@ mod tests {
         let mut m = ClickMoments::default();
         m.unmerge(&a);
         // Negative counts: absurd, but no panic, and merge restores.
-        let _ = m.clicks_at(6, Weighting::Unweighted);
-        let _ = m.dcg_at(6, Weighting::ips(&[1.0; 6]));
+        let _ = both(m.clicks_at(6, Weighting::Unweighted));
+        let _ = both(m.dcg_at(6, Weighting::ips(&[1.0; 6])));
         m.merge(&a);
         assert_eq!(m.lists, 0);
         assert!(m.clicks.iter().chain(&m.co_clicks).all(|&x| x == 0));
@@ -664,15 +672,15 @@ mod tests {
         let metrics = [
             (
                 "clicks@10",
-                moments.clicks_at(K, ips),
-                moments.clicks_at(K, Weighting::Unweighted),
+                both(moments.clicks_at(K, ips)),
+                both(moments.clicks_at(K, Weighting::Unweighted)),
                 mean_se(true_clicks),
                 propensity_se(&counts, &moments, |_| 1.0),
             ),
             (
                 "click-DCG@10",
-                moments.dcg_at(K, ips),
-                moments.dcg_at(K, Weighting::Unweighted),
+                both(moments.dcg_at(K, ips)),
+                both(moments.dcg_at(K, Weighting::Unweighted)),
                 mean_se(true_dcg),
                 propensity_se(&counts, &moments, discount),
             ),
