@@ -951,7 +951,30 @@ impl Config {
             // A bad value an override set is the override's.
             ConfigError::Key { key, message } => match overrides.iter().find(|(var, _)| sets_key(var, &key)) {
                 Some((var, _)) => ConfigError::EnvKey { var: var.clone(), key, message },
-                None => blame(key, message),
+                None => {
+                    // A key nobody set, refused because of another one that
+                    // was (a default action above a lowered
+                    // metrics.max_grade): the message names that key; say
+                    // where it was set.
+                    let cause = message
+                        .split(|c: char| !(c.is_ascii_lowercase() || c == '_' || c == '.'))
+                        .filter(|word| word.contains('.') && !word.starts_with('.') && !word.ends_with('.'))
+                        .find_map(|word| {
+                            if let Some((var, _)) = overrides.iter().find(|(var, _)| sets_key(var, word)) {
+                                Some(format!("{word} is set by environment variable {var}"))
+                            } else {
+                                let (path, file) = from_file.as_ref()?;
+                                sets(file, word).then(|| format!("{word} is set in config file {}", path.display()))
+                            }
+                        });
+                    let file_sets_key = from_file.as_ref().is_some_and(|(_, file)| sets(file, &key));
+                    match cause {
+                        Some(cause) if !file_sets_key => {
+                            ConfigError::Key { key, message: format!("{message}; {cause}") }
+                        }
+                        _ => blame(key, message),
+                    }
+                }
             },
             other => other,
         })?;
@@ -2171,6 +2194,20 @@ mod tests {
         let c = from_toml("[windows]\nspans = [\"1m\", \"10y\"]\n[session]\ngap = \"1500ms\"\n").unwrap();
         assert_eq!(c.session.gap.ms(), 1500);
         assert_eq!(c.windows.spans[1].duration, MAX_DURATION);
+    }
+
+    /// A default refused because of a key that was set says where that key
+    /// was set: the default itself is nobody's.
+    #[test]
+    fn a_default_refused_because_of_another_key_names_that_keys_source() {
+        let e = Config::load_with_env(None, env(&[("RANKPULSE__METRICS__MAX_GRADE", "2")])).unwrap_err().to_string();
+        assert!(e.starts_with("config key judgments.actions.purchase: grade 3 is outside 0..=2"), "{e}");
+        assert!(e.ends_with("; metrics.max_grade is set by environment variable RANKPULSE__METRICS__MAX_GRADE"), "{e}");
+        let e = from_toml("[metrics]\nmax_grade = 2\n").unwrap_err().to_string();
+        assert!(e.contains("; metrics.max_grade is set in config file "), "{e}");
+        // A key the file set itself is the file's, as before.
+        let e = from_toml("[metrics]\nmax_grade = 2\n[judgments.actions]\npurchase = 3\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key judgments.actions.purchase:") && e.contains("(config file "), "{e}");
     }
 
     /// Properties whose values rankpulse decides (its commits, its group)
