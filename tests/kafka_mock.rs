@@ -487,3 +487,49 @@ async fn offsets_wait_for_their_dead_letter_copies_to_be_acknowledged() {
     stopped_with_dead_letters(stop, daemon, total, 3.0, 0.0).await;
     drop(cluster);
 }
+
+/// `/readyz` answers 503 from the moment shutdown begins while HTTP still
+/// serves (README: "503 … during shutdown"), so that an orchestrator
+/// draining the instance stops routing to it. The broker's round trip is
+/// slowed to 2 s at the stop: the final commit then keeps the shutdown,
+/// and HTTP, going that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_turns_503_as_soon_as_shutdown_begins() {
+    let (cluster, bootstrap) = cluster(PARTITIONS);
+    let evs = events(50, 1_700_000_000_000, 11);
+    let producer: FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
+    produce(&producer, &evs).await;
+    let (_config, addr, stop, daemon) = start(&bootstrap, "30s").await;
+    wait_consumed(&addr, evs.len() as f64, 60).await;
+    let a = addr.clone();
+    tokio::task::spawn_blocking(move || {
+        common::wait_until("/readyz 200 while running", Duration::from_secs(30), || {
+            matches!(http_get(&a, "/readyz"), Ok((200, _)))
+        })
+    })
+    .await
+    .unwrap();
+    cluster.broker_round_trip_time(1, Duration::from_secs(2)).unwrap();
+    stop.send(()).unwrap();
+    let a = addr.clone();
+    let statuses = tokio::task::spawn_blocking(move || {
+        let mut statuses = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Ok((status, _)) = http_get(&a, "/readyz") {
+            statuses.push(status);
+            assert!(Instant::now() < deadline, "HTTP still up 30 s after the stop: {statuses:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        statuses
+    })
+    .await
+    .unwrap();
+    let first =
+        statuses.iter().position(|&s| s == 503).unwrap_or_else(|| panic!("no 503 during shutdown: {statuses:?}"));
+    assert!(statuses[first..].iter().all(|&s| s == 503), "ready again during shutdown: {statuses:?}");
+    let summary =
+        tokio::time::timeout(Duration::from_secs(30), daemon).await.expect("shutdown within 30 s").unwrap().unwrap();
+    assert_eq!(summary.open_lists_at_shutdown, 0);
+    drop(cluster);
+}
