@@ -316,6 +316,11 @@ trait Known<'de>: Deserialize<'de> {
     const NAME: &'static str;
     /// Its value as a dimension.
     fn text(&self) -> Option<Cow<'de, str>>;
+    /// What a value of another type stands for, when such a value is not
+    /// an error of the whole message (`None`: it is).
+    fn unreadable() -> Option<Self> {
+        None
+    }
 }
 
 impl<'de> Known<'de> for Id<'de> {
@@ -325,19 +330,68 @@ impl<'de> Known<'de> for Id<'de> {
     }
 }
 
-/// `position.ordinal`: an integer, `null` as absent.
-struct Ordinal(Option<i64>);
+/// `position.ordinal`: an integer, `null` as absent. Anything else is
+/// [`Ordinal::Unreadable`], not an error of the message: a judgment's
+/// position is not read (docs/formats.md), and a click whose client sends
+/// `"ordinal":"3"` must still count; an `impression` event refuses it.
+enum Ordinal {
+    Absent,
+    At(i64),
+    Unreadable,
+}
 
 impl<'de> Deserialize<'de> for Ordinal {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Option::<i64>::deserialize(d).map(Ordinal)
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Ordinal;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Ordinal, E> {
+                Ok(Ordinal::At(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Ordinal, E> {
+                Ok(i64::try_from(v).map_or(Ordinal::Unreadable, Ordinal::At))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Ordinal, E> {
+                Ok(Ordinal::Absent)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Ordinal, E> {
+                Ok(Ordinal::Absent)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Ordinal, E> {
+                Ok(Ordinal::Unreadable)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Ordinal, E> {
+                Ok(Ordinal::Unreadable)
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Ordinal, E> {
+                Ok(Ordinal::Unreadable)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Ordinal, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(Ordinal::Unreadable)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ordinal, A::Error> {
+                while map.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+                Ok(Ordinal::Unreadable)
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
 impl<'de> Known<'de> for Ordinal {
     const NAME: &'static str = "ordinal";
     fn text(&self) -> Option<Cow<'de, str>> {
-        self.0.map(|o| Cow::Owned(o.to_string()))
+        match self {
+            Ordinal::At(o) => Some(Cow::Owned(o.to_string())),
+            _ => None,
+        }
+    }
+    fn unreadable() -> Option<Self> {
+        Some(Ordinal::Unreadable)
     }
 }
 
@@ -366,6 +420,30 @@ impl<'de, K: Known<'de>> Visitor<'de> for Holder<'_, '_, 'de, K> {
     }
     fn visit_none<E: de::Error>(self) -> Result<Option<K>, E> {
         Ok(None)
+    }
+    // `position` as a scalar or an array: its ordinal is unreadable (an
+    // error only of an impression event); `object` so is a wrong type.
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Option<K>, E> {
+        K::unreadable().map(Some).ok_or_else(|| E::invalid_type(de::Unexpected::Bool(v), &self))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Option<K>, E> {
+        K::unreadable().map(Some).ok_or_else(|| E::invalid_type(de::Unexpected::Signed(v), &self))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Option<K>, E> {
+        K::unreadable().map(Some).ok_or_else(|| E::invalid_type(de::Unexpected::Unsigned(v), &self))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Option<K>, E> {
+        K::unreadable().map(Some).ok_or_else(|| E::invalid_type(de::Unexpected::Float(v), &self))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<K>, E> {
+        K::unreadable().map(Some).ok_or_else(|| E::invalid_type(de::Unexpected::Str(v), &self))
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<K>, A::Error> {
+        let Some(unreadable) = K::unreadable() else {
+            return Err(de::Error::invalid_type(de::Unexpected::Seq, &self));
+        };
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        Ok(Some(unreadable))
     }
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Option<K>, A::Error> {
         let mut known: Option<K> = None;
@@ -449,7 +527,9 @@ struct RawUbi<'a> {
     /// hit ids, what tells a query from any other object (a native event
     /// read as UBI by mistake).
     user_query: bool,
-    application: Option<super::Text<'a>>,
+    /// As any dimension value: strings as sent, numbers and booleans as
+    /// their text; objects and arrays as absent (docs/formats.md).
+    application: Option<Cow<'a, str>>,
     query_id: Option<Id<'a>>,
     client_id: Option<Id<'a>>,
     session_id: Option<Id<'a>>,
@@ -501,6 +581,17 @@ impl<'de> de::DeserializeSeed<'de> for RawUbiSeed<'_, 'de> {
     }
 }
 
+/// A member of an open object read as a dimension value
+/// ([`super::ScalarText`], objects and arrays as absent).
+struct OpenScalar;
+
+impl<'de> de::DeserializeSeed<'de> for OpenScalar {
+    type Value = Option<Cow<'de, str>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(ScalarText::<true>)
+    }
+}
+
 /// Refuses a field seen before.
 fn first<E: de::Error>(seen: &mut u16, bit: u16, name: &'static str) -> Result<(), E> {
     if *seen & bit != 0 {
@@ -539,7 +630,10 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
                         return Err(de::Error::custom("unmapped action"));
                     }
                 }
-                "application" => raw.application = once(&mut map, &mut seen, 1 << 1, "application")?,
+                "application" => {
+                    first(&mut seen, 1 << 1, "application")?;
+                    raw.application = map.next_value_seed(OpenScalar)?;
+                }
                 "query_id" => raw.query_id = once(&mut map, &mut seen, 1 << 2, "query_id")?,
                 "client_id" => raw.client_id = once(&mut map, &mut seen, 1 << 3, "client_id")?,
                 "session_id" => raw.session_id = once(&mut map, &mut seen, 1 << 4, "session_id")?,
@@ -730,14 +824,14 @@ fn decode_query<'a>(
 /// `application`, and the paths below its own attributes.
 fn dimensions<'a>(
     limits: &DecodeLimits,
-    application: Option<super::Text<'a>>,
+    application: Option<Cow<'a, str>>,
     slots: &mut Slots<'a>,
     event: bool,
 ) -> BTreeMap<Cow<'a, str>, Cow<'a, str>> {
     let mut dimensions = BTreeMap::new();
     for (i, (label, path)) in limits.ubi.dimensions.iter().enumerate() {
         let value = match path {
-            UbiPath::Application => application.as_ref().map(|a| a.0.clone()),
+            UbiPath::Application => application.clone(),
             _ if path.below(event).is_some() => slots.as_mut().and_then(|s| s.get_mut(i)).and_then(Option::take),
             _ => None,
         };
@@ -771,7 +865,11 @@ fn decode_event<'a>(
     if let Some(grade) = grade {
         return Ok(Event::Judgment(Judgment { event_id, session_id, query_id, doc_id, grade, timestamp_ms }));
     }
-    let ordinal = attributes.ordinal.and_then(|o| o.0).ok_or(RejectReason::MissingField)?;
+    let ordinal = match attributes.ordinal {
+        Some(Ordinal::At(ordinal)) => ordinal,
+        Some(Ordinal::Unreadable) => return Err(RejectReason::WrongType),
+        Some(Ordinal::Absent) | None => return Err(RejectReason::MissingField),
+    };
     let position = ordinal
         .checked_sub(i64::from(limits.ubi.ordinal_base))
         .and_then(|p| p.checked_add(1))
@@ -937,6 +1035,64 @@ mod tests {
         assert_eq!(e(0, 1), Err(RejectReason::InvalidPosition));
         assert_eq!(e(-1, 0), Err(RejectReason::InvalidPosition));
         assert_eq!(e(i64::MAX, 0), Err(RejectReason::InvalidPosition));
+    }
+
+    /// A judgment's position is not read (docs/formats.md): a click whose
+    /// client sends its ordinal as text, a float or an array still judges
+    /// its document; an impression event, whose ordinal is its position,
+    /// refuses the same values as a wrong type. Both readers agree.
+    #[test]
+    fn only_an_impression_reads_its_ordinal() {
+        for position in
+            [r#"{"ordinal":"3"}"#, r#"{"ordinal":1.5}"#, r#"{"ordinal":[1]}"#, r#"{"ordinal":{}}"#, r#""x""#, "[]", "7"]
+        {
+            let message = |action: &str| {
+                format!(
+                    r#"{{"action_name":"{action}","query_id":"q1","client_id":"c1","timestamp":1700000000000,"event_attributes":{{"object":{{"object_id":"d2"}},"position":{position}}}}}"#
+                )
+            };
+            for read in [decode, decode_by_serde] {
+                let click = message("click");
+                match read(Format::UbiEvents, click.as_bytes(), &limits()) {
+                    Ok(Event::Judgment(j)) => assert_eq!((j.doc_id.as_ref(), j.grade), ("d2", 1), "{position}"),
+                    other => panic!("{position}: {other:?}"),
+                }
+                let impression = message("impression");
+                assert_eq!(
+                    read(Format::UbiEvents, impression.as_bytes(), &limits()).err(),
+                    Some(RejectReason::WrongType),
+                    "{position}"
+                );
+            }
+        }
+    }
+
+    /// `application` is read as any dimension value: a number as its text,
+    /// an object or array as absent, never a reason to refuse the message
+    /// (events other than impressions do not read it at all).
+    #[test]
+    fn application_is_read_as_a_dimension_value() {
+        let mut l = limits();
+        l.ubi.dimensions = vec![("app".into(), UbiPath::Application)];
+        for (value, expected) in
+            [("5", Some("5")), ("true", Some("true")), (r#""shop""#, Some("shop")), ("{\"n\":1}", None), ("[1]", None)]
+        {
+            let query = format!(
+                r#"{{"query_id":"q","client_id":"c","user_query":"x","timestamp":1700000000000,"query_response_hit_ids":["d1"],"application":{value}}}"#
+            );
+            let click = format!(
+                r#"{{"action_name":"click","query_id":"q","client_id":"c","timestamp":1700000000000,"application":{value},"event_attributes":{{"object":{{"object_id":"d1"}}}}}}"#
+            );
+            for read in [decode, decode_by_serde] {
+                match read(Format::UbiQueries, query.as_bytes(), &l) {
+                    Ok(Event::Impression(i)) => {
+                        assert_eq!(i.dimensions.get("app").map(|v| v.as_ref()), expected, "{value}")
+                    }
+                    other => panic!("{value}: {other:?}"),
+                }
+                assert!(matches!(read(Format::UbiEvents, click.as_bytes(), &l), Ok(Event::Judgment(_))), "{value}");
+            }
+        }
     }
 
     #[test]

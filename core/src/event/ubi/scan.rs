@@ -71,7 +71,7 @@ pub(super) fn read<'a>(text: &'a str, settings: &Settings<'_>, slots: &mut Slots
                 }
                 Member::Application => {
                     once(1 << 1)?;
-                    raw.application = s.optional(Scan::text)?;
+                    raw.application = s.optional(Scan::text)?.map(|t| t.0);
                 }
                 Member::QueryId => {
                     once(1 << 2)?;
@@ -176,8 +176,8 @@ impl<'a> Scan<'a> {
     /// [`Ordinal`]: an integer, `null` as absent.
     fn ordinal(&mut self) -> Option<Ordinal> {
         match self.peek()? {
-            b'n' => self.literal("null").map(|()| Ordinal(None)),
-            _ => self.uint().and_then(|(_, v)| i64::try_from(v).ok()).map(|v| Ordinal(Some(v))),
+            b'n' => self.literal("null").map(|()| Ordinal::Absent),
+            _ => self.uint().and_then(|(_, v)| i64::try_from(v).ok()).map(Ordinal::At),
         }
     }
 
