@@ -669,6 +669,9 @@ pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, R
             // else about the message: ignored before anything is checked.
             let grade = match (take(Target::Grade, &mut slots), take(Target::Action, &mut slots)) {
                 (Some(g), _) => grade(g, limits.max_grade)?,
+                // Empty is absent, as for every required field (and as
+                // UBI's `action_name`).
+                (None, Some(Scalar::Str(action))) if action.is_empty() => return Err(RejectReason::MissingField),
                 (None, Some(Scalar::Str(action))) => match limits.actions.get(action.as_ref()) {
                     Some(g) => *g,
                     None => return Ok(Event::Ignored(IgnoreReason::UnmappedAction)),
@@ -935,6 +938,7 @@ mod tests {
         assert_eq!(grade_of(&j(r#","label":2.5"#)), Err(RejectReason::WrongType));
         assert_eq!(grade_of(&j(r#","event_type":1"#)), Err(RejectReason::WrongType));
         assert_eq!(grade_of(&j("")), Err(RejectReason::MissingField));
+        assert_eq!(grade_of(&j(r#","event_type":"""#)), Err(RejectReason::MissingField));
     }
 
     /// A member that a path reaches, given twice, at any depth, is
