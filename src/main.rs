@@ -710,18 +710,20 @@ fn eval_command(args: EvalArgs) -> ExitCode {
             for note in &summary.notes {
                 eprintln!("rankpulse eval: {note}");
             }
-            if summary.no_relevant > 0 {
+            // Either count can be the larger one: at -l 0 a topic judged
+            // all 0 reaches the level but has no positive grade.
+            if summary.no_relevant > 0 || summary.no_positive_grade > 0 {
                 eprintln!(
-                    "rankpulse eval: {} of {} topics have no relevant judged document (--no-relevant {}: {})",
-                    summary.no_relevant,
+                    "rankpulse eval: of {} topics, {} have no judged document at or above -l {}, and {} none of a positive grade \
+                     (--no-relevant {}: {})",
                     summary.topics,
+                    summary.no_relevant,
+                    opts.relevance_level,
+                    summary.no_positive_grade,
                     opts.no_relevant,
                     match opts.no_relevant {
-                        NoRelevant::Zero => "counted as 0".to_string(),
-                        NoRelevant::Skip => format!(
-                            "left out of the means; of nDCG's and ERR's, only the {} without a positive grade",
-                            summary.no_positive_grade
-                        ),
+                        NoRelevant::Zero => "counted as 0",
+                        NoRelevant::Skip => "the former left out of the means, of nDCG's and ERR's the latter",
                     }
                 );
             }

@@ -260,13 +260,15 @@ impl Id {
         }
     }
 
-    /// Measures of graded gain (nDCG, ERR and their parts), for which
-    /// "nothing relevant" means no judged document with a positive grade,
-    /// as in the daemon (docs/metrics.md); for the others it means none at
-    /// or above the relevance level.
+    /// Measures of graded gain that ignore the relevance level (nDCG, ERR
+    /// and their parts), for which "nothing relevant" means no judged
+    /// document with a positive grade, as in the daemon (docs/metrics.md);
+    /// for the others it means none at or above the relevance level.
+    /// `Rndcg` is not one: trec_eval scores it 0 when nothing reaches the
+    /// level.
     pub fn is_graded(self) -> bool {
         use Id::*;
-        matches!(self, G | Dcg | IdealDcg | Ndcg | NdcgRel | Rndcg | NdcgCut | NdcgExpCut | ErrCut)
+        matches!(self, G | Dcg | IdealDcg | Ndcg | NdcgRel | NdcgCut | NdcgExpCut | ErrCut)
     }
 
     /// rankpulse's own measures, absent from trec_eval.
