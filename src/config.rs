@@ -82,8 +82,10 @@ impl ConfigError {
     }
 }
 
-/// The longest duration a setting takes: 10 years of 365.25 days.
-const MAX_DURATION: Duration = Duration::from_secs(315_576_000);
+/// The longest duration a setting takes: 1000 years of 365.25 days, far
+/// beyond any window or horizon ("100y" turns a check off) and far from
+/// overflowing an epoch millisecond.
+const MAX_DURATION: Duration = Duration::from_secs(31_557_600_000);
 
 /// A duration written as text ("30s", "5m", "1h30m"); the text is kept
 /// because window spans are also label values.
@@ -118,7 +120,7 @@ impl std::str::FromStr for Span {
         // Event times are epoch milliseconds; a longer duration added to
         // one could overflow, and no window or horizon needs it.
         if duration > MAX_DURATION {
-            return Err(format!("{s:?} is longer than 10 years"));
+            return Err(format!("{s:?} is longer than 1000 years"));
         }
         Ok(Span { text: s.trim().to_string(), duration })
     }
@@ -913,7 +915,7 @@ impl Config {
                 let text = std::fs::read_to_string(path)
                     .map_err(|cause| ConfigError::Read { path: path.to_path_buf(), cause })?;
                 text.parse::<toml::Table>()
-                    .map_err(|e| ConfigError::Syntax { path: path.to_path_buf(), message: e.to_string() })?
+                    .map_err(|e| ConfigError::Syntax { path: path.to_path_buf(), message: syntax_error(&text, &e) })?
             }
             None => toml::Table::new(),
         };
@@ -933,11 +935,14 @@ impl Config {
             }
             _ => ConfigError::Key { key, message },
         };
-        let mut overrides = Vec::new();
-        for (var, value) in env {
-            let Some(rest) = var.strip_prefix(ENV_PREFIX) else { continue };
-            apply_env(&mut table, &defaults, &var, rest, &value)?;
-            overrides.push((var, value));
+        let mut overrides: Vec<(String, String)> =
+            env.into_iter().filter(|(var, _)| var.starts_with(ENV_PREFIX)).collect();
+        // A whole table (`RANKPULSE__KAFKA__PROPERTIES='{…}'`) first, then
+        // the keys below it, whatever the environment's order: a key set
+        // alone is not lost to the table.
+        overrides.sort_by_key(|(var, _)| env_path(&var[ENV_PREFIX.len()..]).len());
+        for (var, value) in &overrides {
+            apply_env(&mut table, &defaults, var, &var[ENV_PREFIX.len()..], value)?;
         }
         let config: Config = deserialize(table).map_err(|(key, message)| {
             // Merged, a key has lost where it came from: an override that
@@ -1106,6 +1111,10 @@ impl Config {
                     format!("is managed by rankpulse ({why})"),
                 ));
             }
+        }
+        for (key, value) in &k.properties {
+            check_property(key, value)
+                .map_err(|message| ConfigError::key(&format!("kafka.properties.{key}"), message))?;
         }
         if self.session.gap.duration.is_zero() {
             return Err(ConfigError::key("session.gap", "must be longer than 0s"));
@@ -1490,16 +1499,43 @@ pub const MANAGED_PROPERTIES: &[(&str, &str)] = &[
     ("enable.auto.commit", "offsets are committed by rankpulse once accounted for"),
     ("enable.auto.offset.store", "offsets are committed by rankpulse once accounted for"),
     ("enable.partition.eof", "a restored shard learns from it that its partition is live"),
-    // The statistics are how rankpulse knows it is connected (/readyz) and
-    // which brokers have answered (closing idle lists on processing time).
-    ("statistics.interval.ms", "/readyz and the close of idle lists depend on librdkafka's statistics"),
-    // Lists are joined across topics by partition number: only the range
-    // assignor gives partition p of every topic to the same instance.
-    (
-        "partition.assignment.strategy",
-        "lists are joined across topics by partition number, which needs the range assignor",
-    ),
 ];
+
+/// librdkafka properties rankpulse depends on that a user may still set,
+/// each with the values that keep rankpulse working and why.
+fn check_property(key: &str, value: &str) -> Result<(), String> {
+    match key {
+        // The statistics are how rankpulse knows it is connected (/readyz)
+        // and which brokers have answered (closing idle lists on
+        // processing time); a longer interval delays both.
+        "statistics.interval.ms" if !value.trim().parse::<u32>().is_ok_and(|ms| ms > 0) => Err(format!(
+            "must be a positive number of milliseconds, got {value:?} (/readyz and the close of idle lists depend on \
+             librdkafka's statistics)"
+        )),
+        // Lists are joined across topics by partition number: only the
+        // range assignor gives partition p of every topic to the same
+        // instance (librdkafka's default, "range,roundrobin", picks it).
+        "partition.assignment.strategy" if value.trim() != "range" => Err(format!(
+            "must be \"range\", got {value:?} (lists are joined across topics by partition number, which needs the \
+             range assignor)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A TOML syntax error as its place and message, without the line itself,
+/// which toml's own rendering quotes (it may set a password).
+fn syntax_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {}", e.message())
+        }
+        None => e.message().to_string(),
+    }
+}
 
 /// What a Kafka topic name may hold, for error messages.
 const TOPIC_NAME: &str = "1 to 249 of a-z A-Z 0-9 . _ -";
@@ -2159,6 +2195,19 @@ mod tests {
         assert!(!e.contains("hunter2") && !e.contains("quote a property name"), "{e}");
         let e = from_toml("[kafka.properties]\nssl.ca.location = \"/ca.pem\"\n").unwrap_err().to_string();
         assert!(e.contains("quote a property name with dots"), "{e}");
+        // A syntax error says where, not what the line holds.
+        let e = from_toml("[kafka.properties]\n\"sasl.password\" = hunter2\n").unwrap_err().to_string();
+        assert!(e.contains(": line 2, column ") && !e.contains("hunter2"), "{e}");
+        // The whole table and a key of it, in either order: both apply.
+        let table = ("RANKPULSE__KAFKA__PROPERTIES", r#"{ "sasl.username" = "bob" }"#);
+        let key = ("RANKPULSE__KAFKA__PROPERTIES__SASL_MECHANISM", "PLAIN");
+        for pairs in [[table, key], [key, table]] {
+            let c = Config::load_with_env(None, env(&pairs)).unwrap();
+            assert_eq!(
+                (c.kafka.properties["sasl.username"].as_str(), c.kafka.properties["sasl.mechanism"].as_str()),
+                ("bob", "PLAIN")
+            );
+        }
     }
 
     /// Values a careless or hostile configuration holds, each refused with
@@ -2178,8 +2227,19 @@ mod tests {
             ("[session]\ngap = \"500us\"\n", "session.gap", "whole number of milliseconds"),
             ("[kafka]\nmax_topic_drift = \"1ns\"\n", "kafka.max_topic_drift", "whole number of milliseconds"),
             // A window this long overflowed event time and emptied every window.
-            ("[windows]\nspans = [\"1h\", \"292000000y\"]\n", "windows.spans", "longer than 10 years"),
-            ("[late]\nhorizon = \"11y\"\n", "late.horizon", "longer than 10 years"),
+            ("[windows]\nspans = [\"1h\", \"292000000y\"]\n", "windows.spans", "longer than 1000 years"),
+            ("[late]\nhorizon = \"1001y\"\n", "late.horizon", "longer than 1000 years"),
+            // Values rankpulse depends on, of properties a user may set.
+            (
+                "[kafka.properties]\n\"statistics.interval.ms\" = 0\n",
+                "kafka.properties.statistics.interval.ms",
+                "positive",
+            ),
+            (
+                "[kafka.properties]\n\"partition.assignment.strategy\" = \"roundrobin\"\n",
+                "kafka.properties.partition.assignment.strategy",
+                "range",
+            ),
             // A topic name with dots in [kafka.formats]: the file is still named.
             (
                 "[kafka]\ntopics = [\"search.events\"]\n[kafka.formats]\n\"search.events\" = \"nope\"\n",
@@ -2191,7 +2251,11 @@ mod tests {
             assert!(e.starts_with(&format!("config key {key}")) && e.contains(says), "{text}: {e}");
             assert!(e.contains("(config file "), "{text}: {e}");
         }
-        let c = from_toml("[windows]\nspans = [\"1m\", \"10y\"]\n[session]\ngap = \"1500ms\"\n").unwrap();
+        let c = from_toml(
+            "[windows]\nspans = [\"1m\", \"1000y\"]\n[session]\ngap = \"1500ms\"\n[input]\nmax_future_skew = \"100y\"\n\
+             [kafka.properties]\n\"statistics.interval.ms\" = 5000\n\"partition.assignment.strategy\" = \"range\"\n",
+        )
+        .unwrap();
         assert_eq!(c.session.gap.ms(), 1500);
         assert_eq!(c.windows.spans[1].duration, MAX_DURATION);
     }
@@ -2221,8 +2285,6 @@ mod tests {
             "enable.auto.commit",
             "enable.auto.offset.store",
             "enable.partition.eof",
-            "statistics.interval.ms",
-            "partition.assignment.strategy",
         ] {
             let e = from_toml(&format!("[kafka.properties]\n\"{key}\" = \"true\"\n")).unwrap_err().to_string();
             assert!(e.starts_with(&format!("config key kafka.properties.{key}: is managed by rankpulse")), "{e}");
