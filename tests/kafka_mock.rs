@@ -491,8 +491,9 @@ async fn offsets_wait_for_their_dead_letter_copies_to_be_acknowledged() {
 /// `/readyz` answers 503 from the moment shutdown begins while HTTP still
 /// serves (README: "503 … during shutdown"), so that an orchestrator
 /// draining the instance stops routing to it. The broker's round trip is
-/// slowed to 2 s at the stop: the final commit then keeps the shutdown,
-/// and HTTP, going that long.
+/// slowed to 3 s at the stop: the final commit then keeps the shutdown,
+/// and HTTP, going that long, and the first 503 must come well before
+/// that (within 1.5 s of the stop), not only once the commit is done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_turns_503_as_soon_as_shutdown_begins() {
     let (cluster, bootstrap) = cluster(PARTITIONS);
@@ -510,24 +511,26 @@ async fn readyz_turns_503_as_soon_as_shutdown_begins() {
     })
     .await
     .unwrap();
-    cluster.broker_round_trip_time(1, Duration::from_secs(2)).unwrap();
+    cluster.broker_round_trip_time(1, Duration::from_secs(3)).unwrap();
+    let stopped = Instant::now();
     stop.send(()).unwrap();
     let a = addr.clone();
-    let statuses = tokio::task::spawn_blocking(move || {
-        let mut statuses = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
+    // (status, time since the stop) of every answer until HTTP closes.
+    let answers = tokio::task::spawn_blocking(move || {
+        let mut answers = Vec::new();
         while let Ok((status, _)) = http_get(&a, "/readyz") {
-            statuses.push(status);
-            assert!(Instant::now() < deadline, "HTTP still up 30 s after the stop: {statuses:?}");
+            answers.push((status, stopped.elapsed()));
+            assert!(stopped.elapsed() < Duration::from_secs(30), "HTTP still up 30 s after the stop: {answers:?}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        statuses
+        answers
     })
     .await
     .unwrap();
     let first =
-        statuses.iter().position(|&s| s == 503).unwrap_or_else(|| panic!("no 503 during shutdown: {statuses:?}"));
-    assert!(statuses[first..].iter().all(|&s| s == 503), "ready again during shutdown: {statuses:?}");
+        answers.iter().position(|(s, _)| *s == 503).unwrap_or_else(|| panic!("no 503 during shutdown: {answers:?}"));
+    assert!(answers[first].1 < Duration::from_millis(1500), "the first 503 came late: {answers:?}");
+    assert!(answers[first..].iter().all(|(s, _)| *s == 503), "ready again during shutdown: {answers:?}");
     let summary =
         tokio::time::timeout(Duration::from_secs(30), daemon).await.expect("shutdown within 30 s").unwrap().unwrap();
     assert_eq!(summary.open_lists_at_shutdown, 0);

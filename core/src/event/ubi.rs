@@ -1040,7 +1040,8 @@ mod tests {
     /// A judgment's position is not read (docs/formats.md): a click whose
     /// client sends its ordinal as text, a float or an array still judges
     /// its document; an impression event, whose ordinal is its position,
-    /// refuses the same values as a wrong type. Both readers agree.
+    /// refuses the same values as a wrong type. Both entry points are asked
+    /// (the fast reader leaves all of these to serde's).
     #[test]
     fn only_an_impression_reads_its_ordinal() {
         for position in
