@@ -410,6 +410,14 @@ impl<'de, K: Known<'de>> de::DeserializeSeed<'de> for Holder<'_, '_, 'de, K> {
     }
 }
 
+impl<'de, K: Known<'de>> Holder<'_, '_, 'de, K> {
+    /// A value that is neither an object nor `null`: what `K` makes of it
+    /// ([`Known::unreadable`]), else a wrong type.
+    fn other<E: de::Error>(&self, unexpected: de::Unexpected<'_>) -> Result<Option<K>, E> {
+        K::unreadable().map(Some).ok_or_else(|| E::invalid_type(unexpected, self))
+    }
+}
+
 impl<'de, K: Known<'de>> Visitor<'de> for Holder<'_, '_, 'de, K> {
     type Value = Option<K>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -424,26 +432,24 @@ impl<'de, K: Known<'de>> Visitor<'de> for Holder<'_, '_, 'de, K> {
     // `position` as a scalar or an array: its ordinal is unreadable (an
     // error only of an impression event); `object` so is a wrong type.
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Option<K>, E> {
-        K::unreadable().map(Some).ok_or_else(|| E::invalid_type(de::Unexpected::Bool(v), &self))
+        self.other(de::Unexpected::Bool(v))
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Option<K>, E> {
-        K::unreadable().map(Some).ok_or_else(|| E::invalid_type(de::Unexpected::Signed(v), &self))
+        self.other(de::Unexpected::Signed(v))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Option<K>, E> {
-        K::unreadable().map(Some).ok_or_else(|| E::invalid_type(de::Unexpected::Unsigned(v), &self))
+        self.other(de::Unexpected::Unsigned(v))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Option<K>, E> {
-        K::unreadable().map(Some).ok_or_else(|| E::invalid_type(de::Unexpected::Float(v), &self))
+        self.other(de::Unexpected::Float(v))
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<K>, E> {
-        K::unreadable().map(Some).ok_or_else(|| E::invalid_type(de::Unexpected::Str(v), &self))
+        self.other(de::Unexpected::Str(v))
     }
     fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<K>, A::Error> {
-        let Some(unreadable) = K::unreadable() else {
-            return Err(de::Error::invalid_type(de::Unexpected::Seq, &self));
-        };
+        let value = self.other(de::Unexpected::Seq)?;
         while seq.next_element::<de::IgnoredAny>()?.is_some() {}
-        Ok(Some(unreadable))
+        Ok(value)
     }
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Option<K>, A::Error> {
         let mut known: Option<K> = None;
