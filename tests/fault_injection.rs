@@ -62,8 +62,16 @@ use std::time::{Duration, Instant};
 const PARTITIONS: i32 = 4;
 const GAP: &str = "3s";
 
-/// One test at a time: each starts a broker and daemons, and 2 cores are shared.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// At most three tests at a time: each starts a broker and daemons on 2
+/// shared cores, but spends most of its time waiting on session timeouts,
+/// rebalances and outages (about 60 CPU-seconds over 300 s run serially).
+static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(3);
+
+/// A slot for a test that is not async.
+fn slot() -> tokio::sync::SemaphorePermit<'static> {
+    let rt = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
+    rt.block_on(SLOTS.acquire()).expect("the semaphore is never closed")
+}
 
 /// A Tansu broker on its own port, advertised at `advertised` (the port of a
 /// proxy in front of it, or its own).
@@ -176,10 +184,10 @@ fn kill_9_twice_mid_stream_with_checkpoints_in_kafka() {
 
 fn kill_9_twice_mid_stream(backend: Backend) {
     let tansu = tansu_binary();
-    let _serial = SERIAL.blocking_lock();
+    let _slot = slot();
     let port = free_port();
     let broker = Broker::start(&tansu, port, port, &[]);
-    let dir = state_dir("kill9");
+    let dir = state_dir(&format!("kill9-{backend:?}"));
     let dir_s = dir.display().to_string();
     let http = format!("127.0.0.1:{}", free_port());
     let group = format!("kill9-{}", std::process::id());
@@ -274,7 +282,7 @@ fn kill_9_twice_mid_stream(backend: Backend) {
 #[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn join_leave_and_kill_9_with_checkpoints_in_kafka_add_up_exactly() {
     let tansu = tansu_binary();
-    let _serial = SERIAL.blocking_lock();
+    let _slot = slot();
     let port = free_port();
     let broker = Broker::start(&tansu, port, port, &[]);
     let group = format!("acceptance-{}", std::process::id());
@@ -325,7 +333,7 @@ fn join_leave_and_kill_9_with_checkpoints_in_kafka_add_up_exactly() {
 #[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn a_stopped_process_continued_as_a_zombie_never_counts_twice() {
     let tansu = tansu_binary();
-    let _serial = SERIAL.blocking_lock();
+    let _slot = slot();
     let port = free_port();
     let broker = Broker::start(&tansu, port, port, &[]);
     let group = format!("zombie-{}", std::process::id());
@@ -387,7 +395,7 @@ fn a_stopped_process_continued_as_a_zombie_never_counts_twice() {
 #[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn two_processes_with_one_instance_name_in_kafka_stop_one_of_them() {
     let tansu = tansu_binary();
-    let _serial = SERIAL.blocking_lock();
+    let _slot = slot();
     let port = free_port();
     let broker = Broker::start(&tansu, port, port, &[]);
     let group = format!("twins-{}", std::process::id());
@@ -510,7 +518,7 @@ impl Proxy {
 #[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn broker_outage_turns_readyz_false_and_consumption_resumes_without_loss() {
     let tansu = tansu_binary();
-    let _serial = SERIAL.blocking_lock();
+    let _slot = slot();
     let (broker_port, proxy_port) = (free_port(), free_port());
     let mut proxy = Proxy::new(proxy_port, broker_port);
     let broker = Broker::start(&tansu, broker_port, proxy_port, &[]);
@@ -561,7 +569,7 @@ fn broker_outage_turns_readyz_false_and_consumption_resumes_without_loss() {
 #[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 async fn invalid_messages_are_counted_dead_lettered_and_change_no_metric() {
     let tansu = tansu_binary();
-    let _serial = SERIAL.lock().await;
+    let _slot = SLOTS.acquire().await.expect("the semaphore is never closed");
     const DLQ: &str = "rankpulse-dead-letters";
     let port = free_port();
     let broker = Broker::start(&tansu, port, port, &[DLQ]);
@@ -697,10 +705,10 @@ async fn two_instances_one_leaving_mid_stream_add_up_exactly_with_checkpoints_in
 
 async fn two_instances_one_leaving_mid_stream(backend: Backend) {
     let tansu = tansu_binary();
-    let _serial = SERIAL.lock().await;
+    let _slot = SLOTS.acquire().await.expect("the semaphore is never closed");
     let port = free_port();
     let broker = Broker::start(&tansu, port, port, &[]);
-    let dir = state_dir("pair");
+    let dir = state_dir(&format!("pair-{backend:?}"));
     let mut config = config_with_gap();
     config.kafka.brokers = broker.bootstrap.clone();
     config.kafka.group_id = format!("pair-{}", std::process::id());
@@ -804,7 +812,7 @@ fn rss_kib(pid: u32) -> u64 {
 #[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn a_session_flood_keeps_memory_flat() {
     let tansu = tansu_binary();
-    let _serial = SERIAL.blocking_lock();
+    let _slot = slot();
     let port = free_port();
     let broker = Broker::start(&tansu, port, port, &[]);
     let http = format!("127.0.0.1:{}", free_port());
