@@ -38,7 +38,7 @@
 //!
 //! The standalone-broker tier: ignored by a plain `cargo test`; with
 //! `--ignored` they need `RANKPULSE_TANSU=/path/to/tansu` like
-//! `broker_e2e.rs`. The tests run one at a time (a lock), each with its own
+//! `broker_e2e.rs`. At most three tests run at once (`SLOTS`), each with its own
 //! broker.
 
 mod common;
