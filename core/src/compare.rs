@@ -89,8 +89,12 @@ pub fn lists_needed(candidate: &Moments, baseline: &Moments, effect: f64, alpha:
         return None;
     }
     let normal = Normal::standard();
-    let z = normal.inverse_cdf(1.0 - alpha / 2.0) + normal.inverse_cdf(power);
-    Some((z * z * list_variance / (effect * effect)).ceil())
+    // The upper quantile as the lower one negated: 1 − α/2 rounds to 1 (and
+    // z to ∞) for α below about 2e-16, and loses digits long before.
+    let z = -normal.inverse_cdf(alpha / 2.0) + normal.inverse_cdf(power);
+    // z / effect first: effect² underflows to 0 for an effect below 1e-154.
+    let needed = ((z / effect).powi(2) * list_variance).ceil();
+    needed.is_finite().then_some(needed)
 }
 
 /// Exact two-sided sign test: p-value of `wins` against `losses` under
@@ -181,6 +185,18 @@ mod tests {
         assert_eq!(n, (z * z * 0.06f64 / 0.01).ceil());
         assert_eq!(n, 48.0);
         assert_eq!(lists_needed(&moments(&[0.2, 0.4]), &moments(&[0.5, 0.7]), 0.0, 0.05, 0.8), None);
+    }
+
+    /// A tiny α keeps its quantile: scipy.stats.norm.isf(5e-17) is
+    /// 8.304785425194112, so α = 1e-16 needs ⌈(8.3048 + 0.8416)² · 0.06 / 0.01⌉
+    /// = 502 lists (it was ∞). An effect whose square underflows gives no
+    /// figure rather than ∞.
+    #[test]
+    fn lists_needed_at_extreme_settings() {
+        let (c, b) = (moments(&[0.2, 0.4, 0.6]), moments(&[0.5, 0.7]));
+        assert_eq!(lists_needed(&c, &b, 0.1, 1e-16, 0.8), Some(502.0));
+        assert_eq!(lists_needed(&c, &b, 1e-200, 0.05, 0.8), None);
+        assert!(lists_needed(&c, &b, 1e-100, 0.05, 0.8).is_some_and(f64::is_finite));
     }
 
     /// Small exact cases: P(X ≤ k) for Binomial(n, 1/2) is C(n,0..k)/2ⁿ.
