@@ -616,6 +616,18 @@ pub struct Sources {
     last: Option<u32>,
 }
 
+/// What the open lists say of a source's commit point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// No open list holds an event of it: up to the next offset.
+    Free,
+    /// Its oldest event in an open list is at this offset.
+    From(i64),
+    /// Not known (read only after the last walk of the open lists): not
+    /// committed until a walk covers it.
+    Unknown,
+}
+
 #[derive(Debug, Clone)]
 pub struct SourceState {
     pub topic: String,
@@ -673,7 +685,7 @@ impl Sources {
     /// would move its offsets.
     pub fn commit_list(
         &self,
-        held: &dyn Fn(u32) -> Option<i64>,
+        held: &dyn Fn(u32) -> Hold,
         owned: &dyn Fn(&str, i32) -> bool,
         all: bool,
     ) -> Option<(TopicPartitionList, Vec<(u32, i64)>)> {
@@ -684,7 +696,11 @@ impl Sources {
             if !owned(&s.topic, s.partition) {
                 continue;
             }
-            let point = held(id as u32).map_or(next, |h| h.min(next));
+            let point = match held(id as u32) {
+                Hold::Free => next,
+                Hold::From(h) => h.min(next),
+                Hold::Unknown => continue,
+            };
             if (all || s.committed.is_none_or(|c| point > c))
                 && tpl.add_partition_offset(&s.topic, s.partition, Offset::Offset(point)).is_ok()
             {

@@ -9,10 +9,10 @@ use super::Daemon;
 use super::publisher::Done;
 use crate::assemble::Source;
 use crate::assemble::store::fold_source;
-use crate::kafka::Consumer;
+use crate::kafka::{Consumer, Hold};
 use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::{Offset, TopicPartitionList};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// Without checkpoints, how often offsets are committed: finding the commit
@@ -106,10 +106,22 @@ impl Daemon {
             return (!moved.is_empty()).then_some((tpl, moved));
         }
         let mut held: BTreeMap<u32, i64> = BTreeMap::new();
-        for shard in self.shards.values() {
+        // Sources of a partition that its walk's floor does not name: first
+        // read after that walk ended, so lists they opened since are in no
+        // floor. Committing their next offset would pass those lists.
+        let mut unknown: BTreeSet<u32> = BTreeSet::new();
+        for (p, shard) in &self.shards {
             let walked;
             let floor: &[Source] = match &shard.commit_floor {
-                Some(floor) if !all => floor,
+                Some(floor) if !all => {
+                    for (id, s) in self.sources.entries.iter().enumerate() {
+                        let id = id as u32;
+                        if s.partition == *p && !floor.iter().any(|f| f.id == id) {
+                            unknown.insert(id);
+                        }
+                    }
+                    floor
+                }
                 _ => {
                     walked = shard.pipeline.assembler().min_open_offsets();
                     &walked
@@ -120,7 +132,12 @@ impl Daemon {
                 *e = (*e).min(offset);
             }
         }
-        let (tpl, moved) = self.sources.commit_list(&|id| held.get(&id).copied(), &owned, all)?;
+        let hold = |id| match held.get(&id) {
+            Some(&offset) => Hold::From(offset),
+            None if unknown.contains(&id) => Hold::Unknown,
+            None => Hold::Free,
+        };
+        let (tpl, moved) = self.sources.commit_list(&hold, &owned, all)?;
         let moved = moved
             .into_iter()
             .filter_map(|(id, point)| {
@@ -167,7 +184,7 @@ impl Daemon {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{IMPRESSIONS, NOW_MS, impression, message};
+    use super::super::testing::{IMPRESSIONS, JUDGMENTS, NOW_MS, impression, judgment, message};
     use super::*;
     use crate::config::Config;
     use std::collections::BTreeSet;
@@ -230,5 +247,37 @@ mod tests {
             d.walk_open_lists();
         }
         assert_eq!(d.commit_points(false).unwrap().1, [(tp(0), 12)]);
+    }
+
+    /// A topic-partition first read after the last walk ended is in no
+    /// floor: its open lists must hold its commit back until a walk covers
+    /// it. (The daemon's first walk ends at once on empty shards; a backlog
+    /// of more lists than a tick walks then committed every offset read,
+    /// open lists and all, and a kill -9 lost them.)
+    #[test]
+    fn a_source_read_after_the_walk_is_not_committed_past_its_open_lists() {
+        let mut d = daemon();
+        d.assigned = BTreeSet::from([tp(0), (JUDGMENTS.to_string(), 0)]);
+        for _ in 0..4 {
+            d.walk_open_lists();
+        }
+        // A judgment of a list not seen yet opens it at offset 3.
+        d.handle(&message(JUDGMENTS, 0, 3, &judgment("s9", "d1", 2)), None, NOW_MS);
+        let (_, moved) = d.commit_points(false).unwrap();
+        assert_eq!(moved, [(tp(0), 10)], "the judgments' partition waits for a walk");
+        d.shards.get_mut(&0).unwrap().commit_floor = None;
+        for _ in 0..4 {
+            d.walk_open_lists();
+        }
+        let (_, moved) = d.commit_points(false).unwrap();
+        assert!(moved.contains(&((JUDGMENTS.to_string(), 0), 3)), "{moved:?}");
+        // Once it is final, the point moves past it.
+        d.finalize_all();
+        d.shards.get_mut(&0).unwrap().commit_floor = None;
+        for _ in 0..4 {
+            d.walk_open_lists();
+        }
+        let (_, moved) = d.commit_points(false).unwrap();
+        assert!(moved.contains(&((JUDGMENTS.to_string(), 0), 4)), "{moved:?}");
     }
 }
