@@ -327,6 +327,20 @@ impl Daemon {
                 shard.pipeline.drop_lists();
                 shard.next_offsets.clear();
             }
+            // Where this instance read and committed them is no longer
+            // known to hold: their next owner commits from its own reading.
+            // Kept, a partition given back later would commit its old next
+            // offset before reading again, past the lists its owner left
+            // open meanwhile.
+            for s in self.sources.entries.iter_mut() {
+                if s.partition != RETIRED
+                    && !partitions.contains(&s.partition)
+                    && self.shards.get(&s.partition).is_none_or(|shard| !shard.owned)
+                {
+                    s.next_offset = None;
+                    s.committed = None;
+                }
+            }
             let gone: Vec<i32> = self
                 .shards
                 .iter()
@@ -596,6 +610,34 @@ mod tests {
         assert_eq!(kept.pipeline.open_lists(), 1, "a partition given back continues its lists");
         assert_eq!(kept.next_offsets[IMPRESSIONS], 1);
         assert_eq!(d.open_lists(), 1);
+    }
+
+    /// Without checkpoints, a partition that went elsewhere and comes back
+    /// commits nothing of its former reading: its next owner may have
+    /// committed less (lists it left open), and the old next offset would
+    /// pass them before anything was read again.
+    #[test]
+    fn a_partition_given_back_commits_nothing_of_its_former_reading() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.assigned = BTreeSet::from([(IMPRESSIONS.to_string(), 0)]);
+        for offset in 0..10 {
+            d.handle(&message(IMPRESSIONS, 0, offset, &impression(&format!("s{offset}"))), None, NOW_MS);
+        }
+        // Every list is open: committed at the first, read up to 10.
+        let (_, moved) = d.commit_points(false).unwrap();
+        assert_eq!(moved, [((IMPRESSIONS.to_string(), 0), 0)]);
+        d.mark_committed(&moved);
+        // To another member, then back.
+        d.revoke(BTreeSet::from([0])).unwrap();
+        d.assign(&[(JUDGMENTS.to_string(), 1)]);
+        d.revoke(BTreeSet::from([1])).unwrap();
+        d.assign(&[(IMPRESSIONS.to_string(), 0)]);
+        d.assigned = BTreeSet::from([(IMPRESSIONS.to_string(), 0)]);
+        assert!(d.commit_points(false).is_none(), "nothing read since it came back");
+        // Read again from its owner's commit, 4: a list open at 4 holds it.
+        d.handle(&message(IMPRESSIONS, 0, 4, &impression("s4")), None, NOW_MS);
+        let (_, moved) = d.commit_points(false).unwrap();
+        assert_eq!(moved, [((IMPRESSIONS.to_string(), 0), 4)]);
     }
 
     /// Offsets noted for a later commit may be a revoked partition's:
