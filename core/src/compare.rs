@@ -73,8 +73,9 @@ pub fn welch(candidate: &Moments, baseline: &Moments) -> Option<Comparison> {
 /// Lists each arm needs for a two-sided test at level `alpha` to detect an
 /// absolute difference `effect` with probability `power`, given the arms'
 /// per-list variances now: n = (z₁₋α/₂ + z_power)² · (σ²_c + σ²_b) / δ²,
-/// rounded up. `None` without a variance estimate or for settings outside
-/// (0, 1) (config validation refuses those).
+/// rounded up. `None` without a variance estimate, for settings outside
+/// (0, 1) (config validation refuses those), or when n is past what an
+/// f64 holds (an effect of 1e-200).
 pub fn lists_needed(candidate: &Moments, baseline: &Moments, effect: f64, alpha: f64, power: f64) -> Option<f64> {
     if !(effect > 0.0 && alpha > 0.0 && alpha < 1.0 && power > 0.0 && power < 1.0) {
         return None;
