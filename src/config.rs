@@ -1162,6 +1162,14 @@ impl Config {
                 format!("must be between 1 and metrics.max_grade ({}), got {}", m.max_grade, m.relevance_threshold),
             ));
         }
+        // A UBI `impression` event is a shown result, whatever this table
+        // says: a grade for it would be silently unused there.
+        if self.judgments.actions.contains_key("impression") {
+            return Err(ConfigError::key(
+                "judgments.actions.impression",
+                "`impression` cannot be a judgment action: a UBI event with it is a shown result (its position.ordinal places it in the list)",
+            ));
+        }
         for (action, &grade) in &self.judgments.actions {
             if !(0..=m.max_grade).contains(&grade) {
                 // A default the configuration never wrote: say where it
@@ -1734,6 +1742,11 @@ mod tests {
         assert!(e.contains("a default action") && e.contains("\"ignore\""), "{e}");
         let c = from_toml("[metrics]\nmax_grade = 2\n[judgments.actions]\npurchase = \"ignore\"\n").unwrap();
         assert!(!c.judgments.actions.contains_key("purchase"));
+        // UBI reads `impression` as a shown result: a grade for it is refused.
+        let e = from_toml("[judgments.actions]\nimpression = 1\n").unwrap_err().to_string();
+        assert!(e.starts_with("config key judgments.actions.impression: `impression` cannot be"), "{e}");
+        let e = Config::load_with_env(None, env(&[("RANKPULSE__JUDGMENTS__ACTIONS__IMPRESSION", "0")])).unwrap_err();
+        assert!(e.to_string().contains("judgments.actions.impression"), "{e}");
     }
 
     #[test]
