@@ -743,7 +743,8 @@ impl Assembler {
     }
 
     /// Applies one event that came in on `lane` (its topic). Lists that it
-    /// closes (same key, more than a gap later; or evicted to make room) go
+    /// closes (same key, more than a gap later, unless it repeats one of
+    /// the list's events; or evicted to make room) go
     /// to `sink` first; then, each time the watermark has moved on by
     /// [`SWEEP_EVERY_MS`], the lists whose gap has elapsed in event time.
     pub fn ingest(
@@ -776,10 +777,19 @@ impl Assembler {
             && ts > self.open_lists.last_event_at(start).saturating_add(gap)
         {
             let mut old = self.scratch.take().unwrap_or_default();
-            self.open_lists.take(key, &mut old);
-            self.close(key, &mut old, false, sink);
+            // A re-delivery of one of the list's events stamped anew (a
+            // producer's retry that takes the time again) leaves the list
+            // open: `apply` finds it a duplicate. Closing it would make
+            // late the list's events still to come on a lane that is
+            // behind (catching up, judgments trail impressions), which
+            // the batch engine, reading in time order, applies to it.
+            self.open_lists.load_at(start, &mut old);
+            if !old.event_ids.contains(&event_hash) {
+                self.open_lists.take(key, &mut old);
+                self.close(key, &mut old, false, sink);
+                at = None;
+            }
             self.scratch = Some(old);
-            at = None;
         }
         let late = match event {
             Event::Judgment(_) if at.is_none() => self.late_event(key, event, ts, event_hash, arrival_ms, sink),
@@ -1571,6 +1581,29 @@ mod tests {
         assert_eq!(finals.len(), 2, "{out:?}");
         assert_eq!(finals[0].shown.len(), 2);
         assert_eq!(finals[1].shown.len(), 1);
+    }
+
+    /// Catching up, the impressions topic runs ahead of the judgments
+    /// topic: an impression re-sent with a new time more than a gap after
+    /// its list comes before the list's judgments. It must not close the
+    /// list, or those judgments become late amendments where the batch
+    /// engine, in time order, applies them to the list.
+    #[test]
+    fn a_redelivery_stamped_anew_does_not_close_its_list_before_a_lane_behind() {
+        let mut asm = Assembler::new(10_000, vec!["ranker".into()]);
+        asm.expect_lanes(["impressions", "judgments"]);
+        let mut out = Vec::new();
+        let mut ingest =
+            |asm: &mut Assembler, e: &str, lane: &str| asm.ingest(&ev(e), lane, 100, None, &mut |c| out.push(c.into()));
+        let i1 = imp("i1", "s", 1_000, &[("d1", 1), ("d2", 2)]);
+        assert_eq!(ingest(&mut asm, &i1, "impressions"), Applied::Applied);
+        let again = imp("i1", "s", 40_000, &[("d1", 1), ("d2", 2)]);
+        assert_eq!(ingest(&mut asm, &again, "impressions"), Applied::Duplicate);
+        assert_eq!(ingest(&mut asm, &judg("j1", "s", 2_000, "d2", 3), "judgments"), Applied::Applied);
+        asm.finalize_all(&mut |c| out.push(c.into()));
+        assert_eq!(out.len(), 1, "one final list, nothing late: {out:?}");
+        let f = final_of(&out[0]).unwrap();
+        assert_eq!((f.shown.len(), f.judged.iter().filter(|&&g| g > 0).count()), (2, 1), "{f:?}");
     }
 
     #[test]
