@@ -638,6 +638,11 @@ pub struct SourceState {
     pub committed: Option<i64>,
     /// Event time of the newest event from this topic-partition (ms).
     pub last_event_ms: Option<i64>,
+    /// Messages applied since the process started, whatever became of
+    /// them (accepted, rejected, ignored, duplicate): the rate the lag
+    /// alert weighs the lag against, since on a UBI topic most messages
+    /// can be actions that score nothing.
+    pub messages: u64,
 }
 
 /// Per-partition consumer state, as the exposition shows it: the input
@@ -648,6 +653,8 @@ pub struct PartitionState {
     pub lag: Option<i64>,
     /// Event time of the newest event consumed, seconds.
     pub last_event_seconds: Option<f64>,
+    /// Messages applied since the process started ([`SourceState::messages`]).
+    pub messages: u64,
 }
 
 impl Sources {
@@ -671,6 +678,7 @@ impl Sources {
             next_offset: None,
             committed: None,
             last_event_ms: None,
+            messages: 0,
         });
         self.last = Some(id);
         id
@@ -725,6 +733,7 @@ impl Sources {
         for s in &self.entries {
             let e = out.entry((s.topic.clone(), s.partition)).or_default();
             e.last_event_seconds = s.last_event_ms.map(|ms| ms as f64 / 1000.0);
+            e.messages = s.messages;
         }
         for ((topic, partition), l) in lag {
             out.entry((topic, partition)).or_default().lag = Some(l);

@@ -436,7 +436,9 @@ pub fn render(s: &Snapshot) -> String {
     }
     // Event time per partition number (all topics: they are co-partitioned).
     let mut newest: BTreeMap<i32, f64> = BTreeMap::new();
+    let mut messages: BTreeMap<&str, u64> = BTreeMap::new();
     for ((topic, partition), state) in s.partitions {
+        *messages.entry(topic.as_str()).or_default() += state.messages;
         let p = partition.to_string();
         if let Some(lag) = state.lag {
             f.gauge(
@@ -450,6 +452,14 @@ pub fn render(s: &Snapshot) -> String {
             let e = newest.entry(*partition).or_insert(ts);
             *e = e.max(ts);
         }
+    }
+    for (topic, n) in messages {
+        f.counter(
+            &format!("{PREFIX}messages_total"),
+            "Messages consumed from the topic and applied, whatever became of them: accepted, rejected, ignored or duplicate (not those a checkpoint already covered); since the process started",
+            &[(LABEL_TOPIC, topic)],
+            n as f64,
+        );
     }
     for (partition, ts) in newest {
         f.gauge(

@@ -79,6 +79,16 @@ async fn daemon_consumes_counts_commits_and_matches_replay() {
     assert_eq!(counter_lines(&summary.final_exposition), counter_lines(&replayed));
     assert_eq!(sum_of(&summary.final_exposition, "rankpulse_events_rejected_total"), 1.0);
     assert_eq!(sum_of(&summary.final_exposition, "rankpulse_lists_finalized_total"), 200.0);
+    // Every message, the rejected one included, in its topic's count.
+    let judgments = evs.iter().filter(|(_, j)| j.contains(r#""type":"judgment""#)).count() as f64;
+    let messages =
+        |topic: &str| sum_of(&summary.final_exposition, &format!(r#"rankpulse_messages_total{{topic="{topic}"}}"#));
+    assert_eq!(
+        (messages(IMPRESSIONS), messages(JUDGMENTS)),
+        (evs.len() as f64 - judgments, judgments + 1.0),
+        "{}",
+        summary.final_exposition
+    );
     // The loop ticked (readiness is set on a tick) and counted each tick.
     assert!(sum_of(&summary.final_exposition, "rankpulse_consumer_tick_seconds_count") >= 1.0);
     // What the shipped RankpulseMetricsAbsent alert watches.

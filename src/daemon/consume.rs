@@ -92,6 +92,7 @@ impl Daemon {
         }
         if let Some(s) = self.sources.entries.get_mut(id as usize) {
             s.next_offset = Some(offset + 1);
+            s.messages += 1;
             if result.is_ok() {
                 s.last_event_ms = Some(s.last_event_ms.map_or(watermark, |t| t.max(watermark)));
             }
@@ -265,6 +266,30 @@ mod tests {
         d.handle(&message(JUDGMENTS, 0, 3, &judgment("s1", "d1", 2)), None, NOW_MS);
         assert_eq!(d.health.skipped_covered, 2);
         assert_eq!(events(&d, 0), 2);
+    }
+
+    /// `rankpulse_messages_total` counts every message applied, whatever
+    /// became of it (the lag alert's rate on a topic whose messages mostly
+    /// score nothing), and neither a covered re-delivery nor a message of
+    /// a revoked partition.
+    #[test]
+    fn messages_applied_are_counted_per_topic_partition_whatever_their_fate() {
+        let mut d = Daemon::for_tests(Config::default());
+        d.handle(&message(IMPRESSIONS, 0, 0, &impression("s1")), None, NOW_MS);
+        d.handle(&message(IMPRESSIONS, 0, 1, b"{not json"), None, NOW_MS);
+        d.handle(&message(IMPRESSIONS, 0, 2, &impression("s1")), None, NOW_MS); // duplicate event id
+        d.handle(&message(IMPRESSIONS, 0, 1, &impression("s2")), None, NOW_MS); // covered
+        d.handle(&message(JUDGMENTS, 1, 0, &judgment("s3", "d1", 1)), None, NOW_MS);
+        d.revoke(BTreeSet::from([1])).unwrap();
+        d.handle(&message(JUDGMENTS, 1, 1, &judgment("s3", "d2", 1)), None, NOW_MS);
+        let counted: Vec<(&str, i32, u64)> =
+            d.sources.entries.iter().map(|s| (s.topic.as_str(), s.partition, s.messages)).collect();
+        assert_eq!(counted, [(IMPRESSIONS, 0, 3), (JUDGMENTS, 1, 1)]);
+        assert_eq!(d.health.skipped_covered, 1);
+        let rejected: u64 = d.shards[&0].pipeline.counters().rejected.values().sum();
+        let duplicates: u64 = d.shards[&0].pipeline.counters().duplicates.values().sum();
+        // A duplicate is an accepted event too (rankpulse_events_total).
+        assert_eq!((events(&d, 0), rejected, duplicates), (2, 1, 1));
     }
 
     /// A message fetched before its partition was revoked is the new
