@@ -785,7 +785,8 @@ impl Assembler {
             // the batch engine, reading in time order, applies to it.
             self.open_lists.load_at(start, &mut old);
             if !old.event_ids.contains(&event_hash) {
-                self.open_lists.take(key, &mut old);
+                // Decoded above: removed without decoding it again.
+                self.open_lists.remove(key);
                 self.close(key, &mut old, false, sink);
                 at = None;
             }
