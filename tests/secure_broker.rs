@@ -32,13 +32,18 @@ use common::{
 };
 use rankpulse::config::Config;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::ClientContext;
 use rdkafka::client::DefaultClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 const DEAD_LETTERS: &str = "rankpulse-dead-letters";
@@ -238,19 +243,74 @@ fn sasl_properties(stack: &Stack, mechanism: &str, password: &str) -> Properties
 }
 
 /// Sends the events keyed by session with `compression` and the connection
-/// `properties`, and waits for every acknowledgement.
+/// `properties`, and waits for every acknowledgement. A failure shows what
+/// the producer's librdkafka logged and the tail of the gateway's and
+/// stunnel's logs: a stalled handshake is otherwise a bare timeout.
 fn produce(stack: &Stack, properties: &Properties, compression: &str, evs: &[(String, String)]) {
-    produce_to(&stack.bootstrap, properties, compression, evs);
+    if let Err(e) = produce_to(&stack.bootstrap, properties, compression, evs) {
+        let tail = |file: &str| {
+            let text = std::fs::read_to_string(stack.dir.join(file)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        };
+        panic!("{e}\n-- gateway.log (tail):\n{}\n-- stunnel.log (tail):\n{}", tail("gateway.log"), tail("stunnel.log"));
+    }
 }
 
-/// As [`produce`], to the broker at `bootstrap` (from another thread).
-fn produce_to(bootstrap: &str, properties: &Properties, compression: &str, evs: &[(String, String)]) {
+/// A producer's librdkafka log lines and failed deliveries, the last
+/// [`Recorded::KEPT`] of them, for a failure to show.
+#[derive(Default)]
+struct Recorded(Mutex<VecDeque<String>>);
+
+impl Recorded {
+    const KEPT: usize = 200;
+
+    fn push(&self, line: String) {
+        let mut lines = self.0.lock().unwrap();
+        if lines.len() == Self::KEPT {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    }
+}
+
+impl ClientContext for Recorded {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.push(format!("{level:?} {fac}: {log_message}"));
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.push(format!("error {error}: {reason}"));
+    }
+}
+
+impl ProducerContext for Recorded {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.push(format!("delivery failed: {e}"));
+        }
+    }
+}
+
+/// As [`produce`], to the broker at `bootstrap` (from another thread); a
+/// timeout or a failed delivery is an error carrying the producer's log.
+fn produce_to(
+    bootstrap: &str,
+    properties: &Properties,
+    compression: &str,
+    evs: &[(String, String)],
+) -> Result<(), String> {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", bootstrap).set("compression.type", compression).set("linger.ms", "20");
+    // The connection's steps, for a failure to show.
+    cc.set("debug", "broker,security").set_log_level(RDKafkaLogLevel::Debug);
     for (k, v) in properties {
         cc.set(*k, v);
     }
-    let producer: BaseProducer = cc.create().expect("create the producer");
+    let producer: BaseProducer<Recorded> = cc.create_with_context(Recorded::default()).expect("create the producer");
+    let started = Instant::now();
     for (session, json) in evs {
         let topic = if json.contains(r#""type":"judgment""#) { JUDGMENTS } else { IMPRESSIONS };
         let mut record = BaseRecord::to(topic).key(session.as_str()).payload(json.as_str());
@@ -259,7 +319,20 @@ fn produce_to(bootstrap: &str, properties: &Properties, compression: &str, evs: 
             producer.poll(Duration::from_millis(10));
         }
     }
-    producer.flush(Duration::from_secs(60)).expect("every event acknowledged by the broker");
+    let flushed = producer.flush(Duration::from_secs(60));
+    // Log lines and delivery reports arrive through the queue poll serves.
+    producer.poll(Duration::from_millis(100));
+    let lines = producer.context().0.lock().unwrap();
+    let failed = lines.iter().filter(|l| l.starts_with("delivery failed")).count();
+    match flushed {
+        Ok(()) if failed == 0 => Ok(()),
+        outcome => Err(format!(
+            "{} events to {bootstrap}: {outcome:?} after {:?}, {failed} deliveries failed; librdkafka's last lines:\n{}",
+            evs.len(),
+            started.elapsed(),
+            lines.iter().cloned().collect::<Vec<_>>().join("\n")
+        )),
+    }
 }
 
 /// The events of `n` lists whose sessions and rankers carry `tag`, so that
@@ -615,7 +688,7 @@ fn kafka_state_backend_over_mutual_tls_scram_and_oauthbearer_restarts_exactly() 
         let (bootstrap, properties) = (stack.bootstrap.clone(), properties.clone());
         std::thread::spawn(move || {
             for batch in batches {
-                produce_to(&bootstrap, &properties, "lz4", &batch);
+                produce_to(&bootstrap, &properties, "lz4", &batch).expect("the second batch acknowledged");
                 std::thread::sleep(Duration::from_millis(500));
             }
         })
