@@ -583,7 +583,9 @@ impl Measure {
                     .map(|v| {
                         let bad = || MeasureError::BadPair { measure: name.to_string(), value: v.to_string() };
                         let (k, x) = v.split_once('=').ok_or_else(bad)?;
-                        if k.is_empty() {
+                        // trec_eval refuses a second `=` in a pair
+                        // ("malformed pair parameters"); atof would read `2=3` as 2.
+                        if k.is_empty() || x.contains('=') {
                             return Err(bad());
                         }
                         Ok((k.to_string(), parse_double(x).ok_or_else(bad)?))
@@ -775,6 +777,8 @@ mod tests {
         assert_eq!(parse_double("e3"), None);
         assert!(matches!(Plan::parse(&["P."]), Err(MeasureError::Empty(_))));
         assert!(matches!(Plan::parse(&["ndcg.1"]), Err(MeasureError::BadPair { .. })));
+        assert!(matches!(Plan::parse(&["ndcg.1=2=3"]), Err(MeasureError::BadPair { .. })));
+        assert!(matches!(Plan::parse(&["ndcg.1=2,2=3=4"]), Err(MeasureError::BadPair { .. })));
         assert!(matches!(Plan::parse(&["utility.1,2"]), Err(MeasureError::Count { .. })));
     }
 
