@@ -142,6 +142,8 @@ pub fn replay_inputs<R: BufRead>(
         inputs: Vec::new(),
         newest_ms: i64::MIN,
         newest_at: (0, 0),
+        bucket_ms: config.windows.bucket.ms().max(1),
+        pruned_bucket: i64::MIN,
         events: 0,
         jumps: 0,
         jump: None,
@@ -213,6 +215,10 @@ struct Run {
     /// (input, line).
     newest_ms: i64,
     newest_at: (usize, u64),
+    /// `windows.bucket`, and the bucket of the newest event time when old
+    /// buckets were last pruned.
+    bucket_ms: i64,
+    pruned_bucket: i64,
     /// Events accepted so far (not ignored ones), every input.
     events: u64,
     /// Events that jumped past the windows, and the last of them.
@@ -259,6 +265,12 @@ impl Run {
             }
             if ts > self.newest_ms {
                 (self.newest_ms, self.newest_at) = (ts, (index, number));
+                // As the daemon's ticks do, on event time: once per bucket.
+                let bucket = ts.div_euclid(self.bucket_ms);
+                if bucket != self.pruned_bucket {
+                    self.pruned_bucket = bucket;
+                    pipeline.prune_to_newest_event();
+                }
             }
             self.events += 1;
         }
@@ -539,6 +551,38 @@ mod tests {
         }
         assert_eq!(lines(b"0123456789", 4), vec![(Line::TooLong, String::new())], "a long last line");
         assert_eq!(lines(b"", 4), vec![]);
+    }
+
+    /// Six hours of event time, some judgments late: a replay keeps only
+    /// the buckets its windows reach (the longest, 1 h, is 360 of 10 s),
+    /// and shows what the same pipeline shows with every bucket kept.
+    #[test]
+    fn a_long_replay_keeps_only_the_buckets_its_windows_reach() {
+        let config = Config::default();
+        let mut input = String::new();
+        let mix = rankpulse_testkit::mix(0, 20_000, 5, 1_700_000_000_000, 1_100.0);
+        for (i, m) in mix.iter().enumerate() {
+            input.push_str(std::str::from_utf8(&m.payload).unwrap());
+            input.push('\n');
+            // A judgment with its own time, 44 s back: its list closed (gap
+            // 30 s) about 14 s ago, so the judgment is late and amends it.
+            if i % 101 == 0 && i >= 160 && mix[i - 160].judgment {
+                let old = std::str::from_utf8(&mix[i - 160].payload).unwrap();
+                input.push_str(&old.replacen(r#""event_id":""#, r#""event_id":"late-"#, 1));
+                input.push('\n');
+            }
+        }
+        let replayed = replay_pipeline(&config, input.as_bytes()).unwrap();
+        let mut kept = Pipeline::new(&config.pipeline_settings());
+        for line in input.lines() {
+            let _ = kept.ingest(REPLAY_TOPIC, line.as_bytes(), Clock::replay(), None);
+        }
+        kept.finalize_all();
+        let most = |p: &Pipeline| p.accumulators().series.values().map(|s| s.buckets.len()).max().unwrap();
+        assert!(most(&kept) > 1_000, "{}", most(&kept));
+        assert!(most(&replayed.pipeline) <= 362, "{}", most(&replayed.pipeline));
+        assert!(kept.counters().late_amended > 10, "{:?}", kept.counters());
+        assert_eq!(exposition(&config, &replayed.pipeline), exposition(&config, &kept));
     }
 
     /// A line too long to read is a `too_large` reject like a message over

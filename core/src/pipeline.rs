@@ -335,6 +335,16 @@ impl Pipeline {
         self.accumulators.prune_part(now_ms, part, parts);
     }
 
+    /// Drops the buckets no window reaches from the newest event time, the
+    /// `now` of a pipeline that keeps event time only (a replay, whose
+    /// input can span days: kept, its buckets would grow with the span).
+    /// Their lists stay in the since-start totals.
+    pub fn prune_to_newest_event(&mut self) {
+        if self.newest_event_ms > i64::MIN {
+            self.accumulators.prune(self.newest_event_ms);
+        }
+    }
+
     /// Decodes and applies one message from `topic`. A rejected message is
     /// counted and changes nothing else.
     pub fn ingest(
