@@ -297,6 +297,12 @@ pub fn render(s: &Snapshot) -> String {
         &[],
         s.counters.evicted as f64,
     );
+    f.counter(
+        &format!("{PREFIX}late_lists_forgotten_total"),
+        "Final lists forgotten before late.horizon because session.max_open_lists final lists were kept; a late judgment of one becomes an orphan list",
+        &[],
+        s.counters.forgotten as f64,
+    );
     for (outcome, n) in [("amended", s.counters.late_amended), ("dropped", s.counters.late_dropped)] {
         f.counter(
             &format!("{PREFIX}late_judgments_total"),

@@ -450,6 +450,10 @@ pub enum Closed<'a> {
     /// changed mid-list, or two searches under one key; see
     /// [`Dimensions::disagree`]); the earliest impression's values are kept.
     DimensionConflict,
+    /// A final list was forgotten before `late.horizon` to keep final lists
+    /// within `session.max_open_lists`: a late judgment of it will start a
+    /// list of its own (an orphan).
+    Forgotten,
 }
 
 /// What the assembler reports about one event.
@@ -1290,6 +1294,7 @@ impl Assembler {
                         // Bounded like the open lists: forget the oldest.
                         for (k, _) in oldest(&self.closed_lists) {
                             self.forget_closed(k, sink);
+                            sink(Closed::Forgotten);
                         }
                     }
                     list.offsets.clear();
@@ -1472,6 +1477,7 @@ mod tests {
         CombinationOverflow,
         PositionTaken,
         DimensionConflict,
+        Forgotten,
     }
 
     impl From<Closed<'_>> for Got {
@@ -1488,6 +1494,7 @@ mod tests {
                 Closed::CombinationOverflow => Got::CombinationOverflow,
                 Closed::PositionTaken => Got::PositionTaken,
                 Closed::DimensionConflict => Got::DimensionConflict,
+                Closed::Forgotten => Got::Forgotten,
             }
         }
     }
@@ -1941,6 +1948,7 @@ mod tests {
             assert!(asm.closed_lists() <= 4, "{} lists kept after {n}", asm.closed_lists());
         }
         assert_eq!(asm.closed_lists(), 4, "s2 to s5 kept, s0 and s1 forgotten");
+        assert_eq!(out.iter().filter(|c| **c == Got::Forgotten).count(), 2, "each forgotten list is reported");
         let amended = |out: &[Got]| out.iter().filter(|c| **c == Got::LateAmended).count();
         let kept = asm.ingest_t(&ev(&judg("j5", "s5", 5, "d", 2)), 0, None, &mut |c| out.push(c.into()));
         assert_eq!((kept, amended(&out)), (Applied::Late, 1));

@@ -176,6 +176,10 @@ pub struct OpsCounters {
     /// started, as `positions_taken`.
     #[serde(skip)]
     pub dimension_conflicts: u64,
+    /// Final lists forgotten before `late.horizon` ([`Closed::Forgotten`]).
+    /// Since the process started, as `positions_taken`.
+    #[serde(skip)]
+    pub forgotten: u64,
 }
 
 impl OpsCounters {
@@ -202,6 +206,7 @@ impl OpsCounters {
         self.combination_overflow += other.combination_overflow;
         self.positions_taken += other.positions_taken;
         self.dimension_conflicts += other.dimension_conflicts;
+        self.forgotten += other.forgotten;
     }
 }
 
@@ -300,6 +305,7 @@ impl Pipeline {
     pub fn keep_process_counters(&mut self, from: &Pipeline) {
         self.counters.positions_taken = from.counters.positions_taken;
         self.counters.dimension_conflicts = from.counters.dimension_conflicts;
+        self.counters.forgotten = from.counters.forgotten;
     }
 
     /// Adds another pipeline's sums (accumulators and counters) to this
@@ -554,6 +560,7 @@ fn fold(
         Closed::CombinationOverflow => counters.combination_overflow += 1,
         Closed::PositionTaken => counters.positions_taken += 1,
         Closed::DimensionConflict => counters.dimension_conflicts += 1,
+        Closed::Forgotten => counters.forgotten += 1,
     }
 }
 
