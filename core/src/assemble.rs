@@ -986,14 +986,12 @@ impl Assembler {
         let amend = self.limits.late_policy == LatePolicy::Amend;
         if amend && !self.withdrawn.contains(&key) {
             // The first late judgment since the last sweep: the list's
-            // values leave the windows until then.
+            // values leave the windows until then. One it refuses leaves
+            // the list as it is, and is refused before the list is decoded.
+            if let Some(refused) = self.closed_lists.refusal(start, event_hash, max_events) {
+                return refused;
+            }
             self.closed_lists.load_at(start, list);
-            if list.event_ids.contains(&event_hash) {
-                return Applied::Duplicate;
-            }
-            if list.event_ids.len() >= max_events {
-                return Applied::TooLarge;
-            }
             let buffers = &mut self.finals[0];
             if finalize(list, buffers)
                 && let Some(old) = buffers.view(&self.dimensions)
@@ -1180,13 +1178,10 @@ impl Assembler {
     /// was withdrawn.
     /// Whether the final list of `key`, still remembered for late events,
     /// took the event `event_hash`.
-    fn seen_in_final(&mut self, key: ListKey, event_hash: u64) -> bool {
-        let Some(start) = self.closed_lists.locate(key) else { return false };
-        let mut list = self.scratch.take().unwrap_or_default();
-        self.closed_lists.load_at(start, &mut list);
-        let seen = list.event_ids.contains(&event_hash);
-        self.scratch = Some(list);
-        seen
+    fn seen_in_final(&self, key: ListKey, event_hash: u64) -> bool {
+        self.closed_lists
+            .locate(key)
+            .is_some_and(|start| self.closed_lists.refusal(start, event_hash, usize::MAX) == Some(Applied::Duplicate))
     }
 
     fn forget_closed(&mut self, key: ListKey, sink: &mut impl FnMut(Closed)) {

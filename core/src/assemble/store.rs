@@ -629,6 +629,24 @@ impl ListStore {
         Some(Ok(big))
     }
 
+    /// What the list at `start` (from [`Self::locate`]) answers an event
+    /// `event` without taking it: a duplicate, one too many, or `None` (it
+    /// would take it). Only the event ids are read: refusing a re-delivery
+    /// by decoding the list first cost a big list's whole size per event.
+    pub fn refusal(&self, start: u32, event: u64, max_events: usize) -> Option<Applied> {
+        let (seen, events) = match self.big.get(&key_at(&self.words, start)).filter(|_| self.is_big(start)) {
+            Some(big) => (big.event_ids.contains(&event), big.event_ids.len()),
+            None => {
+                let s = start as usize;
+                let run = &self.words[s..s + self.run_size(start)];
+                let counts = Counts::read(run);
+                let Sections { events: events_at, sources: sources_at, .. } = counts.sections();
+                (run[events_at..sources_at].contains(&event), counts.events)
+            }
+        };
+        if seen { Some(Applied::Duplicate) } else { (events >= max_events).then_some(Applied::TooLarge) }
+    }
+
     /// The [`BigList`] of `key`, if it is one.
     pub fn big_mut(&mut self, key: ListKey) -> Option<&mut BigList> {
         self.big.get_mut(&key)
@@ -1614,10 +1632,20 @@ mod tests {
             arrival_ms: 0,
             source: Some(Source { id: 4, offset: 3 }),
         };
+        assert_eq!(store.refusal(start, e.event, usize::MAX), None);
         assert_eq!(store.judge_at(start, &e), Some(Applied::Applied));
+        assert_eq!(store.refusal(start, e.event, usize::MAX), Some(Applied::Duplicate));
+        assert_eq!(store.refusal(start, l.event_ids[9], usize::MAX), Some(Applied::Duplicate));
         assert_eq!(store.judge_at(start, &e), Some(Applied::Duplicate));
         let full = JudgmentEdit { event: 999, max_events: l.event_ids.len() + 1, ..e };
+        assert_eq!(store.refusal(start, 999, full.max_events), Some(Applied::TooLarge));
+        assert_eq!(store.refusal(start, 999, full.max_events + 1), None);
         assert_eq!(store.judge_at(start, &full), Some(Applied::TooLarge));
+        // A compact list answers the same from its run.
+        let small_at = store.locate(10).unwrap();
+        assert_eq!(store.refusal(small_at, small.event_ids[1], usize::MAX), Some(Applied::Duplicate));
+        assert_eq!(store.refusal(small_at, 999, small.event_ids.len()), Some(Applied::TooLarge));
+        assert_eq!(store.refusal(small_at, 999, small.event_ids.len() + 1), None);
         assert!(store.load(9, &mut out));
         assert_eq!(out.judged[5].1, 30);
         assert_eq!(out.last_event_ms, l.last_event_ms + 1);
