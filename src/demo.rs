@@ -497,7 +497,8 @@ pub fn demo(options: DemoOptions, stop: impl Future<Output = ()>) -> anyhow::Res
                     tokio::select! {
                         _ = rx.wait_for(|s| *s) => break,
                         _ = tick.tick() => {
-                            for line in summary_lines(&published.exposition(), &mut previous, every) {
+                            let text = published.exposition();
+                            for line in summary_lines(&String::from_utf8_lossy(&text), &mut previous, every) {
                                 println!("{line}");
                             }
                         }

@@ -110,7 +110,7 @@ pub(super) async fn shut_down(
     for (tp, c) in &daemon.committed {
         summary.committed.insert(tp.clone(), *c);
     }
-    summary.final_exposition = published.exposition().as_str().to_owned();
+    summary.final_exposition = String::from_utf8_lossy(&published.exposition()).into_owned();
     // 5. Stop HTTP: requests in flight get a moment to finish, but a
     // client that never completes its request (or never closes) must not
     // hold the process: the server is dropped after that moment.
