@@ -436,6 +436,8 @@ mod tests {
         let published = Arc::new(Published::new(&crate::config::Config::default()));
         published.set_exposition("rankpulse_up 1\n".repeat(1_000));
         let response = metrics(State(published.clone())).await;
+        // Bytes alone would answer application/octet-stream.
+        assert_eq!(response.headers()[header::CONTENT_TYPE], METRICS_CONTENT_TYPE);
         let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
         assert_eq!(body, published.exposition());
         assert_eq!(body.as_ptr(), published.exposition().as_ptr(), "the answer is a copy");
