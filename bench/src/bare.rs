@@ -1,7 +1,10 @@
 //! `rankpulse-bench bare`: the baseline a user would write, a process of its
 //! own: rdkafka reading both topics (same settings as `rankpulse run`: its
 //! defaults and the `[kafka.properties]` of the RANKPULSE__* environment)
-//! and serde_json decoding every message into a typed struct, nothing more.
+//! and serde_json decoding every message into a typed struct, nothing more
+//! (`--decode native`, rankpulse's events; `ubi`, OpenSearch UBI queries and
+//! events), or not decoding at all (`none`: the client library's own cost,
+//! the floor under any reader of the same messages).
 //! It prints one JSON line: when its first and last message came (Unix ms),
 //! how many, and the p99 delay from their Kafka timestamps.
 
@@ -40,10 +43,71 @@ struct Shown<'a> {
     score: Option<f64>,
 }
 
+/// A UBI query or event as a user's consumer would type it (both kinds in
+/// one struct; ids and times are text or numbers in the wild).
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct UbiEvent<'a> {
+    action_name: Option<&'a str>,
+    application: Option<&'a str>,
+    query_id: Option<&'a str>,
+    client_id: Option<&'a str>,
+    session_id: Option<&'a str>,
+    user_query: Option<&'a str>,
+    timestamp: UbiScalar<'a>,
+    #[serde(default, borrow)]
+    query_attributes: Option<BTreeMap<&'a str, serde::de::IgnoredAny>>,
+    #[serde(default, borrow)]
+    query_response_hit_ids: Option<Vec<UbiScalar<'a>>>,
+    #[serde(default, borrow)]
+    event_attributes: Option<UbiAttributes<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum UbiScalar<'a> {
+    Text(&'a str),
+    Number(i64),
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct UbiAttributes<'a> {
+    #[serde(default, borrow)]
+    object: Option<UbiObject<'a>>,
+    #[serde(default)]
+    position: Option<UbiPosition>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct UbiObject<'a> {
+    #[serde(borrow)]
+    object_id: UbiScalar<'a>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct UbiPosition {
+    ordinal: Option<i64>,
+}
+
+/// What the bare consumer does with each message it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Decode {
+    /// Into [`Event`], rankpulse's own events typed.
+    Native,
+    /// Into [`UbiEvent`].
+    Ubi,
+    /// Nothing: only the payload's length is read.
+    None,
+}
+
 /// Consumes `messages` messages, then reports. After the last one it waits
 /// a moment before exiting, so that a sampler of its CPU reads it past
 /// its last message.
-pub fn run(messages: u64, delays: bool) -> anyhow::Result<()> {
+pub fn run(messages: u64, delays: bool, decode: Decode) -> anyhow::Result<()> {
     let config = Config::load(None)?;
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &config.kafka.brokers)
@@ -78,9 +142,13 @@ pub fn run(messages: u64, delays: bool) -> anyhow::Result<()> {
         if record_delays && let Some(ts) = m.timestamp().to_millis() {
             delays.push(crate::process::unix_ms() - ts);
         }
-        if serde_json::from_slice::<Event>(m.payload().unwrap_or(b"")).is_ok() {
-            decoded += 1;
-        }
+        let payload = m.payload().unwrap_or(b"");
+        let ok = match decode {
+            Decode::Native => serde_json::from_slice::<Event>(payload).is_ok(),
+            Decode::Ubi => serde_json::from_slice::<UbiEvent>(payload).is_ok(),
+            Decode::None => std::hint::black_box(payload.len()) > 0,
+        };
+        decoded += u64::from(ok);
     }
     let last_ms = crate::process::unix_ms();
     delays.sort_unstable();

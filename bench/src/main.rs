@@ -65,8 +65,10 @@ enum Command {
         /// median S2 rate; given, S3 runs without S2).
         #[arg(long)]
         live_rate: Option<f64>,
-        /// Shapes to run, comma separated: s1, s2, s3, s3c (S3 and s3c
-        /// run S2 first for their rate unless --live-rate is given).
+        /// Shapes to run, comma separated: s1, s2, s3, s3c, ubi, ubi-hits
+        /// (S3 and s3c run S2 first for their rate unless --live-rate is
+        /// given; ubi and ubi-hits run the same lists as UBI and as native
+        /// events, ubi-hits with every list's hit ids in its query).
         #[arg(long, default_value = "s1,s2,s3", value_delimiter = ',')]
         shapes: Vec<String>,
         #[arg(long, default_value_t = 42)]
@@ -74,6 +76,9 @@ enum Command {
         /// The daemon's session.gap, seconds.
         #[arg(long, default_value_t = 30)]
         gap_seconds: u64,
+        /// Lists of the ubi shapes (about 2.6 native and 6.6 UBI messages each).
+        #[arg(long, default_value_t = 200_000)]
+        ubi_lists: usize,
     },
     /// UBI input against native input on the same generated lists
     /// (rankpulse_testkit::ubi), through the pipeline alone on one core:
@@ -124,6 +129,9 @@ enum Command {
         /// Also record each message's delay from its Kafka timestamp.
         #[arg(long)]
         delays: bool,
+        /// What each message is decoded into.
+        #[arg(long, value_enum, default_value = "native")]
+        decode: bare::Decode,
     },
 }
 
@@ -172,7 +180,7 @@ fn main() -> anyhow::Result<()> {
         Command::Scale(args) => measure("scale", args),
         Command::HotKey(args) => measure("hot-key", args),
         Command::LoopGap(args) => measure("loop-gap", args),
-        Command::Bare { messages, delays } => bare::run(messages, delays),
+        Command::Bare { messages, delays, decode } => bare::run(messages, delays, decode),
         Command::State { brokers, lists, writes, seed } => {
             let config = Config::load(None)?;
             print!("{}", state::run(&config, &state::Options { brokers, lists, writes, seed })?);
@@ -230,6 +238,7 @@ fn main() -> anyhow::Result<()> {
             shapes,
             seed,
             gap_seconds,
+            ubi_lists,
         } => {
             let rankpulse = match rankpulse {
                 Some(p) => p,
@@ -247,9 +256,15 @@ fn main() -> anyhow::Result<()> {
                 shapes: shapes.iter().map(|s| s.to_ascii_lowercase()).collect(),
                 seed,
                 gap_seconds,
+                ubi_lists,
             };
             let reports = shapes::run(&opts)?;
             print!("{}", shapes::table(&reports));
+            for tag in ["UBI", "UBIH"] {
+                if let Some(ubi) = shapes::ubi_table(&reports, tag) {
+                    print!("{ubi}");
+                }
+            }
             Ok(())
         }
     }

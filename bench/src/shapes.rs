@@ -1,5 +1,7 @@
 //! `rankpulse-bench shapes`: `rankpulse run` against the bare consumer on
 //! three traffic shapes, through a real broker, as a user would measure it.
+//! The `ubi` and `ubi-hits` shapes put UBI input beside its native twin
+//! the same way (see [`ubi`]).
 //!
 //! - S1, the production-shaped mix, and S2, the judgment-heavy shape (see
 //!   `traffic`), are produced once as a backlog; then, each round, the bare
@@ -47,12 +49,14 @@ pub struct Options {
     /// S3's rate, messages per second; `None`: 70% of the daemon's median
     /// S2 rate.
     pub live_rate: Option<f64>,
-    /// Which shapes to run ("s1", "s2", "s3", "s3c"; S3 and its catch-up
+    /// Which shapes to run ("s1", "s2", "s3", "s3c", "ubi", "ubi-hits"; S3 and its catch-up
     /// need S2's rate unless `live_rate` is given).
     pub shapes: Vec<String>,
     pub seed: u64,
     /// `session.gap` of the daemon, seconds.
     pub gap_seconds: u64,
+    /// Lists of the `ubi` shapes.
+    pub ubi_lists: usize,
 }
 
 /// One process's reading of the same messages.
@@ -105,17 +109,57 @@ pub struct ShapeReport {
     pub name: String,
     pub description: String,
     pub messages: u64,
+    /// Lists of the shape: UBI and its native twin compare per list.
+    pub lists: usize,
     /// Lists open at once that the gap alone needs at the shape's rate of
     /// lists in event time (gap plus the longest judgment delay, times
     /// lists per second).
     pub open_lists_needed: f64,
     pub rounds: Vec<(Reading, Reading)>,
+    /// UBI shapes: the bare consumer not decoding at all, each round.
+    pub floors: Vec<Reading>,
 }
 
 /// Topics of one shape, made for this run.
 struct Topics {
     impressions: String,
     judgments: String,
+}
+
+/// The wire format of a shape's two topics, and what the readers make of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Feed {
+    /// rankpulse's own events; the bare consumer types them.
+    Native,
+    /// OpenSearch UBI queries (the first topic) and events (the second):
+    /// the daemon reads them through `[kafka.formats]`, the bare consumer
+    /// types them as UBI.
+    Ubi,
+}
+
+impl Feed {
+    fn bare_decode(self) -> &'static str {
+        match self {
+            Feed::Native => "native",
+            Feed::Ubi => "ubi",
+        }
+    }
+
+    /// The daemon's config file for `topics`, if the feed needs one.
+    fn config(self, topics: &Topics) -> anyhow::Result<Option<PathBuf>> {
+        if self == Feed::Native {
+            return Ok(None);
+        }
+        let path = std::env::temp_dir().join(format!("rankpulse-bench-{}.toml", topics.impressions));
+        std::fs::write(
+            &path,
+            format!(
+                "[kafka.formats]\n\"{}\" = \"ubi_queries\"\n\"{}\" = \"ubi_events\"\n",
+                topics.impressions, topics.judgments
+            ),
+        )?;
+        Ok(Some(path))
+    }
 }
 
 fn create_topics(brokers: &str, tag: &str, partitions: i32) -> anyhow::Result<Topics> {
@@ -303,10 +347,18 @@ fn topics_env(topics: &Topics) -> String {
 }
 
 /// The bare consumer reads `total` messages of `topics`.
-fn measure_bare(opts: &Options, topics: &Topics, total: u64, group: &str, delays: bool) -> anyhow::Result<Reading> {
+/// `decode`: what it makes of each message (`rankpulse-bench bare --decode`).
+fn measure_bare(
+    opts: &Options,
+    topics: &Topics,
+    total: u64,
+    group: &str,
+    delays: bool,
+    decode: &str,
+) -> anyhow::Result<Reading> {
     let exe = std::env::current_exe()?;
     let mut cmd = Command::new(exe);
-    cmd.args(["bare", "--messages", &total.to_string()])
+    cmd.args(["bare", "--messages", &total.to_string(), "--decode", decode])
         .env("RANKPULSE__KAFKA__BROKERS", &opts.brokers)
         .env("RANKPULSE__KAFKA__GROUP_ID", group)
         .env("RANKPULSE__KAFKA__TOPICS", topics_env(topics))
@@ -332,6 +384,11 @@ fn measure_bare(opts: &Options, topics: &Topics, total: u64, group: &str, delays
     let v: serde_json::Value =
         serde_json::from_str(out.trim()).with_context(|| format!("bare consumer said {out:?}"))?;
     let (first, last) = (v["first_ms"].as_i64().context("first_ms")?, v["last_ms"].as_i64().context("last_ms")?);
+    // A typed UBI reader that failed on some messages would have read
+    // less of them: its figure would not be the baseline's.
+    if decode == "ubi" && v["decoded"].as_u64() != Some(total) {
+        bail!("the bare consumer decoded {} of {total} UBI messages", v["decoded"]);
+    }
     reading(&sampler, first, last, total, rss).map(|r| Reading {
         p99_delay_ms: v["p99_delay_ms_bucketed"].as_f64(),
         p99_delay_exact_ms: v["p99_delay_ms"].as_f64(),
@@ -353,12 +410,23 @@ fn reading(sampler: &CpuSampler, first: i64, last: i64, messages: u64, peak_rss:
 }
 
 /// `rankpulse run` reads `total` messages of `topics`, then is stopped.
-fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> anyhow::Result<Reading> {
+/// `config`: a config file for it (the formats of a UBI feed).
+fn measure_daemon(
+    opts: &Options,
+    topics: &Topics,
+    total: u64,
+    group: &str,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<Reading> {
     let http = format!("127.0.0.1:{}", free_port()?);
     let log_path = std::env::temp_dir().join(format!("rankpulse-bench-{}-{group}.log", std::process::id()));
     let log = std::fs::File::create(&log_path)?;
-    let mut child = Command::new(&opts.rankpulse)
-        .arg("run")
+    let mut command = Command::new(&opts.rankpulse);
+    command.arg("run");
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    let mut child = command
         .env("RANKPULSE__KAFKA__BROKERS", &opts.brokers)
         .env("RANKPULSE__KAFKA__GROUP_ID", group)
         .env("RANKPULSE__KAFKA__TOPICS", topics_env(topics))
@@ -381,7 +449,8 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
             bail!("rankpulse run did not read {total} messages in 900 s; see {}", log_path.display());
         }
         if let Some(m) = http_get(&http, "/metrics") {
-            let consumed = sum(&m, "rankpulse_events_total") + sum(&m, "rankpulse_events_rejected_total");
+            // Every message, whatever became of it (UBI's unscored actions too).
+            let consumed = sum(&m, "rankpulse_messages_total");
             let open = sum(&m, "rankpulse_open_lists");
             if open > open_peak {
                 (open_peak, open_peak_at) = (open, consumed / total.max(1) as f64);
@@ -432,16 +501,19 @@ fn measure_daemon(opts: &Options, topics: &Topics, total: u64, group: &str) -> a
 /// A catch-up shape: produced once, then read `rounds` times by each.
 /// `max_delay_ms`: the latest a judgment of the shape comes after its
 /// impression (event time), for the open lists the gap needs.
+#[allow(clippy::too_many_arguments)]
 fn backlog(
     opts: &Options,
     tag: &str,
     description: &str,
+    feed: Feed,
     messages: Vec<Message>,
     lists: usize,
     event_span_ms: f64,
     max_delay_ms: i64,
 ) -> anyhow::Result<ShapeReport> {
     let topics = create_topics(&opts.brokers, tag, opts.partitions)?;
+    let config = feed.config(&topics)?;
     eprintln!("{tag}: producing {} messages to {} and {}", messages.len(), topics.impressions, topics.judgments);
     let total = fill(&opts.brokers, &topics, messages.into_iter())?;
     let lists_per_second = lists as f64 / (event_span_ms / 1000.0);
@@ -450,19 +522,33 @@ fn backlog(
         name: tag.to_uppercase(),
         description: description.to_string(),
         messages: total,
+        lists,
         open_lists_needed: lists_per_second * (gap_s + max_delay_ms as f64 / 1000.0),
         rounds: Vec::new(),
+        floors: Vec::new(),
     };
     for round in 0..opts.rounds {
         let group = |who: &str| format!("bench-{tag}-{who}-{round}-{}", std::process::id());
+        let bare = || measure_bare(opts, &topics, total, &group("bare"), false, feed.bare_decode());
+        let daemon = || measure_daemon(opts, &topics, total, &group("daemon"), config.as_deref());
         let (bare, daemon) = if round % 2 == 0 {
-            let b = measure_bare(opts, &topics, total, &group("bare"), false)?;
-            (b, measure_daemon(opts, &topics, total, &group("daemon"))?)
+            let b = bare()?;
+            (b, daemon()?)
         } else {
-            let d = measure_daemon(opts, &topics, total, &group("daemon"))?;
-            (measure_bare(opts, &topics, total, &group("bare"), false)?, d)
+            let d = daemon()?;
+            (bare()?, d)
         };
         eprintln!("{tag} round {}: {}", round + 1, line(&bare, &daemon));
+        if tag.starts_with("ubi") {
+            let floor = measure_bare(opts, &topics, total, &group("floor"), false, "none")?;
+            eprintln!(
+                "{tag} round {}: reading alone (no decoding) {:.0}/CPU-s ({:.2} CPU-s)",
+                round + 1,
+                floor.per_cpu_second(),
+                floor.cpu_seconds
+            );
+            report.floors.push(floor);
+        }
         report.rounds.push((bare, daemon));
     }
     Ok(report)
@@ -529,9 +615,9 @@ fn live(opts: &Options, rate: f64) -> anyhow::Result<ShapeReport> {
                 Topics { impressions: topics.impressions.clone(), judgments: topics.judgments.clone() };
             let producing = produce_live(opts.brokers.clone(), producer_topics, traffic);
             let r = if daemon {
-                measure_daemon(opts, &topics, count, &group)
+                measure_daemon(opts, &topics, count, &group, None)
             } else {
-                measure_bare(opts, &topics, count, &group, true)
+                measure_bare(opts, &topics, count, &group, true, Feed::Native.bare_decode())
             };
             let produced = producing.join().map_err(|_| anyhow::anyhow!("the live producer panicked"))??;
             let r = r?;
@@ -569,6 +655,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<ShapeReport>> {
             opts,
             "s1",
             &format!("production mix: {} lists of 10 results and 3 judgments, 1 ms apart", opts.s1_lists),
+            Feed::Native,
             messages,
             opts.s1_lists,
             span,
@@ -584,6 +671,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<ShapeReport>> {
             opts,
             "s2",
             &format!("judgment-heavy: {} lists over two hours of event time", opts.s2_lists),
+            Feed::Native,
             messages,
             opts.s2_lists,
             span,
@@ -614,6 +702,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<ShapeReport>> {
             &format!(
                 "S3's catch-up: S3's {lists} lists ({rate:.0} messages/s of event time), ending now, read as a backlog"
             ),
+            Feed::Native,
             messages,
             lists,
             span,
@@ -623,7 +712,92 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<ShapeReport>> {
     if wants("s3") {
         reports.push(live(opts, live_rate()?)?);
     }
+    if wants("ubi") {
+        reports.extend(ubi(opts, now, false)?);
+    }
+    if wants("ubi-hits") {
+        reports.extend(ubi(opts, now, true)?);
+    }
     Ok(reports)
+}
+
+/// The same lists (`rankpulse_testkit::ubi`: half of them shown only by
+/// per-result `impression` events, or with `hits`, every one by its
+/// query's `query_response_hit_ids`) as rankpulse's own events (UBI-N,
+/// UBIH-N) and as UBI queries and events (UBI, UBIH), each a backlog read
+/// by the bare consumer (typing its format), by the bare consumer not
+/// decoding, and by `rankpulse run`. They compare per list: the UBI form
+/// of a list is more messages.
+fn ubi(opts: &Options, now: i64, hits: bool) -> anyhow::Result<[ShapeReport; 2]> {
+    // Lists 50 ms apart; a list's judgments come up to 3.5 s after it.
+    let spacing = 50.0;
+    let span = opts.ubi_lists as f64 * spacing;
+    let start = now - span as i64 - 5_000;
+    let traffic = if hits {
+        rankpulse_testkit::ubi::ubi_mix_hit_ids(opts.ubi_lists, opts.seed, start, spacing)
+    } else {
+        rankpulse_testkit::ubi::ubi_mix(opts.ubi_lists, opts.seed, start, spacing, 0)
+    };
+    let text = |payload: Vec<u8>| String::from_utf8(payload).context("generated traffic is UTF-8");
+    let native = traffic
+        .native
+        .into_iter()
+        .map(|m| Ok(Message { judgment: m.judgment, key: m.key, payload: text(m.payload)?, emit_ms: 0 }))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let ubi = traffic
+        .ubi
+        .into_iter()
+        .map(|m| {
+            let judgment = m.topic == rankpulse_testkit::ubi::UbiTopic::Events;
+            Ok(Message { judgment, key: m.key, payload: text(m.payload)?, emit_ms: 0 })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let lists = opts.ubi_lists;
+    let shown = if hits { "every one's query with hit ids" } else { "half shown only by impression events" };
+    let what = |form: &str| format!("{lists} lists, {shown}, as {form}");
+    let tag = if hits { "ubih" } else { "ubi" };
+    Ok([
+        backlog(opts, &format!("{tag}-n"), &what("rankpulse's events"), Feed::Native, native, lists, span, 3_500)?,
+        backlog(opts, tag, &what("UBI queries and events"), Feed::Ubi, ubi, lists, span, 3_500)?,
+    ])
+}
+
+/// UBI against its native twin, per list: each reader's lists per
+/// CPU-second (medians over rounds), the daemon's UBI/native ratio, and
+/// the most any reader of the UBI messages could reach against the
+/// daemon on the native form: the bare consumer not decoding them.
+pub fn ubi_table(reports: &[ShapeReport], tag: &str) -> Option<String> {
+    let native = reports.iter().find(|r| r.name == format!("{tag}-N"))?;
+    let ubi = reports.iter().find(|r| r.name == tag)?;
+    let per_list = |r: &ShapeReport, f: &dyn Fn(usize) -> Option<f64>| {
+        let mut v: Vec<f64> = (0..r.rounds.len()).filter_map(f).map(|cpu| r.lists as f64 / cpu).collect();
+        (!v.is_empty()).then(|| median(&mut v))
+    };
+    let typed = |r: &ShapeReport| per_list(r, &|i| Some(r.rounds[i].0.cpu_seconds));
+    let daemon = |r: &ShapeReport| per_list(r, &|i| Some(r.rounds[i].1.cpu_seconds));
+    let floor = |r: &ShapeReport| per_list(r, &|i| r.floors.get(i).map(|f| f.cpu_seconds));
+    let k = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}k", v / 1e3));
+    let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map_or("-".to_string(), |(a, b)| format!("{:.2}", a / b));
+    let mut out = String::from(
+        "| form | messages per list | bare, typed: lists per CPU-s | bare, not decoding | rankpulse run |\n|---|---|---|---|---|\n",
+    );
+    for r in [native, ubi] {
+        out.push_str(&format!(
+            "| {} | {:.2} | {} | {} | {} |\n",
+            r.name,
+            r.messages as f64 / r.lists.max(1) as f64,
+            k(typed(r)),
+            k(floor(r)),
+            k(daemon(r))
+        ));
+    }
+    out.push_str(&format!(
+        "rankpulse run, UBI / native per list: {}; against rankpulse run on native, the bare consumer typing UBI: {}, not decoding UBI: {} (medians over rounds)\n",
+        ratio(daemon(ubi), daemon(native)),
+        ratio(typed(ubi), daemon(native)),
+        ratio(floor(ubi), daemon(native)),
+    ));
+    Some(out)
 }
 
 /// The report's table: medians and ranges over rounds.
@@ -692,6 +866,31 @@ mod tests {
         let text =
             "d_bucket{le=\"0.1\"} 50\nd_bucket{le=\"0.25\"} 90\nd_bucket{le=\"0.5\"} 100\nd_bucket{le=\"+Inf\"} 100\n";
         assert_eq!(histogram_quantile(text, "d", 0.99), quantile_of_buckets(&b, 0.99));
+    }
+
+    #[test]
+    fn ubi_and_its_native_twin_compare_per_list_not_per_message() {
+        // 1,000 lists: the daemon reads their 2,500 native messages in
+        // 1 CPU-s (1,000 lists per CPU-s) and their 6,500 UBI messages in
+        // 2.5 CPU-s (400 lists per CPU-s).
+        let read = |messages, cpu_seconds| Reading { messages, cpu_seconds, ..Reading::default() };
+        let report = |name: &str, messages, bare, floor, daemon| ShapeReport {
+            name: name.into(),
+            messages,
+            lists: 1_000,
+            rounds: vec![(read(messages, bare), read(messages, daemon))],
+            floors: vec![read(messages, floor)],
+            ..ShapeReport::default()
+        };
+        let reports = [report("UBI-N", 2_500, 0.8, 0.4, 1.0), report("UBI", 6_500, 2.0, 1.0, 2.5)];
+        let table = ubi_table(&reports, "UBI").expect("both forms are there");
+        assert!(table.contains("| UBI-N | 2.50 | 1.2k | 2.5k | 1.0k |"), "{table}");
+        assert!(table.contains("| UBI | 6.50 | 0.5k | 1.0k | 0.4k |"), "{table}");
+        // Per message the daemon reads UBI faster (2,600/s against
+        // 2,500/s); per list it is 0.40 of native.
+        assert!(table.contains("UBI / native per list: 0.40;"), "{table}");
+        assert!(table.contains("the bare consumer typing UBI: 0.50, not decoding UBI: 1.00"), "{table}");
+        assert_eq!(ubi_table(&reports, "UBIH"), None);
     }
 
     #[test]
