@@ -1174,8 +1174,6 @@ impl Assembler {
         self.scratch = Some(list);
     }
 
-    /// Forgets a final list, putting it back into the windows first if it
-    /// was withdrawn.
     /// Whether the final list of `key`, still remembered for late events,
     /// took the event `event_hash`.
     fn seen_in_final(&self, key: ListKey, event_hash: u64) -> bool {
@@ -1184,6 +1182,8 @@ impl Assembler {
             .is_some_and(|start| self.closed_lists.refusal(start, event_hash, usize::MAX) == Some(Applied::Duplicate))
     }
 
+    /// Forgets a final list, putting it back into the windows first if it
+    /// was withdrawn.
     fn forget_closed(&mut self, key: ListKey, sink: &mut impl FnMut(Closed)) {
         if self.withdrawn.remove(&key) {
             self.reinstate(key, sink);
