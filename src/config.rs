@@ -54,6 +54,7 @@ pub const RESERVED_LABELS: &[&str] = &[
     "type",
     "rank",
     "outcome",
+    "kind",
     "le",
     "quantile",
     "job",
@@ -1921,7 +1922,7 @@ mod tests {
         // click metrics, `outcome` of interleaving): a dimension label of
         // the same name would duplicate it and Prometheus would refuse the
         // whole scrape.
-        for label in ["k", "rank", "outcome"] {
+        for label in ["k", "rank", "outcome", "kind"] {
             let e = from_toml(&format!("[dimensions]\nlabels = [\"{label}\"]\n")).unwrap_err().to_string();
             assert!(e.contains("reserved"), "{label}: {e}");
         }

@@ -585,6 +585,63 @@ mod tests {
         assert_eq!(exposition(&config, &replayed.pipeline), exposition(&config, &kept));
     }
 
+    /// Every label rankpulse itself puts on a series beside the dimension
+    /// labels is reserved: a dimension label of the same name would
+    /// duplicate it, and Prometheus refuses the whole scrape for one such
+    /// line (`kind` of `lists_no_relevant_total` once was not). The input
+    /// reaches every series that carries dimension labels: interleaved,
+    /// randomized and production lists, clicks and a list with nothing
+    /// relevant, every metric excluded somewhere.
+    #[test]
+    fn no_series_repeats_a_label_a_dimension_may_take() {
+        let mut config: Config = toml::from_str("[dimensions]\nlabels = [\"ranker\"]\n[debias]\nmax_rank = 3\n").unwrap();
+        config.validate().unwrap();
+        let t = 1_763_800_000_000i64;
+        let mut lines = Vec::new();
+        for i in 0..40 {
+            let ts = t + i * 1_000;
+            let team = |d: usize| match i % 3 {
+                0 => format!(r#","team":"{}""#, if d % 2 == 0 { "A" } else { "B" }),
+                _ => String::new(),
+            };
+            let results: Vec<String> =
+                (0..3).map(|d| format!(r#"{{"doc_id":"d{d}","position":{}{}}}"#, d + 1, team(d))).collect();
+            let randomized = if i % 3 == 1 { r#","randomized":true"# } else { "" };
+            let ranker = if i % 2 == 0 { "control" } else { "candidate" };
+            lines.push(format!(
+                r#"{{"type":"impression","event_id":"i{i}","session_id":"s{i}","query_id":"q","timestamp":{ts},"results":[{}]{randomized},"dimensions":{{"ranker":"{ranker}"}}}}"#,
+                results.join(",")
+            ));
+            // Every fifth list gets no judgment: nothing relevant.
+            if i % 5 != 4 {
+                lines.push(format!(
+                    r#"{{"type":"judgment","event_id":"j{i}","session_id":"s{i}","query_id":"q","doc_id":"d{}","action":"click","timestamp":{}}}"#,
+                    i % 3,
+                    ts + 100
+                ));
+            }
+        }
+        let replayed = replay_pipeline(&config, lines.join("\n").as_bytes()).unwrap();
+        let text = exposition(&config, &replayed.pipeline);
+        let mut names_seen = std::collections::BTreeSet::new();
+        for line in text.lines().filter(|l| !l.starts_with('#') && l.contains(r#"ranker=""#)) {
+            let (_, labels) = line.split_once('{').unwrap();
+            let labels = labels.rsplit_once('}').unwrap().0;
+            let names: Vec<&str> =
+                labels.split("\",").map(|pair| pair.split_once('=').unwrap().0.trim_start_matches(',')).collect();
+            let distinct: std::collections::BTreeSet<&str> = names.iter().copied().collect();
+            assert_eq!(distinct.len(), names.len(), "{line}");
+            for name in names.into_iter().filter(|n| *n != "ranker") {
+                assert!(crate::config::RESERVED_LABELS.contains(&name), "{name} is not reserved: {line}");
+                names_seen.insert(name);
+            }
+        }
+        // The input did reach the series that carry labels of their own.
+        for name in ["k", "window", "metric", "reason", "rank", "outcome", "kind"] {
+            assert!(names_seen.contains(name), "no series with {name}: {names_seen:?}");
+        }
+    }
+
     /// A line too long to read is a `too_large` reject like a message over
     /// `input.max_message_bytes`, at the same length: a line of exactly
     /// the limit is read, with or without a CRLF's `\r`.
