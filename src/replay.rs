@@ -594,7 +594,8 @@ mod tests {
     /// relevant, every metric excluded somewhere.
     #[test]
     fn no_series_repeats_a_label_a_dimension_may_take() {
-        let mut config: Config = toml::from_str("[dimensions]\nlabels = [\"ranker\"]\n[debias]\nmax_rank = 3\n").unwrap();
+        let mut config: Config =
+            toml::from_str("[dimensions]\nlabels = [\"ranker\"]\n[debias]\nmax_rank = 3\n").unwrap();
         config.validate().unwrap();
         let t = 1_763_800_000_000i64;
         let mut lines = Vec::new();
