@@ -797,12 +797,14 @@ impl Assembler {
             self.scratch = Some(old);
         }
         let late = match event {
-            Event::Judgment(_) if at.is_none() => self.late_event(key, event, ts, event_hash, arrival_ms, sink),
-            // A UBI `impression` event adds one shown result to its list:
-            // late, it belongs to the final list as a late judgment does. A
-            // list of its own would have no query (`ranker="unknown"`) and
-            // take the clicks that follow it.
-            Event::Impression(i) if at.is_none() && !i.defines_list => {
+            // Within a gap of its final list's last event, an impression
+            // belongs to that list as a late judgment does, whether a UBI
+            // `impression` event (one shown result) or a page of a native
+            // list: read in time order, it would have been in the list.
+            // A list of its own would count one search twice, a UBI one
+            // with no query (`ranker="unknown"`), and take the clicks that
+            // follow it.
+            Event::Judgment(_) | Event::Impression(_) if at.is_none() => {
                 self.late_event(key, event, ts, event_hash, arrival_ms, sink)
             }
             _ => None,
@@ -939,8 +941,7 @@ impl Assembler {
         Applied::Applied
     }
 
-    /// A judgment (or a UBI impression event) stamped `ts` whose list is
-    /// final: within the horizon, the late policy decides; `None` when it
+    /// A judgment or an impression stamped `ts` whose list is final: within the horizon, the late policy decides; `None` when it
     /// is not late (it starts a new list).
     fn late_event(
         &mut self,
@@ -1063,8 +1064,9 @@ impl Assembler {
         }
     }
 
-    /// A late UBI impression event shows its result in its final list,
-    /// as it would have in the open one (the same steps as `apply`).
+    /// A late impression (a UBI impression event, a page of a native list)
+    /// shows its results in its final list, as it would have in the open
+    /// one (the same steps as `apply`).
     #[allow(clippy::too_many_arguments)]
     fn late_shown(
         &mut self,
@@ -1081,9 +1083,10 @@ impl Assembler {
             Some(Err(refused)) => return refused,
             Some(Ok(_)) => {
                 let dims = self.dimensions.intern(shown, &mut |overflow| sink(overflow));
-                // Only impressions that define nothing come late (see
-                // `late_event`): none is compared for dimensions.
-                self.closed_lists.note_impression(start, impression_rank(shown), dims, shown.randomized);
+                let held = self.closed_lists.note_impression(start, impression_rank(shown), dims, shown.randomized);
+                if self.dimensions.disagree(held, shown, dims) {
+                    sink(Closed::DimensionConflict);
+                }
                 if let Some(big) = self.closed_lists.big_mut(key) {
                     for r in &shown.results {
                         let score = r.score.unwrap_or(f64::NAN);
@@ -1106,6 +1109,9 @@ impl Assembler {
         list.event_ids.push(event_hash);
         list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
         let dims = self.dimensions.intern(shown, &mut |overflow| sink(overflow));
+        if self.dimensions.disagree(list.impression, shown, dims) {
+            sink(Closed::DimensionConflict);
+        }
         for _ in 0..apply_impression(list, shown, dims) {
             sink(Closed::PositionTaken);
         }
@@ -1444,6 +1450,7 @@ mod tests {
         shown: Vec<Grade>,
         scores: Option<Vec<f64>>,
         judged: Vec<Grade>,
+        randomized: bool,
     }
 
     impl From<FinalList<'_>> for Fin {
@@ -1454,6 +1461,7 @@ mod tests {
                 shown: f.shown.to_vec(),
                 scores: f.scores.map(<[f64]>::to_vec),
                 judged: f.judged.to_vec(),
+                randomized: f.randomized,
             }
         }
     }
@@ -1780,6 +1788,77 @@ mod tests {
                 LatePolicy::Drop => assert_eq!((amended, dropped, moved.len()), (0, 1, 0)),
             }
             assert_eq!(out.iter().filter(|c| **c == Got::Orphan).count(), 1, "{policy:?}");
+        }
+    }
+
+    /// A page of a native list that arrives after its list is final, but
+    /// stamped within a gap of the list's last event, belongs to that list
+    /// as a late judgment does: amended into it (or dropped, by policy)
+    /// exactly as the list would have been had it come in time order, not
+    /// a second list of the same search. On a compact list and on a big
+    /// one; a late page with other dimensions is a conflict, as in time.
+    #[test]
+    fn late_pages_of_a_native_list_amend_it_as_in_time_order() {
+        let page = |id: &str, ts: i64, docs: &[(String, u32)], ranker: &str, randomized: bool| {
+            let results: Vec<String> =
+                docs.iter().map(|(d, p)| format!(r#"{{"doc_id":"{d}","position":{p},"score":1}}"#)).collect();
+            format!(
+                r#"{{"type":"impression","event_id":"{id}","session_id":"s","query_id":"q","timestamp":{ts},"results":[{}],"randomized":{randomized},"dimensions":{{"ranker":"{ranker}"}}}}"#,
+                results.join(",")
+            )
+        };
+        for (size, policy) in
+            [(3u32, LatePolicy::Amend), (3, LatePolicy::Drop), (300, LatePolicy::Amend), (300, LatePolicy::Drop)]
+        {
+            let docs: Vec<(String, u32)> = (1..=size).map(|p| (format!("d{p}"), p)).collect();
+            // Pages of at most 200 results (the decoder's limit); the late
+            // one shows one more result, randomized, at 2 s.
+            let mut pages = vec![page("p1", 0, &docs[..docs.len().min(200)], "a", false)];
+            if size > 200 {
+                pages.push(page("p1b", 0, &docs[200..], "a", false));
+            }
+            let late = page("p2", 2_000, &[(format!("d{}", size + 1), size + 1)], "a", true);
+            let conflict = page("p3", 2_500, &[(format!("d{}", size + 2), size + 2)], "b", false);
+            let click = judg("j1", "s", 1_000, "d1", 1);
+            let other = imp("t1", "t", 20_000, &[("d1", 1)]);
+            let run = |order: &[&String]| {
+                let mut asm = Assembler::with_limits(limits(policy), vec!["ranker".into()], None);
+                let mut out = Vec::new();
+                for e in order {
+                    asm.ingest_t(&ev(e), 0, None, &mut |c| out.push(c.into()));
+                    asm.finalize_expired(None, &mut |c| out.push(c.into()));
+                }
+                asm.finalize_all(&mut |c| out.push(c.into()));
+                out
+            };
+            let mut arrived: Vec<&String> = pages.iter().collect();
+            // `other` moves the watermark past 1 s + gap: s is final.
+            arrived.extend([&click, &other, &late, &conflict, &late]);
+            let out = run(&arrived);
+            let mut in_time: Vec<&String> = pages.iter().collect();
+            in_time.extend([&click, &late, &conflict, &other]);
+            let expected = run(&in_time);
+            let finals: Vec<&Fin> = out.iter().filter_map(final_of).collect();
+            assert_eq!(finals.len(), 2, "{size} {policy:?}: one list per search: {finals:?}");
+            let count = |out: &[Got], g: Got| out.iter().filter(|c| **c == g).count();
+            let moved: Vec<&Got> = out.iter().filter(|c| matches!(c, Got::Withdrawn(_) | Got::Reinstated(_))).collect();
+            match policy {
+                LatePolicy::Amend => {
+                    // The two pages, not their re-delivery.
+                    assert_eq!(count(&out, Got::LateAmended), 2, "{size}");
+                    assert_eq!(count(&out, Got::DimensionConflict), 1, "{size}");
+                    assert_eq!(count(&expected, Got::DimensionConflict), 1, "{size}");
+                    let Some(Got::Reinstated(now)) = moved.last() else { panic!("{size}: {moved:?}") };
+                    let in_order = expected.iter().filter_map(final_of).find(|f| f.shown.len() > 1).unwrap();
+                    assert_eq!(now, in_order, "{size}: amended as in time order");
+                    assert!(now.randomized && now.shown.len() == size as usize + 2, "{size}: {now:?}");
+                }
+                LatePolicy::Drop => {
+                    assert_eq!((count(&out, Got::LateDropped), moved.len()), (2, 0), "{size}");
+                    assert!(!finals[0].randomized && finals[0].shown.len() == size as usize, "{size}");
+                }
+            }
+            assert_eq!(count(&out, Got::Orphan), 0, "{size} {policy:?}");
         }
     }
 
