@@ -594,15 +594,14 @@ mod tests {
     /// relevant, every metric excluded somewhere.
     #[test]
     fn no_series_repeats_a_label_a_dimension_may_take() {
-        let mut config: Config =
-            toml::from_str("[dimensions]\nlabels = [\"ranker\"]\n[debias]\nmax_rank = 3\n").unwrap();
+        let config: Config = toml::from_str("[dimensions]\nlabels = [\"ranker\"]\n[debias]\nmax_rank = 3\n").unwrap();
         config.validate().unwrap();
         let t = 1_763_800_000_000i64;
         let mut lines = Vec::new();
         for i in 0..40 {
             let ts = t + i * 1_000;
             let team = |d: usize| match i % 3 {
-                0 => format!(r#","team":"{}""#, if d % 2 == 0 { "A" } else { "B" }),
+                0 => format!(r#","team":"{}""#, if d.is_multiple_of(2) { "A" } else { "B" }),
                 _ => String::new(),
             };
             let results: Vec<String> =
