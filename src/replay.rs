@@ -242,6 +242,7 @@ impl Run {
         let Some(count) = self.inputs.get_mut(index) else { return };
         if let (Ok(()), Ok(event)) = (result, decoded)
             && !matches!(event, Event::Ignored(_))
+            && !pipeline.last_discarded()
         {
             let ts = event.timestamp_ms();
             if ts < count.newest_ms.saturating_sub(self.gap_ms) {

@@ -768,11 +768,6 @@ impl Assembler {
         };
         let key = list_key(session, query.as_deref());
         let event_hash = xxh3_64(event_id.as_bytes());
-        match self.lanes.iter_mut().find(|(name, _)| name == lane) {
-            Some((_, newest)) => *newest = (*newest).max(ts),
-            None => self.lanes.push((lane.to_string(), ts)),
-        }
-        self.update_watermark();
         let gap = self.limits.gap_ms;
         // The one hash lookup of the event: `at` stays valid until the
         // open lists change, and is cleared whenever they do before `apply`.
@@ -827,6 +822,18 @@ impl Assembler {
                 applied
             }
         };
+        // Only an event taken moves its lane's time: a re-delivery stamped
+        // anew, or an event its list refuses, is discarded, and moving the
+        // watermark on it would finalize other lists early. Nothing above
+        // reads this event's own lane time (a late event's time is within
+        // its list's gap, below any watermark that would make it too late).
+        if !matches!(applied, Applied::Duplicate | Applied::TooLarge) {
+            match self.lanes.iter_mut().find(|(name, _)| name == lane) {
+                Some((_, newest)) => *newest = (*newest).max(ts),
+                None => self.lanes.push((lane.to_string(), ts)),
+            }
+            self.update_watermark();
+        }
         if self.watermark_ms > i64::MIN && self.watermark_ms >= self.next_sweep_ms {
             self.finalize_expired(None, sink);
         }

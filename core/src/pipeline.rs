@@ -230,6 +230,9 @@ pub struct Pipeline {
     min_timestamp_ms: i64,
     /// Newest event time accepted: where a replay's windows end.
     newest_event_ms: i64,
+    /// The last event applied was discarded (a duplicate, or refused by
+    /// its list): a replay does not count its time as the input's.
+    last_discarded: bool,
 }
 
 impl Pipeline {
@@ -264,6 +267,7 @@ impl Pipeline {
             max_future_skew_ms: settings.max_future_skew_ms,
             min_timestamp_ms: settings.min_timestamp_ms,
             newest_event_ms: i64::MIN,
+            last_discarded: false,
         }
     }
 
@@ -345,6 +349,12 @@ impl Pipeline {
     /// `now` of a pipeline that keeps event time only (a replay, whose
     /// input can span days: kept, its buckets would grow with the span).
     /// Their lists stay in the since-start totals.
+    /// Whether the last event applied was discarded: a duplicate, or one
+    /// its list refused. Its time moved no clock.
+    pub fn last_discarded(&self) -> bool {
+        self.last_discarded
+    }
+
     pub fn prune_to_newest_event(&mut self) {
         if self.newest_event_ms > i64::MIN {
             self.accumulators.prune(self.newest_event_ms);
@@ -440,10 +450,12 @@ impl Pipeline {
             self.count_ignored(*reason);
             return Ok(());
         }
+        self.last_discarded = false;
         let ts = event.timestamp_ms();
         // Before anything sees the event: a broken clock must move no
         // watermark, open no list and create no bucket.
         self.time_verdict(ts, clock)?;
+        let previous_newest = self.newest_event_ms;
         self.newest_event_ms = self.newest_event_ms.max(ts);
         let window_now = match clock {
             Clock::Live { now_ms, .. } => now_ms,
@@ -455,6 +467,17 @@ impl Pipeline {
         let applied = assembler.ingest(event, topic, clock.arrival_ms(), source, &mut |closed| {
             fold(scorer, score, accumulators, counters, closed);
         });
+        self.last_discarded = matches!(applied, Applied::Duplicate | Applied::TooLarge);
+        if self.last_discarded && previous_newest > i64::MIN {
+            // A discarded event (a re-delivery stamped anew, one its list
+            // refuses) moves no clock: the assembler's watermark stayed, so
+            // nothing was finalized on it, and the windows' "now" of a
+            // replay goes back to where it was.
+            self.newest_event_ms = previous_newest;
+            if let Clock::Replay { .. } = clock {
+                self.accumulators.set_now(previous_newest);
+            }
+        }
         match applied {
             Applied::Duplicate => *self.counters.duplicates.entry(kind).or_default() += 1,
             Applied::TooLarge => return Err(RejectReason::ListTooLarge),
@@ -746,6 +769,60 @@ mod tests {
         p.drop_lists();
         assert_eq!(lists(&p), 1);
         assert_eq!(p.open_lists(), 0);
+    }
+
+    /// A re-delivery stamped anew (a producer's retry that takes the time
+    /// again) is counted once and moves no clock: not the watermark, which
+    /// would finalize the other open lists early, nor a replay's window
+    /// "now", which would move every window past the lists in it. The
+    /// same holds for an event its list refuses (past
+    /// `input.max_events_per_list`).
+    #[test]
+    fn a_discarded_event_moves_no_clock() {
+        let topic = "replay";
+        let clock = Clock::replay();
+        let feed = |p: &mut Pipeline, extra: &[String]| {
+            for id in 0..2 {
+                for (_, e) in skewed(id, BASE_MS + 10_000 * id as i64) {
+                    p.ingest(topic, e.as_bytes(), clock, None).unwrap();
+                }
+            }
+            for e in extra {
+                p.ingest(topic, e.as_bytes(), clock, None).unwrap();
+            }
+        };
+        let mut plain = Pipeline::new(&PipelineSettings::default());
+        feed(&mut plain, &[]);
+        let [_, (_, judged)] = skewed(0, BASE_MS);
+        let again =
+            judged.replace(&format!(r#""timestamp":{BASE_MS}"#), &format!(r#""timestamp":{}"#, BASE_MS + 100_000));
+        assert_ne!(again, judged);
+        let mut settings = PipelineSettings::default();
+        settings.assembly.max_events_per_list = 2;
+        // A new judgment for list 1, which holds its two events already,
+        // 20 s after them (within the gap: it is list 1's).
+        let refused = skewed(1, BASE_MS + 10_000)[1]
+            .1
+            .replace("sj-", "sj2-")
+            .replace(&format!(r#""timestamp":{}"#, BASE_MS + 10_000), &format!(r#""timestamp":{}"#, BASE_MS + 30_000));
+        let mut p = Pipeline::new(&settings);
+        feed(&mut p, std::slice::from_ref(&again));
+        assert!(p.last_discarded());
+        assert_eq!(p.counters.duplicates.values().sum::<u64>(), 1);
+        assert_eq!(p.ingest(topic, refused.as_bytes(), clock, None), Err(RejectReason::ListTooLarge));
+        assert!(p.last_discarded());
+        for q in [&p, &plain] {
+            assert_eq!(q.open_lists(), 2, "a list was finalized on a discarded event's time");
+            assert_eq!(q.newest_event_ms, BASE_MS + 10_000);
+        }
+        // The windows' "now" (a replay's: the newest event time) is the same.
+        assert_eq!(p.accumulators.range, plain.accumulators.range);
+        p.finalize_all();
+        plain.finalize_all();
+        let lists = |p: &Pipeline| {
+            p.accumulators.series.values().flat_map(|s| s.buckets.values()).map(|c| c.lists).sum::<i64>()
+        };
+        assert_eq!((lists(&p), lists(&plain)), (2, 2));
     }
 
     /// An epoch in seconds (now, and the year 2286) read as milliseconds
