@@ -306,7 +306,7 @@ pub fn render(s: &Snapshot) -> String {
     for (outcome, n) in [("amended", s.counters.late_amended), ("dropped", s.counters.late_dropped)] {
         f.counter(
             &format!("{PREFIX}late_judgments_total"),
-            "Judgments (and UBI impression events) for lists already final, within late.horizon: amended (list re-scored) or dropped (late.policy)",
+            "Judgments (and impressions: UBI impression events, later pages) for lists already final, within late.horizon: amended (list re-scored) or dropped (late.policy)",
             &[("outcome", outcome)],
             n as f64,
         );
