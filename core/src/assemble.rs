@@ -115,7 +115,14 @@ impl DimensionBudget {
 
     /// Whether `value` may appear as a label value at `label`; admits it if
     /// there is room.
+    /// `unknown` (a value missing) and `__other__` are always admitted and
+    /// take no slot: traffic without a label must not use up the room of
+    /// an experiment's arms, so a label has at most `max_values` values
+    /// besides these two.
     fn admit(&mut self, label: usize, value: &str) -> bool {
+        if value == MISSING_DIMENSION || value == OTHER_DIMENSION {
+            return true;
+        }
         if self.max_value_bytes != 0 && value.len() > self.max_value_bytes {
             return false;
         }
@@ -2140,6 +2147,32 @@ mod tests {
         dims.sort();
         assert_eq!(dims, ["__other__", "__other__", "a", "a", "b"]);
         assert_eq!(out.iter().filter(|c| **c == Got::DimensionOverflow(0)).count(), 2);
+        assert_eq!(budget.lock().unwrap().admitted[0].len(), 2);
+    }
+
+    /// Lists without the label (`unknown`) and a producer's own `__other__`
+    /// come first and take none of the label's slots: the arms that follow
+    /// keep their names (a cold audit saw `candidate` lost to `__other__`
+    /// behind unlabelled traffic, so it was never compared).
+    #[test]
+    fn unlabelled_lists_take_no_dimension_slot() {
+        let budget = Arc::new(Mutex::new(DimensionBudget::new(1, 2, 100)));
+        let mut asm = Assembler::with_limits(limits(LatePolicy::Drop), vec!["ranker".into()], Some(budget.clone()));
+        let mut out = Vec::new();
+        let rankers = [None, Some(""), Some("__other__"), Some("control"), Some("candidate"), Some("third")];
+        for (n, ranker) in rankers.iter().enumerate() {
+            let e = imp(&format!("i{n}"), &format!("s{n}"), 0, &[("d", 1)]);
+            let e = match ranker {
+                None => e.replace(r#","dimensions":{"ranker":"a"}"#, ""),
+                Some(r) => e.replace(r#""ranker":"a""#, &format!(r#""ranker":"{r}""#)),
+            };
+            asm.ingest_t(&ev(&e), 0, None, &mut |c| out.push(c.into()));
+        }
+        asm.finalize_all(&mut |c| out.push(c.into()));
+        let mut dims: Vec<String> = out.iter().filter_map(final_of).map(|f| f.dims[0].clone()).collect();
+        dims.sort();
+        assert_eq!(dims, ["__other__", "__other__", "candidate", "control", "unknown", "unknown"]);
+        assert_eq!(out.iter().filter(|c| **c == Got::DimensionOverflow(0)).count(), 1, "only third");
         assert_eq!(budget.lock().unwrap().admitted[0].len(), 2);
     }
 
