@@ -25,6 +25,7 @@
 //! helpers); the rest is the typed sections with their defaults and their
 //! validation, one place for every key, which is why the file stays whole.
 
+use crate::metrics::list::Family;
 use crate::metrics::{Conventions, Gain, GaucWeight, Grade, IdealScope, NoRelevant};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
@@ -328,6 +329,25 @@ pub struct CompareConfig {
     pub power: f64,
     /// Smallest absolute difference of means worth detecting (metric units).
     pub effect: f64,
+    /// Standard deviation of the normal mixture over differences of the
+    /// anytime-valid test (metric units): it finds differences near this
+    /// size soonest; smaller finds small ones sooner and large ones later.
+    pub mixture_sd: f64,
+    /// The metric and cutoff that decide (`"ndcg@10"`, `"mrr@5"`): the
+    /// anytime-valid comparison, its alert and the status page's lead use
+    /// it alone. Unset: nDCG at 10, or at the largest cutoff when 10 is not
+    /// one; `""`: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub primary: Option<String>,
+    /// A session with no list for this long (event time) is over: a later
+    /// list of its id starts a new cluster (docs/metrics.md).
+    pub session_timeout: Span,
+    /// Most sessions held for their running sums (per instance); past it
+    /// the oldest go early and are counted.
+    pub max_sessions: usize,
+    /// Interleaving: the scale of preference the anytime-valid test of the
+    /// win rate is tuned for, in units of P(candidate wins) − P(it loses).
+    pub interleaving_effect: f64,
 }
 
 impl Default for CompareConfig {
@@ -339,6 +359,11 @@ impl Default for CompareConfig {
             alpha: 0.05,
             power: 0.8,
             effect: 0.01,
+            mixture_sd: 0.02,
+            primary: None,
+            session_timeout: span("30m"),
+            max_sessions: 1_000_000,
+            interleaving_effect: 0.1,
         }
     }
 }
@@ -1302,6 +1327,33 @@ impl Config {
         if !(c.effect > 0.0 && c.effect.is_finite()) {
             return Err(ConfigError::key("compare.effect", format!("must be above 0, got {}", c.effect)));
         }
+        if !(c.mixture_sd > 0.0 && c.mixture_sd.is_finite()) {
+            return Err(ConfigError::key("compare.mixture_sd", format!("must be above 0, got {}", c.mixture_sd)));
+        }
+        if !(c.interleaving_effect > 0.0 && c.interleaving_effect <= 1.0) {
+            return Err(ConfigError::key(
+                "compare.interleaving_effect",
+                format!("must be above 0 and at most 1, got {}", c.interleaving_effect),
+            ));
+        }
+        if let Some(primary) = c.primary.as_deref().filter(|p| !p.is_empty())
+            && self.primary_metric().is_none()
+        {
+            return Err(ConfigError::key(
+                "compare.primary",
+                format!(
+                    "{primary:?} is not a metric at one of metrics.cutoffs {:?}: write family@k with family one of {}",
+                    self.metrics.cutoffs,
+                    Family::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+        if c.session_timeout.ms() < 2 {
+            return Err(ConfigError::key("compare.session_timeout", "must be at least 2ms"));
+        }
+        if c.max_sessions == 0 {
+            return Err(ConfigError::key("compare.max_sessions", "must be at least 1"));
+        }
         let d = &self.debias;
         if d.max_rank > crate::debias::MAX_RANK {
             return Err(ConfigError::key(
@@ -1403,7 +1455,25 @@ impl Config {
                 .map(|(t, f)| (t.clone(), f.core()))
                 .collect(),
             click_ranks: self.debias.max_rank,
+            primary: self.primary_metric().map(|(family, i)| family as usize * self.metrics.cutoffs.len() + i),
+            session_timeout_ms: self.compare.session_timeout.ms(),
+            max_sessions: self.compare.max_sessions,
         }
+    }
+
+    /// `compare.primary` as (family, index in the sorted cutoffs); `None`
+    /// when `""` or not a configured metric.
+    pub fn primary_metric(&self) -> Option<(Family, usize)> {
+        let Some(primary) = self.compare.primary.as_deref() else {
+            let cutoffs = self.sorted_cutoffs();
+            let i = cutoffs.iter().position(|&k| k == 10).or(cutoffs.len().checked_sub(1))?;
+            return Some((Family::Ndcg, i));
+        };
+        let (name, k) = primary.split_once('@')?;
+        let family = *Family::ALL.iter().find(|f| f.name() == name)?;
+        let k: usize = k.parse().ok()?;
+        let i = self.sorted_cutoffs().iter().position(|&c| c == k)?;
+        Some((family, i))
     }
 
     pub fn sorted_cutoffs(&self) -> Vec<usize> {

@@ -5,7 +5,7 @@
 //! families; nothing is touched per event. Names and labels are a public
 //! contract (dashboards and alerts depend on them): see the README.
 
-use crate::accumulate::{Accumulators, Interleaving, Moments};
+use crate::accumulate::{Accumulators, Clusters, Interleaving, Moments};
 use crate::compare;
 use crate::config::{Config, Span};
 use crate::daemon::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
@@ -17,6 +17,7 @@ use crate::pipeline::OpsCounters;
 use crate::window::{window_cell, window_cells_by};
 use prometheus::proto::{Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Encoder, TextEncoder};
+use rankpulse_core::sequential;
 use std::collections::BTreeMap;
 
 pub const PREFIX: &str = "rankpulse_";
@@ -140,6 +141,8 @@ pub fn render(s: &Snapshot) -> String {
     let dim_labels = &config.dimensions.labels;
     let cutoffs = config.sorted_cutoffs();
     let k_text: Vec<String> = cutoffs.iter().map(|k| k.to_string()).collect();
+    // compare.primary as its labels (metric, k).
+    let primary = config.primary_metric().map(|(family, i)| (family.name(), k_text[i].clone()));
     let acc = s.accumulators;
     let propensities = propensities(&mut f, s);
 
@@ -222,6 +225,21 @@ pub fn render(s: &Snapshot) -> String {
                     n as f64,
                 );
             }
+            if let (Ok(wins), Ok(losses)) = (u64::try_from(outcomes.a_wins), u64::try_from(outcomes.b_wins))
+                && let Some((p, _)) = sequential::sign_mixture(wins, losses, config.compare.interleaving_effect)
+            {
+                f.gauge(
+                    &format!("{PREFIX}interleaving_sequential_p_value"),
+                    "Always-valid p-value of A wins against B wins since start (normal-mixture sign test, compare.interleaving_effect): below compare.alpha, one team is preferred, however often it is read",
+                    &with(&[], &dl),
+                    p,
+                );
+            }
+        }
+        if let Some((metric, k)) = &primary
+            && !series.clusters.is_empty()
+        {
+            primary_counters(&mut f, &with(&[(LABEL_METRIC, metric), (LABEL_K, k.as_str())], &dl), &series.clusters);
         }
         f.counter(
             &format!("{PREFIX}lists_finalized_total"),
@@ -248,6 +266,7 @@ pub fn render(s: &Snapshot) -> String {
     }
 
     comparisons(&mut f, s, &cutoffs, &k_text);
+    sequential_comparisons(&mut f, s);
 
     // Operation.
     for ((topic, kind), n) in &s.counters.events {
@@ -477,6 +496,101 @@ pub fn render(s: &Snapshot) -> String {
     }
     f.gauge(&format!("{PREFIX}build_info"), "Build information", &[("version", env!("CARGO_PKG_VERSION"))], 1.0);
     f.encode()
+}
+
+/// The session sums of the primary metric since start: with its `_sum`
+/// and `_count`, what the session-clustered variance needs, exact over
+/// instances (docs/metrics.md, "Sessions, not lists").
+fn primary_counters(f: &mut Families, labels: &[(&str, &str)], c: &Clusters) {
+    let (s_sq, cross, n_sq) = c.sums();
+    f.counter(
+        &format!("{PREFIX}primary_sessions_total"),
+        "Sessions with a list of compare.primary since start (a session idle for compare.session_timeout counts again)",
+        labels,
+        c.sessions as f64,
+    );
+    f.counter(
+        &format!("{PREFIX}primary_session_sum_squares"),
+        "Sum over sessions of S^2, S a session's sum of per-list compare.primary values",
+        labels,
+        s_sq,
+    );
+    f.counter(
+        &format!("{PREFIX}primary_session_sum_lists"),
+        "Sum over sessions of S*N, S a session's sum of per-list compare.primary values and N its lists",
+        labels,
+        cross,
+    );
+    f.counter(
+        &format!("{PREFIX}primary_session_lists_squares"),
+        "Sum over sessions of N^2, N a session's lists with a compare.primary value",
+        labels,
+        n_sq,
+    );
+}
+
+/// `rankpulse_compare_sequential_*`: every arm against `compare.baseline`
+/// on the primary metric, from the arms' first lists (since-start totals
+/// merged over the other labels), sessions as the unit: the anytime-valid
+/// decision. Per instance; the alert rules compute the same from the
+/// counters summed over instances.
+fn sequential_comparisons(f: &mut Families, s: &Snapshot) {
+    let config = s.config;
+    let c = &config.compare;
+    let (Some(arm_index), Some((family, i))) = (c.arm_index(&config.dimensions.labels), config.primary_metric()) else {
+        return;
+    };
+    let arm_label = config.dimensions.labels[arm_index].as_str();
+    let k = config.sorted_cutoffs()[i].to_string();
+    let arms = sequential::arms(s.accumulators, arm_index, family, i);
+    let clustered: BTreeMap<&str, (sequential::ClusteredMean, &Moments)> = arms
+        .iter()
+        .filter_map(|(arm, (m, cl))| Some((arm.as_str(), (sequential::clustered_mean(m, cl)?, m))))
+        .collect();
+    for (arm, (mean, moments)) in &clustered {
+        if let Some(d) = mean.design_effect(moments) {
+            f.gauge(
+                &format!("{PREFIX}primary_design_effect"),
+                "Session-clustered variance of the arm's compare.primary mean since start over the variance that takes lists as independent",
+                &[(arm_label, arm), (LABEL_METRIC, family.name()), (LABEL_K, &k)],
+                d,
+            );
+        }
+    }
+    let Some((baseline, _)) = clustered.get(c.baseline.as_str()) else { return };
+    for (arm, (candidate, _)) in clustered.iter().filter(|(arm, _)| c.compares(arm)) {
+        let Some(test) = sequential::mixture(candidate, baseline, c.mixture_sd, c.alpha) else { continue };
+        let labels = [(arm_label, *arm), (LABEL_METRIC, family.name()), (LABEL_K, k.as_str())];
+        for (name, help, value) in [
+            (
+                "compare_sequential_difference",
+                "compare.primary: mean of the arm minus mean of compare.baseline since their first lists",
+                test.difference,
+            ),
+            (
+                "compare_sequential_stderr",
+                "Standard error of rankpulse_compare_sequential_difference, sessions as clusters",
+                test.variance.sqrt(),
+            ),
+            (
+                "compare_sequential_lower",
+                "Lower bound of the confidence sequence of rankpulse_compare_sequential_difference at level 1 - compare.alpha: valid at every moment at once",
+                test.lower,
+            ),
+            (
+                "compare_sequential_upper",
+                "Upper bound of the confidence sequence of rankpulse_compare_sequential_difference at level 1 - compare.alpha: valid at every moment at once",
+                test.upper,
+            ),
+            (
+                "compare_sequential_p_value",
+                "Always-valid p-value of rankpulse_compare_sequential_difference (mixture SPRT, scale compare.mixture_sd): below compare.alpha exactly when the confidence sequence excludes 0",
+                test.p_value,
+            ),
+        ] {
+            f.gauge(&format!("{PREFIX}{name}"), help, &labels, value);
+        }
+    }
 }
 
 /// `rankpulse_compare_*`: every arm against `compare.baseline`, per metric

@@ -1414,20 +1414,23 @@ fn series_per_combination_and_per_compared_arm_are_as_documented() {
     let config = rankpulse::config::Config::default();
     let (cutoffs, windows) = (config.metrics.cutoffs.len(), config.windows.spans.len());
     let pairs = 6 * cutoffs + 1;
-    let per_combination = |skip: bool| 2 * pairs * windows + 3 * pairs + windows + 1 + 2 + 8 + if skip { 6 } else { 0 };
+    // The 4: compare.primary's session sums.
+    let per_combination =
+        |skip: bool| 2 * pairs * windows + 3 * pairs + windows + 1 + 2 + 8 + 4 + if skip { 6 } else { 0 };
     for (skip, env) in [(false, vec![]), (true, vec![("RANKPULSE__METRICS__NO_RELEVANT", "skip")])] {
         let (code, out, err) = replay_env(&env, &[], &file.0);
         assert_eq!(code, 0, "{err}");
         let series = |pattern: &str| out.lines().filter(|l| !l.starts_with('#') && l.contains(pattern)).count();
         assert_eq!(series(r#"ranker="control",market="us""#), per_combination(skip), "no_relevant skip: {skip}\n{out}");
         let compared = out.lines().filter(|l| l.starts_with("rankpulse_compare_")).count();
-        assert_eq!(compared, 4 * pairs * windows, "{out}");
+        // Welch per metric and window; the anytime-valid five on compare.primary.
+        assert_eq!(compared, 4 * pairs * windows + 5, "{out}");
         assert!(
             out.lines().filter(|l| l.starts_with("rankpulse_compare_")).all(|l| l.contains(r#"ranker="candidate""#))
         );
     }
     // The figures docs/operations.md and config/default.toml give.
-    assert_eq!((per_combination(false), per_combination(true), 4 * pairs * windows), (239, 245, 300));
+    assert_eq!((per_combination(false), per_combination(true), 4 * pairs * windows + 5), (243, 249, 305));
 }
 
 /// A list whose second page comes under another ranker (an experiment

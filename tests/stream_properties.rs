@@ -15,13 +15,17 @@ use rankpulse::metrics::Grade;
 use rankpulse::metrics::list::{ListScore, ListScorer};
 use rankpulse::pipeline::Pipeline;
 use rankpulse::window::window_cell;
+use rankpulse_core::sessions::SessionLedger;
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use rankpulse_testkit::Rng;
 
 /// Ground truth of one list, as the batch computation sees it.
 struct TrueList {
+    /// Its session: the unit of the session sums.
+    session: String,
     dims: Arc<[String]>,
     impression_ms: i64,
     shown: Vec<Grade>,
@@ -147,6 +151,7 @@ fn scenario(seed: u64) -> Scenario {
         }
         let shown = docs.iter().map(|d| grades.get(d).copied().unwrap_or(0)).collect();
         s.lists.push(TrueList {
+            session: session.clone(),
             dims: vec![ranker.to_string(), "us".to_string()].into(),
             impression_ms: t_imp,
             shown,
@@ -172,9 +177,19 @@ fn batch(config: &Config, lists: &[TrueList]) -> Accumulators {
     let mut scorer = ListScorer::new(config.conventions(), cutoffs.clone());
     let mut score = ListScore::new(cutoffs.len());
     let mut acc = Accumulators::new(cutoffs.len(), config.windows.bucket.ms());
+    // Session sums of the primary metric: a session's lists under one
+    // ranker are one cluster (the scenario spans minutes: no timeout).
+    let primary = config.pipeline_settings().primary;
+    let mut ledger = SessionLedger::new(3_600_000, usize::MAX);
     for l in lists {
         scorer.score(&l.shown, l.scores.as_deref(), &l.judged, &mut score);
-        acc.fold(&l.dims, l.impression_ms, &score);
+        let clusters = acc.fold(&l.dims, l.impression_ms, &score);
+        if let Some(value) = primary.and_then(|i| score.values[i]) {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            l.session.hash(&mut h);
+            let arm = u32::from(&*l.dims[0] == "candidate");
+            ledger.add(h.finish(), arm, value, l.impression_ms, clusters);
+        }
     }
     acc
 }

@@ -65,6 +65,7 @@ fn checkpoint(config: &Config, lists: usize, seed: u64) -> Checkpoint {
                 owned: true,
                 offsets: BTreeMap::from([(IMPRESSIONS.to_string(), o[0]), (JUDGMENTS.to_string(), o[1])]),
                 assembler: pipeline.assembler().state(),
+                sessions: pipeline.sessions().clone(),
                 accumulators: pipeline.accumulators().clone(),
                 counters: pipeline.counters().clone(),
             })

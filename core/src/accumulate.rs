@@ -533,6 +533,98 @@ impl Cell {
 
 static EMPTY: Moments = Moments { sum: 0, sum_sq: 0, weight: 0, weight_sq: 0, count: 0 };
 
+/// One session's running sums of the primary metric, held by
+/// [`crate::sessions::SessionLedger`] while the session may still finalize
+/// lists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionSums {
+    /// S: the session's per-list values, in units of 2^-52.
+    pub sum: i128,
+    /// N: its lists.
+    pub lists: u32,
+}
+
+/// The session sums of one series' primary metric since start: with the
+/// metric's [`Moments`] (ΣS and ΣN), everything the session-clustered
+/// variance needs ([`crate::sequential::clustered_mean`]).
+///
+/// A session's S and N grow list by list, so the sums of squares grow by
+/// differences: (S + x)² − S², (S + x)(N + 1) − S·N, (N + 1)² − N². They
+/// add up to Σ over sessions of S², S·N and N² exactly, whatever the order
+/// and the split over shards and instances (integers, wrapping like
+/// [`Moments`]), and they never decrease: Prometheus counters. Like the
+/// other since-start totals they keep each list's value at its first
+/// finalization (a late amendment changes windows only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Clusters {
+    /// Sessions with at least one list of the metric.
+    pub sessions: i64,
+    /// Σ S², each S² rounded to a unit of 2^-52 ([`square`]).
+    pub sum_sq: i128,
+    /// Σ S·N, in units of 2^-52.
+    pub cross: i128,
+    /// Σ N².
+    pub count_sq: i64,
+}
+
+impl Clusters {
+    /// Adds one list's `value` to the session whose running sums are
+    /// `session` (all zero for a session not seen before).
+    #[inline]
+    pub fn add(&mut self, session: &mut SessionSums, value: f64) {
+        let q = Quantized::of(value).q;
+        let (s0, n0) = (session.sum, i128::from(session.lists));
+        let (s1, n1) = (s0.wrapping_add(q), n0 + 1);
+        if n0 == 0 {
+            self.sessions = self.sessions.wrapping_add(1);
+        }
+        self.sum_sq = self.sum_sq.wrapping_add(square(s1).wrapping_sub(square(s0)));
+        self.cross = self.cross.wrapping_add(s1.wrapping_mul(n1).wrapping_sub(s0.wrapping_mul(n0)));
+        self.count_sq = self.count_sq.wrapping_add((2 * n0 + 1) as i64);
+        session.sum = s1;
+        session.lists = session.lists.saturating_add(1);
+    }
+
+    pub fn merge(&mut self, other: &Clusters) {
+        self.sessions = self.sessions.wrapping_add(other.sessions);
+        self.sum_sq = self.sum_sq.wrapping_add(other.sum_sq);
+        self.cross = self.cross.wrapping_add(other.cross);
+        self.count_sq = self.count_sq.wrapping_add(other.count_sq);
+    }
+
+    /// Takes another's sums out (the sums of a window: the counters at its
+    /// end less those at its start).
+    pub fn unmerge(&mut self, other: &Clusters) {
+        self.sessions = self.sessions.wrapping_sub(other.sessions);
+        self.sum_sq = self.sum_sq.wrapping_sub(other.sum_sq);
+        self.cross = self.cross.wrapping_sub(other.cross);
+        self.count_sq = self.count_sq.wrapping_sub(other.count_sq);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Clusters::default()
+    }
+
+    /// (Σ S², Σ S·N, Σ N²) as floats: the exposed counters.
+    pub fn sums(&self) -> (f64, f64, f64) {
+        (self.sum_sq as f64 / SCALE, self.cross as f64 / SCALE, self.count_sq as f64)
+    }
+}
+
+/// S² for S in units of 2^-52, in the same units, rounded half up: exact
+/// integer arithmetic while |S| < 2^63 (a session summing to 2,048), a
+/// deterministic float past it. Only ever applied to a session's whole S,
+/// so Σ S² telescopes to the same integer in any order.
+fn square(s: i128) -> i128 {
+    let a = s.unsigned_abs();
+    if a < 1 << 63 {
+        ((a * a + (1 << (SCALE_BITS - 1))) >> SCALE_BITS) as i128
+    } else {
+        let f = a as f64 / SCALE;
+        (f * f * SCALE) as i128
+    }
+}
+
 /// Everything known about the lists of one combination of dimension values.
 ///
 /// A list goes into one cell, its time bucket; the since-start totals are
@@ -557,6 +649,9 @@ pub struct Series {
     /// Lists with nothing relevant judged, by kind, counted under either
     /// `no_relevant` policy.
     pub no_relevant: BTreeMap<Relevance, i64>,
+    /// Session sums of the primary metric (`compare.primary`) since start;
+    /// empty when nothing names one.
+    pub clusters: Clusters,
 }
 
 impl Series {
@@ -597,6 +692,7 @@ impl PartialEq for Series {
             && self.buckets == other.buckets
             && self.excluded == other.excluded
             && self.no_relevant == other.no_relevant
+            && self.clusters == other.clusters
     }
 }
 
@@ -680,8 +776,10 @@ impl Accumulators {
     }
 
     /// Folds one scored list in.
-    pub fn fold(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore) {
-        self.apply(dims, impression_ms, score, 1);
+    /// Folds one scored list in. Returns its series' session sums, which
+    /// the pipeline adds the list's session to (one lookup of the series).
+    pub fn fold(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore) -> &mut Clusters {
+        &mut self.apply(dims, impression_ms, score, 1).clusters
     }
 
     /// Takes a list's earlier contribution back out.
@@ -712,7 +810,7 @@ impl Accumulators {
         Arc::make_mut(self.series.entry(dims.clone()).or_default())
     }
 
-    fn apply(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore, sign: i64) {
+    fn apply(&mut self, dims: &Arc<[String]>, impression_ms: i64, score: &ListScore, sign: i64) -> &mut Series {
         let cutoffs = self.cutoffs;
         let bucket = self.bucket_of(impression_ms);
         let in_range = self.range.contains(bucket);
@@ -737,7 +835,7 @@ impl Accumulators {
             for mean in Family::ALL.iter().map(|&f| Mean::Family(f)).chain([Mean::Gauc]) {
                 *series.excluded.entry((mean, Exclusion::Randomized)).or_default() += sign;
             }
-            return;
+            return series;
         }
         for &family in Family::ALL {
             let first = score.values.get(family as usize * cutoffs).copied().flatten();
@@ -748,6 +846,7 @@ impl Accumulators {
         if score.gauc.is_none() {
             *series.excluded.entry((Mean::Gauc, Exclusion::SingleClass)).or_default() += sign;
         }
+        series
     }
 
     /// Merges another shard's accumulators (exact, any order).
@@ -767,6 +866,7 @@ impl Accumulators {
             for (k, v) in &theirs.no_relevant {
                 *ours.no_relevant.entry(*k).or_default() += v;
             }
+            ours.clusters.merge(&theirs.clusters);
         }
     }
 

@@ -269,9 +269,18 @@ fn tuple_hash<'a>(values: impl Iterator<Item = &'a str>) -> u64 {
     hasher.digest()
 }
 
-/// Hash key of (session_id, query_id): 128 bits, so collisions between the
-/// lists of a day are out of reach (p ≈ n² / 2^129).
+/// Hash key of (session_id, query_id): the high 64 bits hash the session
+/// alone ([`session_of`]: the session-clustered statistics need it at
+/// finalization), the low 64 bits the pair. Two lists collide only when
+/// both halves do: lists of one session on the low half (p ≈ q² / 2^65 for
+/// q searches of a session), of different sessions on both (out of reach).
+/// The store hashes the low bits.
 pub type ListKey = u128;
+
+/// The session part of a list's key.
+pub fn session_of(key: ListKey) -> u64 {
+    (key >> 64) as u64
+}
 
 pub fn list_key(session_id: &str, query_id: Option<&str>) -> ListKey {
     // One buffer on the stack for the common short ids; the separator byte
@@ -290,7 +299,7 @@ pub fn list_key(session_id: &str, query_id: Option<&str>) -> ListKey {
     buf[session_id.len()] = 0xff;
     buf[session_id.len() + 1] = u8::from(query_id.is_some());
     buf[session_id.len() + 2..].copy_from_slice(q.as_bytes());
-    xxh3_128(buf)
+    (u128::from(xxh3_64(session_id.as_bytes())) << 64) | u128::from(xxh3_128(buf) as u64)
 }
 
 fn doc_hash(doc_id: &str) -> u64 {
@@ -368,6 +377,10 @@ pub struct Source {
 pub struct FinalList<'a> {
     /// The list's configured dimension values, in `dimensions.labels` order.
     pub dims: &'a Arc<[String]>,
+    /// Their id in this assembler, and the hash of the list's session: a
+    /// session's lists are one cluster of the session-clustered statistics.
+    pub dims_id: DimsId,
+    pub session: u64,
     /// Impression event time (ms): decides the time bucket.
     pub impression_ms: i64,
     /// Grades of the shown results in position order (unjudged = 0).
@@ -408,9 +421,11 @@ struct FinalBuffers {
 const LINEAR_MAX: usize = 32;
 
 impl FinalBuffers {
-    fn view<'a>(&'a self, dimensions: &'a Dimensions) -> Option<FinalList<'a>> {
+    fn view<'a>(&'a self, dimensions: &'a Dimensions, key: ListKey) -> Option<FinalList<'a>> {
         Some(FinalList {
             dims: dimensions.values.get(self.dims as usize)?,
+            dims_id: self.dims,
+            session: session_of(key),
             impression_ms: self.impression_ms,
             shown: &self.shown,
             scores: self.scored.then_some(&self.scores[..]),
@@ -1009,7 +1024,7 @@ impl Assembler {
             self.closed_lists.load_at(start, list);
             let buffers = &mut self.finals[0];
             if finalize(list, buffers)
-                && let Some(old) = buffers.view(&self.dimensions)
+                && let Some(old) = buffers.view(&self.dimensions, key)
             {
                 sink(Closed::Withdrawn(old));
             }
@@ -1186,7 +1201,7 @@ impl Assembler {
         if self.closed_lists.load(key, &mut list) {
             let buffers = &mut self.finals[0];
             if finalize(&mut list, buffers)
-                && let Some(new) = buffers.view(&self.dimensions)
+                && let Some(new) = buffers.view(&self.dimensions, key)
             {
                 sink(Closed::Reinstated(new));
             }
@@ -1301,7 +1316,7 @@ impl Assembler {
 
     fn close(&mut self, key: ListKey, list: &mut OpenList, evicted: bool, sink: &mut impl FnMut(Closed)) {
         let buffers = &mut self.finals[0];
-        match finalize(list, buffers).then(|| buffers.view(&self.dimensions)).flatten() {
+        match finalize(list, buffers).then(|| buffers.view(&self.dimensions, key)).flatten() {
             Some(f) => {
                 sink(if evicted { Closed::Evicted(f) } else { Closed::Final(f) });
                 if self.limits.late_horizon_ms > 0 {

@@ -17,6 +17,9 @@
 //!   values × time bucket; [`window`]: rolling windows out of them.
 //! - [`compare`]: candidate against baseline (Welch), lists needed, the
 //!   sign test of interleaving: read-time statistics of merged sums.
+//! - [`sessions`]: each session's running sums, so that sessions, not
+//!   lists, are the unit of analysis; [`sequential`]: the anytime-valid
+//!   comparison of arms and of interleaving built on them.
 //! - [`pipeline`]: the stages above as one shard, built from
 //!   [`pipeline::PipelineSettings`].
 //! - [`debias`]: position-debiased click metrics under the position-based
@@ -58,4 +61,6 @@ pub mod event;
 pub mod interleave;
 pub mod metrics;
 pub mod pipeline;
+pub mod sequential;
+pub mod sessions;
 pub mod window;

@@ -13,6 +13,7 @@ use crate::assemble::{Applied, Assembler, AssemblerState, AssemblyLimits, Closed
 use crate::event::{DecodeLimits, Event, EventKind, Format, IgnoreReason, RejectReason, decode_as};
 use crate::metrics::Conventions;
 use crate::metrics::list::{ListScore, ListScorer};
+use crate::sessions::SessionLedger;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -98,6 +99,13 @@ pub struct PipelineSettings {
     pub formats: Vec<(String, Format)>,
     /// `debias.max_rank`: ranks of the position-debiased click metrics (0: off).
     pub click_ranks: usize,
+    /// `compare.primary`: the index in [`ListScore::values`] of the metric
+    /// whose session sums are kept (`None`: none).
+    pub primary: Option<usize>,
+    /// `compare.session_timeout`, ms, and this shard's share of
+    /// `compare.max_sessions` (see [`SessionLedger`]).
+    pub session_timeout_ms: i64,
+    pub max_sessions: usize,
 }
 
 impl Default for PipelineSettings {
@@ -117,6 +125,10 @@ impl Default for PipelineSettings {
             min_timestamp_ms: MIN_TIMESTAMP_MS,
             formats: Vec::new(),
             click_ranks: 0,
+            // nDCG@10: Ndcg is the first family, 10 the fourth cutoff.
+            primary: Some(3),
+            session_timeout_ms: 1_800_000,
+            max_sessions: 1_000_000,
         }
     }
 }
@@ -222,6 +234,10 @@ pub struct Pipeline {
     score: ListScore,
     accumulators: Accumulators,
     counters: OpsCounters,
+    /// `compare.primary`'s index in the list values, and the running sums
+    /// of the sessions its values join.
+    primary: Option<usize>,
+    sessions: SessionLedger,
     /// Dimension values admitted so far, shared with the instance's other shards.
     budget: Arc<Mutex<DimensionBudget>>,
     /// `input.max_future_skew`, ms.
@@ -263,6 +279,8 @@ impl Pipeline {
                 a
             },
             counters: OpsCounters::default(),
+            primary: settings.primary,
+            sessions: SessionLedger::new(settings.session_timeout_ms, settings.max_sessions),
             budget,
             max_future_skew_ms: settings.max_future_skew_ms,
             min_timestamp_ms: settings.min_timestamp_ms,
@@ -290,17 +308,35 @@ impl Pipeline {
         &self.counters
     }
 
+    /// The sessions whose lists may still come (a checkpoint holds them).
+    pub fn sessions(&self) -> &SessionLedger {
+        &self.sessions
+    }
+
+    /// This shard's share of `compare.max_sessions`.
+    pub fn set_max_sessions(&mut self, max: usize) {
+        self.sessions.set_max_sessions(max);
+    }
+
     /// Puts back the lists of a checkpoint; with `sums`, its series and
     /// counters too. The cutoffs, bucket width and range stay this
     /// pipeline's: they come from its settings, never from a file (a
     /// corrupt one could claim any bucket width; the fuzz target
     /// `checkpoint` found one asking for 40 GB).
-    pub fn restore(&mut self, lists: AssemblerState, sums: Option<(Accumulators, OpsCounters)>) {
+    pub fn restore(
+        &mut self,
+        lists: AssemblerState,
+        sessions: SessionLedger,
+        sums: Option<(Accumulators, OpsCounters)>,
+    ) {
         if let Some((accumulators, counters)) = sums {
             self.accumulators.series = accumulators.series;
             self.counters = counters;
         }
         self.assembler.restore(lists);
+        // Session keys name the assembler's dimension ids, restored above
+        // in the same order.
+        self.sessions.restore(sessions);
     }
 
     /// Takes `from`'s counters that checkpoints do not hold (counted since
@@ -463,9 +499,10 @@ impl Pipeline {
         };
         self.accumulators.set_now(window_now);
         let kind = event.kind();
-        let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
+        let Pipeline { assembler, scorer, score, accumulators, counters, primary, sessions, .. } = self;
+        let mut sessions = Sessions { primary: *primary, ledger: sessions };
         let applied = assembler.ingest(event, topic, clock.arrival_ms(), source, &mut |closed| {
-            fold(scorer, score, accumulators, counters, closed);
+            fold(scorer, score, accumulators, counters, &mut sessions, closed);
         });
         self.last_discarded = matches!(applied, Applied::Duplicate | Applied::TooLarge);
         if self.last_discarded && previous_newest > i64::MIN {
@@ -496,17 +533,19 @@ impl Pipeline {
     /// Finalizes lists whose gap has elapsed (event time; and processing
     /// time when `now_ms` is given).
     pub fn finalize_expired(&mut self, now_ms: Option<i64>) {
-        let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
+        let Pipeline { assembler, scorer, score, accumulators, counters, primary, sessions, .. } = self;
+        let mut sessions = Sessions { primary: *primary, ledger: sessions };
         assembler.finalize_expired(now_ms, &mut |closed| {
-            fold(scorer, score, accumulators, counters, closed);
+            fold(scorer, score, accumulators, counters, &mut sessions, closed);
         });
     }
 
     /// Finalizes everything still open.
     pub fn finalize_all(&mut self) {
-        let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
+        let Pipeline { assembler, scorer, score, accumulators, counters, primary, sessions, .. } = self;
+        let mut sessions = Sessions { primary: *primary, ledger: sessions };
         assembler.finalize_all(&mut |closed| {
-            fold(scorer, score, accumulators, counters, closed);
+            fold(scorer, score, accumulators, counters, &mut sessions, closed);
         });
     }
 
@@ -531,13 +570,37 @@ impl Pipeline {
     pub fn drop_lists(&mut self) {
         // Final lists taken out of the windows for late judgments go back
         // first: they were counted here.
-        let Pipeline { assembler, scorer, score, accumulators, counters, .. } = self;
-        assembler.reinstate_withdrawn(&mut |closed| fold(scorer, score, accumulators, counters, closed));
+        let Pipeline { assembler, scorer, score, accumulators, counters, primary, sessions, .. } = self;
+        let mut sessions = Sessions { primary: *primary, ledger: sessions };
+        assembler.reinstate_withdrawn(&mut |closed| fold(scorer, score, accumulators, counters, &mut sessions, closed));
         self.assembler = Assembler::with_limits(
             self.assembler.limits,
             self.assembler.dimensions.labels.clone(),
             Some(self.budget.clone()),
         );
+        // Their sessions go too: the partition's new owner has them.
+        self.sessions.clear();
+    }
+}
+
+/// What [`fold`] needs for the session sums: the primary metric's index
+/// and the shard's ledger.
+struct Sessions<'a> {
+    primary: Option<usize>,
+    ledger: &'a mut SessionLedger,
+}
+
+impl Sessions<'_> {
+    /// A list's first finalization: its primary value joins its session.
+    /// Randomized lists are in no quality mean, so in no session sum.
+    fn add(&mut self, list: &FinalList, score: &ListScore, clusters: &mut crate::accumulate::Clusters) {
+        let Some(i) = self.primary else { return };
+        if score.randomized {
+            return;
+        }
+        if let Some(Some(value)) = score.values.get(i) {
+            self.ledger.add(list.session, list.dims_id, *value, list.impression_ms, clusters);
+        }
     }
 }
 
@@ -546,6 +609,7 @@ fn fold(
     score: &mut ListScore,
     accumulators: &mut Accumulators,
     counters: &mut OpsCounters,
+    sessions: &mut Sessions,
     closed: Closed,
 ) {
     let mut score_list = |list: &FinalList, score: &mut ListScore| {
@@ -558,12 +622,14 @@ fn fold(
     match closed {
         Closed::Final(list) => {
             score_list(&list, score);
-            accumulators.fold(list.dims, list.impression_ms, score);
+            let clusters = accumulators.fold(list.dims, list.impression_ms, score);
+            sessions.add(&list, score, clusters);
         }
         Closed::Evicted(list) => {
             counters.evicted += 1;
             score_list(&list, score);
-            accumulators.fold(list.dims, list.impression_ms, score);
+            let clusters = accumulators.fold(list.dims, list.impression_ms, score);
+            sessions.add(&list, score, clusters);
         }
         // The withdrawn values are recomputed from the same list as when it
         // was folded in: the engine is deterministic, so the retraction is

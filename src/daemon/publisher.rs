@@ -31,6 +31,7 @@ use crate::kafka::PartitionState;
 use crate::pipeline::OpsCounters;
 use crate::publish::{Snapshot, render};
 use crate::state::{Checkpoint, ShardCheckpoint, StateError, StateStore};
+use rankpulse_core::sessions::SessionLedger;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
@@ -74,6 +75,7 @@ pub(super) struct ShardSnapshot {
     pub owned: bool,
     pub offsets: BTreeMap<String, i64>,
     pub assembler: AssemblerSnapshot,
+    pub sessions: SessionLedger,
     pub accumulators: Accumulators,
     pub counters: OpsCounters,
 }
@@ -259,6 +261,7 @@ impl Worker {
                     owned: s.owned,
                     offsets: s.offsets,
                     assembler: s.assembler.into_state(),
+                    sessions: s.sessions,
                     accumulators: s.accumulators,
                     counters: s.counters,
                 }

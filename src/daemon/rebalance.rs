@@ -85,8 +85,11 @@ impl Daemon {
         // shared by the shards that can grow.
         let owned = self.shards.values().filter(|s| s.owned).count();
         let share = self.config.session.max_open_lists.div_ceil(owned.max(1)).max(1);
+        // compare.max_sessions is shared the same way.
+        let sessions = self.config.compare.max_sessions.div_ceil(owned.max(1)).max(1);
         for shard in self.shards.values_mut() {
             shard.pipeline.set_max_open_lists(share);
+            shard.pipeline.set_max_sessions(sessions);
         }
     }
 

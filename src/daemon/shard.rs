@@ -63,7 +63,7 @@ impl Shard {
     /// [`crate::state::decode`] refused whatever numbers no stream makes.
     pub(super) fn restore(&mut self, c: ShardCheckpoint, whole: bool) {
         let sums = whole.then_some((c.accumulators, c.counters));
-        self.pipeline.restore(c.assembler, sums);
+        self.pipeline.restore(c.assembler, c.sessions, sums);
         self.next_offsets = c.offsets;
     }
 
@@ -84,6 +84,7 @@ impl Shard {
             owned: self.owned,
             offsets: self.next_offsets.clone(),
             assembler: self.pipeline.assembler().snapshot(),
+            sessions: self.pipeline.sessions().clone(),
             accumulators: self.pipeline.accumulators().clone(),
             counters: self.pipeline.counters().clone(),
         }

@@ -1717,6 +1717,7 @@ mod tests {
                 owned: true,
                 offsets: BTreeMap::from([("t".to_string(), lists as i64)]),
                 assembler: p.assembler().state(),
+                sessions: p.sessions().clone(),
                 accumulators: p.accumulators().clone(),
                 counters: p.counters().clone(),
             }],

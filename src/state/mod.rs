@@ -24,6 +24,7 @@ use crate::accumulate::Accumulators;
 use crate::assemble::{AssemblerState, DimensionBudget};
 use crate::config::{Config, StateBackend};
 use crate::pipeline::OpsCounters;
+use rankpulse_core::sessions::SessionLedger;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -38,7 +39,7 @@ pub use dir::DirStore;
 pub use kafka::{InstanceSummary, KafkaStore, ShardSummary};
 
 /// First bytes of a checkpoint; the trailing digits are the format version.
-const MAGIC: &[u8; 8] = b"RPCKPT04";
+const MAGIC: &[u8; 8] = b"RPCKPT05";
 /// Header: magic, payload length (u64 LE), payload checksum (xxh3-64, LE).
 const HEADER_LEN: usize = 8 + 8 + 8;
 pub const EXTENSION: &str = "ckpt";
@@ -133,6 +134,9 @@ pub struct ShardCheckpoint {
     /// Next offset to consume, per topic: everything before is in this state.
     pub offsets: BTreeMap<String, i64>,
     pub assembler: AssemblerState,
+    /// The running sums of the sessions whose lists may still come: they
+    /// go with the lists (and keys name the assembler's dimension ids).
+    pub sessions: SessionLedger,
     /// The core's own types, serialized as they are (their enum keys by
     /// name, see `serde_by_name!`).
     pub accumulators: Accumulators,
@@ -546,6 +550,7 @@ mod tests {
             owned: true,
             offsets: BTreeMap::from([("t".to_string(), 7)]),
             assembler: p.assembler().state(),
+            sessions: p.sessions().clone(),
             accumulators: p.accumulators().clone(),
             counters: p.counters().clone(),
         }
@@ -586,7 +591,7 @@ mod tests {
         let mut second = Pipeline::new(&cfg.pipeline_settings());
         let shard = restored.shards.into_iter().next().unwrap();
         let sums = (shard.accumulators, shard.counters);
-        second.restore(shard.assembler, Some(sums));
+        second.restore(shard.assembler, shard.sessions, Some(sums));
         for e in &evs[37..] {
             let _ = second.ingest("t", e.as_bytes(), crate::pipeline::Clock::replay(), None);
         }
@@ -640,6 +645,7 @@ mod tests {
             owned: true,
             offsets: BTreeMap::new(),
             assembler: Pipeline::new(&Config::default().pipeline_settings()).assembler().state(),
+            sessions: SessionLedger::default(),
             accumulators,
             counters,
         };
