@@ -1,6 +1,10 @@
-//! The status page at `/`: first every arm against the baseline (the
-//! comparison of `[compare]`), then per-arm charts of the windowed metrics
-//! over the last hour with the breakdown by the other labels as a table.
+//! The status page at `/`: first the decision (every arm against the
+//! baseline on `compare.primary`, anytime-valid, with its confidence
+//! sequence over the last hour), then the windowed comparisons of every
+//! charted metric (descriptive, never coloured: a window read again and
+//! again is no test), then per-arm charts of the windowed metrics with the
+//! breakdown by the other labels as a table. Only what is valid however
+//! often it is looked at gets a colour.
 //! Server-rendered HTML with inline SVG: no scripts, no build chain,
 //! refreshes itself.
 //!
@@ -8,10 +12,11 @@
 //! publishes (every [`SAMPLE_EVERY_MS`]); the page only reads that history.
 
 use crate::accumulate::{Accumulators, Cell, Interleaving, Moments};
-use crate::compare::{Comparison, interleaving_delta, sign_test, welch};
+use crate::compare::{Comparison, interleaving_delta, welch};
 use crate::config::Config;
 use crate::metrics::list::Family;
 use crate::window::{window_cell, window_cells_by};
+use rankpulse_core::sequential::{self, Sequential};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
@@ -26,6 +31,9 @@ pub const CHARTED: [&str; 4] = ["ndcg", "mrr", "err", "gauc"];
 /// One sample of one series: (mean, standard error, lists).
 pub type Point = (f64, Option<f64>, i64);
 
+/// One sample of a confidence sequence: (lower, difference, upper).
+pub type Bounds = (f64, f64, f64);
+
 /// One arm against the baseline on one charted metric, as last sampled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArmComparison {
@@ -34,6 +42,16 @@ pub struct ArmComparison {
     pub comparison: Comparison,
     /// Lists of the arm and of the baseline in the window.
     pub lists: (i64, i64),
+}
+
+/// One arm against the baseline on the primary metric, since their first
+/// lists, sessions as the unit: the decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub arm: String,
+    pub test: Sequential,
+    /// Sessions of the arm and of the baseline.
+    pub sessions: (f64, f64),
 }
 
 /// Sampled history of the headline series.
@@ -62,8 +80,15 @@ pub struct History {
     /// Latest comparisons, arm by arm in CHARTED order.
     pub comparisons: Vec<ArmComparison>,
     /// Latest interleaving outcomes over the compared window, per series
-    /// that has any.
-    pub interleaving: Vec<(Vec<String>, Interleaving)>,
+    /// that has any, with the always-valid p-value since start.
+    pub interleaving: Vec<(Vec<String>, Interleaving, Option<f64>)>,
+    /// `compare.primary` as (family, cutoff index, title), when set.
+    pub primary: Option<(Family, usize, String)>,
+    /// Latest decisions, arm by arm.
+    pub decisions: Vec<Decision>,
+    /// Each arm's confidence sequence (lower, difference, upper), aligned
+    /// with `times`.
+    pub sequences: BTreeMap<String, VecDeque<Option<Bounds>>>,
 }
 
 fn charted<'c>(cell: &'c Cell, metric: &str, cutoffs: usize, k_index: usize) -> &'c Moments {
@@ -90,7 +115,15 @@ impl History {
         };
         let labels = config.dimensions.labels.clone();
         let arm = config.compare.arm_index(&labels).map(|i| (labels[i].clone(), config.compare.baseline.clone()));
+        let primary = config.primary_metric().map(|(family, i)| {
+            let title = match family {
+                Family::Ndcg => format!("nDCG@{}", cutoffs[i]),
+                f => format!("{}@{}", f.name().to_uppercase(), cutoffs[i]),
+            };
+            (family, i, title)
+        });
         History {
+            primary,
             k,
             window: by_length(false),
             compare_window: by_length(true),
@@ -141,6 +174,29 @@ impl History {
                 samples.resize(n + 1, None);
             }
         }
+        self.decisions.clear();
+        if let (Some(i), Some((_, baseline)), Some((family, k_index, _))) = (arm_index, &self.arm, &self.primary) {
+            let arms = sequential::arms(acc, i, *family, *k_index);
+            let clustered = |arm: &str| arms.get(arm).and_then(|(m, c)| sequential::clustered_mean(m, c));
+            if let Some(base) = clustered(baseline) {
+                for arm in arms.keys().filter(|a| config.compare.compares(a)) {
+                    let Some(candidate) = clustered(arm) else { continue };
+                    let c = &config.compare;
+                    if let Some(test) = sequential::mixture(&candidate, &base, c.mixture_sd, c.alpha) {
+                        let sessions = (candidate.sessions, base.sessions);
+                        self.decisions.push(Decision { arm: arm.clone(), test, sessions });
+                    }
+                }
+            }
+        }
+        for d in &self.decisions {
+            let samples = self.sequences.entry(d.arm.clone()).or_default();
+            samples.resize(n, None);
+            samples.push_back(Some((d.test.lower, d.test.difference, d.test.upper)));
+        }
+        for samples in self.sequences.values_mut() {
+            samples.resize(n + 1, None);
+        }
         while self.times.front().is_some_and(|&t| now_ms - t > HISTORY_MS) {
             self.times.pop_front();
             for metrics in self.series.values_mut() {
@@ -148,13 +204,21 @@ impl History {
                     samples.pop_front();
                 }
             }
+            for samples in self.sequences.values_mut() {
+                samples.pop_front();
+            }
         }
         self.interleaving.clear();
         let compare_ms = span_of(&self.compare_window);
         for (dims, s) in &acc.series {
             let outcomes = window_cell(acc, s, now_ms, compare_ms).interleaving;
             if outcomes.lists() > 0 {
-                self.interleaving.push((dims.to_vec(), outcomes));
+                let total = s.total().interleaving;
+                let p = match (u64::try_from(total.a_wins), u64::try_from(total.b_wins)) {
+                    (Ok(w), Ok(l)) => sequential::sign_mixture(w, l, config.compare.interleaving_effect).map(|x| x.0),
+                    _ => None,
+                };
+                self.interleaving.push((dims.to_vec(), outcomes, p));
             }
         }
         self.comparisons.clear();
@@ -230,6 +294,7 @@ pub fn render_page(h: &History, ready: bool) -> String {
         out.push_str("<p>No list finalized yet: waiting for impressions and judgments.</p></body></html>");
         return out;
     }
+    decisions(&mut out, h);
     comparisons(&mut out, h);
     interleaving(&mut out, h);
     // The breakdown: current values per dimension values.
@@ -280,18 +345,137 @@ pub fn render_page(h: &History, ready: bool) -> String {
     out
 }
 
-/// The lead: every arm against the baseline, coloured only when the
-/// difference is significant at `compare.alpha`.
+/// Signed, with a real minus sign.
+fn signed(v: f64, decimals: usize) -> String {
+    let sign = if v < 0.0 { '\u{2212}' } else { '+' };
+    format!("{sign}{:.decimals$}", v.abs())
+}
+
+/// The lead: every arm against the baseline on the primary metric, in the
+/// words a person needs, coloured when the confidence sequence excludes 0,
+/// and the sequence over the last hour.
+fn decisions(out: &mut String, h: &History) {
+    let (Some((label, baseline)), Some((_, _, metric))) = (&h.arm, &h.primary) else { return };
+    let level = 100.0 * (1.0 - h.alpha);
+    let _ = write!(
+        out,
+        "<h2>Decision: {metric}, against {label} = {base}</h2><p class=\"muted\">since the arms' first lists, sessions as \
+         the unit; the {level:.0}% confidence sequence of the difference holds at every moment at once, so this \
+         verdict may be read as often as you like (docs/metrics.md, What a page means)</p>",
+        metric = escape(metric),
+        label = escape(label),
+        base = escape(baseline),
+    );
+    if h.decisions.is_empty() {
+        let _ = write!(
+            out,
+            "<p>No decision yet: needs two sessions or more of {} = {} and of another arm with a {} value.</p>",
+            escape(label),
+            escape(baseline),
+            escape(metric)
+        );
+        return;
+    }
+    for d in &h.decisions {
+        let t = &d.test;
+        let (class, verdict) = if t.upper < 0.0 {
+            ("worse", format!("{} worse than {}", escape(&d.arm), escape(baseline)))
+        } else if t.lower > 0.0 {
+            ("better", format!("{} better than {}", escape(&d.arm), escape(baseline)))
+        } else {
+            ("muted", format!("{} not shown different from {} yet", escape(&d.arm), escape(baseline)))
+        };
+        let _ = write!(
+            out,
+            "<div class=\"arm\"><span class=\"{class}\">{verdict}: {} {} [{}, {}], valid at any time</span> \
+             <span class=\"muted\">{:.0} sessions against {:.0} · p = {}</span></div>",
+            escape(metric),
+            signed(t.difference, 4),
+            signed(t.lower, 4),
+            signed(t.upper, 4),
+            d.sessions.0,
+            d.sessions.1,
+            if t.p_value < 0.001 { "&lt; 0.001".to_string() } else { format!("{:.3}", t.p_value) },
+        );
+    }
+    out.push_str("<div class=\"grid\">");
+    for (arm, samples) in &h.sequences {
+        sequence_chart(out, h, arm, samples);
+    }
+    out.push_str("</div>");
+}
+
+/// One arm's confidence sequence over the last hour: the band, the
+/// difference, and 0.
+fn sequence_chart(out: &mut String, h: &History, arm: &str, samples: &VecDeque<Option<Bounds>>) {
+    let (w, ht, pad) = (460.0, 180.0, 44.0);
+    let t0 = h.times.front().copied().unwrap_or(0);
+    let t1 = h.times.back().copied().unwrap_or(t0 + 1).max(t0 + 1);
+    let points: Vec<(i64, Bounds)> = h.times.iter().zip(samples).filter_map(|(t, s)| s.map(|s| (*t, s))).collect();
+    if points.is_empty() {
+        return;
+    }
+    let (mut lo, mut hi) = (0.0f64, 0.0f64);
+    for (_, (l, _, u)) in &points {
+        lo = lo.min(*l);
+        hi = hi.max(*u);
+    }
+    let margin = ((hi - lo) * 0.1).max(1e-4);
+    let (lo, hi) = (lo - margin, hi + margin);
+    let x = |t: i64| pad + (t - t0) as f64 / (t1 - t0) as f64 * (w - 2.0 * pad);
+    let y = |v: f64| ht - pad - (v - lo) / (hi - lo).max(1e-12) * (ht - 2.0 * pad);
+    let title = format!("{} \u{2212} {}", escape(arm), escape(h.arm.as_ref().map_or("", |(_, b)| b.as_str())));
+    let _ = write!(
+        out,
+        "<div class=\"chart\"><svg width=\"{w}\" height=\"{ht}\" role=\"img\" aria-label=\"confidence sequence {title}\">\
+         <text x=\"{pad}\" y=\"16\" font-size=\"13\" font-weight=\"bold\">{title}</text>",
+    );
+    let mut band = String::new();
+    for (i, (t, (_, _, u))) in points.iter().enumerate() {
+        let _ = write!(band, "{}{:.1},{:.1} ", if i == 0 { "M" } else { "L" }, x(*t), y(*u));
+    }
+    for (t, (l, _, _)) in points.iter().rev() {
+        let _ = write!(band, "L{:.1},{:.1} ", x(*t), y(*l));
+    }
+    let _ = write!(out, "<path d=\"{band}Z\" fill=\"#1f77b4\" fill-opacity=\"0.2\" stroke=\"none\"/>");
+    let mut line = String::new();
+    for (i, (t, (_, d, _))) in points.iter().enumerate() {
+        let _ = write!(line, "{}{:.1},{:.1} ", if i == 0 { "M" } else { "L" }, x(*t), y(*d));
+    }
+    let _ = write!(out, "<path d=\"{line}\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.8\"/>");
+    let (y0, r) = (y(0.0), w - pad);
+    let _ = write!(
+        out,
+        "<line x1=\"{pad}\" y1=\"{y0:.1}\" x2=\"{r}\" y2=\"{y0:.1}\" stroke=\"#555\" stroke-dasharray=\"4 3\"/>\
+         <text x=\"{tx}\" y=\"{ty:.1}\" font-size=\"10\" text-anchor=\"end\">0</text>\
+         <text x=\"{tx}\" y=\"{yh:.1}\" font-size=\"10\" text-anchor=\"end\">{}</text>\
+         <text x=\"{tx}\" y=\"{yl:.1}\" font-size=\"10\" text-anchor=\"end\">{}</text>\
+         <text x=\"{pad}\" y=\"{by}\" font-size=\"10\">\u{2212}{:.0} min</text>\
+         <text x=\"{r}\" y=\"{by}\" font-size=\"10\" text-anchor=\"end\">now</text></svg></div>",
+        signed(hi, 3),
+        signed(lo, 3),
+        (t1 - t0) as f64 / 60_000.0,
+        tx = pad - 4.0,
+        ty = y0 + 3.5,
+        yh = y(hi) + 10.0,
+        yl = y(lo),
+        by = ht - pad + 15.0,
+    );
+}
+
+/// Every arm against the baseline per charted metric over the longest
+/// window: descriptive, never coloured (a window read again and again is
+/// no test; the decision above is).
 fn comparisons(out: &mut String, h: &History) {
     let Some((label, baseline)) = &h.arm else { return };
     let _ = write!(
         out,
-        "<h2>Against {label} = {base}</h2><p class=\"muted\">window {w}: difference of means ± standard error (Welch), \
-         coloured when p &lt; {alpha}</p>",
+        "<h2>Against {label} = {base}, window {w}</h2><p class=\"muted\">difference of means ± standard error \
+         (Welch, lists as the unit), to describe: a window's p-value read again and again is not a test, so \
+         nothing here is coloured</p>",
         label = escape(label),
         base = escape(baseline),
         w = escape(&h.compare_window),
-        alpha = h.alpha,
     );
     if h.comparisons.is_empty() {
         let _ = write!(
@@ -319,11 +503,7 @@ fn comparisons(out: &mut String, h: &History) {
             arm = Some(c.arm.as_str());
         }
         let d = &c.comparison;
-        let class = match d.p_value {
-            Some(p) if p < h.alpha && d.difference < 0.0 => "worse",
-            Some(p) if p < h.alpha && d.difference > 0.0 => "better",
-            _ => "muted",
-        };
+        let class = "muted";
         let sign = if d.difference < 0.0 { '\u{2212}' } else { '+' };
         let _ = write!(
             out,
@@ -338,20 +518,23 @@ fn comparisons(out: &mut String, h: &History) {
     out.push_str("</div>");
 }
 
-/// Team-draft interleaving experiments: Δ of the candidate (team A) and
-/// the sign test, coloured like the comparisons.
+/// Team-draft interleaving experiments: Δ of the candidate (team A) over
+/// the window, coloured by the anytime-valid test since start.
 fn interleaving(out: &mut String, h: &History) {
     if h.interleaving.is_empty() {
         return;
     }
     let _ = write!(
         out,
-        "<h2>Interleaving</h2><p class=\"muted\">window {}: Δ = (A wins + ties/2)/lists − 1/2 of the candidate (team A); sign test</p>",
-        escape(&h.compare_window)
+        "<h2>Interleaving</h2><p class=\"muted\">window {}: Δ = (A wins + ties/2)/lists − 1/2 of the candidate (team A); \
+         p: the always-valid test of A wins against B wins since the first list, coloured below {}</p>",
+        escape(&h.compare_window),
+        h.alpha
     );
-    for (dims, o) in &h.interleaving {
+    for (dims, o, p) in &h.interleaving {
         let (w, l, t) = (o.a_wins.max(0) as u64, o.b_wins.max(0) as u64, o.ties.max(0) as u64);
-        let (Some(delta), p) = (interleaving_delta(w, l, t), sign_test(w, l)) else { continue };
+        let Some(delta) = interleaving_delta(w, l, t) else { continue };
+        let p = *p;
         let class = match p {
             Some(p) if p < h.alpha && delta < 0.0 => "worse",
             Some(p) if p < h.alpha && delta > 0.0 => "better",
@@ -516,12 +699,16 @@ mod tests {
         let config = Config::default();
         let cutoffs = config.metrics.cutoffs.len();
         let mut acc = Accumulators::new(cutoffs, config.windows.bucket.ms());
+        let mut sessions = rankpulse_core::sessions::SessionLedger::new(1_800_000, 1_000);
         let now = 2_000_000;
         for (arm, base) in [("control", 0.5), ("v2", 0.4), ("v3", 0.5)] {
             for market in ["us", "fr"] {
                 let dims: Arc<[String]> = vec![arm.to_string(), market.to_string()].into();
                 for i in 0..20 {
-                    acc.fold(&dims, now - 30_000, &score(cutoffs, base + 0.1 * f64::from(i % 2)));
+                    // Each list a session of its own, as the pipeline adds them.
+                    let value = base + 0.1 * f64::from(i % 2);
+                    let clusters = acc.fold(&dims, now - 30_000, &score(cutoffs, value));
+                    sessions.add(sessions.len() as u64, 0, value, now - 30_000, clusters);
                 }
                 // Shuffled lists: in no comparison and in none of its counts.
                 let mut shuffled = score(cutoffs, 0.0);
@@ -539,32 +726,49 @@ mod tests {
         assert_eq!(v2.len(), 4);
         assert!((v2[0].comparison.difference + 0.1).abs() < 1e-12);
         assert_eq!(v2[0].lists, (40, 40));
+        // The decision: v2 is 0.1 worse over 40 sessions per arm, v3 equal.
+        let v2 = h.decisions.iter().find(|d| d.arm == "v2").expect("v2 decided").test;
+        assert!((v2.difference + 0.1).abs() < 1e-12 && v2.upper < 0.0, "{v2:?}");
+        let v3 = h.decisions.iter().find(|d| d.arm == "v3").expect("v3 decided").test;
+        assert!(v3.lower < 0.0 && v3.upper > 0.0, "{v3:?}");
         let page = render_page(&h, true);
-        let lead = page.find("Against ranker = control").expect("comparison section");
-        assert!(lead < page.find("<h2>Now").unwrap(), "the comparison leads");
+        let lead = page.find("<h2>Decision: nDCG@10, against ranker = control").expect("decision section");
+        assert!(lead < page.find("Against ranker = control, window 1h").unwrap(), "the decision leads");
+        assert!(lead < page.find("<h2>Now").unwrap());
+        let worse = format!(
+            "<span class=\"worse\">v2 worse than control: nDCG@10 \u{2212}0.1000 [\u{2212}{:.4}, \u{2212}{:.4}], valid at any time</span>",
+            -v2.lower, -v2.upper
+        );
+        assert!(page.contains(&worse), "{worse} in {page}");
         assert!(
-            page.contains("<span class=\"worse\">nDCG@10 \u{2212}0.100 ± 0.011 vs control (p &lt; 0.001)</span>"),
+            page.contains("<span class=\"muted\">v3 not shown different from control yet: nDCG@10 +0.0000 ["),
+            "{page}"
+        );
+        assert!(page.contains("aria-label=\"confidence sequence v2 \u{2212} control\""), "the sequence is charted");
+        // The windowed comparisons describe and are never coloured, however
+        // small their p-value: only the decision is.
+        assert!(
+            page.contains("<span class=\"muted\">nDCG@10 \u{2212}0.100 ± 0.011 vs control (p &lt; 0.001)</span>"),
             "{page}"
         );
         assert!(page.contains("<span class=\"muted\">nDCG@10 +0.000 ± 0.011 vs control (p = 1.000)</span>"), "{page}");
+        assert_eq!(page.matches("class=\"worse\"").count(), 1, "{page}");
         assert!(page.contains("text-anchor=\"end\">0.45</text>"), "value ticks");
         assert!(page.contains(">now</text>"));
-        // compare.alpha decides the colour: p (about 1e-13 here) above a
-        // stricter level leaves the same difference uncoloured.
+        // compare.alpha sets the sequence's level: at 1e-20 it is wider and
+        // holds 0, so nothing is coloured.
         let mut strict = config.clone();
         strict.compare.alpha = 1e-20;
         let mut h = History::new(&strict);
         h.sample(&strict, &acc, now);
         let page = render_page(&h, true);
-        assert!(
-            page.contains("<span class=\"muted\">nDCG@10 \u{2212}0.100 ± 0.011 vs control (p &lt; 0.001)</span>"),
-            "{page}"
-        );
+        assert!(page.contains("<span class=\"muted\">v2 not shown different from control yet"), "{page}");
         assert!(!page.contains("class=\"worse\""), "{page}");
     }
 
-    /// 3 A wins, 9 B wins, no ties: Δ = 3/12 − 1/2 = −0.25; sign test
-    /// 2 · P(X ≤ 3 | n = 12, ½) = 2 · 299/4096 = 0.146 (not significant).
+    /// 3 A wins, 9 B wins, no ties: Δ = 3/12 − 1/2 = −0.25; the always-valid
+    /// p-value (τ = 0.1, n = 12, S = −6): exp(½ ln 1.12 − 0.01 · 36 / 2.24)
+    /// = 0.901 (not significant).
     #[test]
     fn shows_interleaving_experiments() {
         use crate::interleave::Outcome;
@@ -580,7 +784,7 @@ mod tests {
         let mut h = History::new(&config);
         h.sample(&config, &acc, 1_010_000);
         let page = render_page(&h, true);
-        assert!(page.contains("<b>tdi / us</b> <span class=\"muted\">Δ \u{2212}0.250 (p = 0.146)</span>"), "{page}");
+        assert!(page.contains("<b>tdi / us</b> <span class=\"muted\">Δ \u{2212}0.250 (p = 0.901)</span>"), "{page}");
         assert!(page.contains("A 3 · B 9 · ties 0"));
     }
 
