@@ -378,7 +378,18 @@ fn decisions(out: &mut String, h: &History) {
     }
     for d in &h.decisions {
         let t = &d.test;
-        let (class, verdict) = if t.upper < 0.0 {
+        let enough = d.sessions.0 >= sequential::MIN_SESSIONS && d.sessions.1 >= sequential::MIN_SESSIONS;
+        let (class, verdict) = if !enough {
+            (
+                "muted",
+                format!(
+                    "{} against {}: too few sessions to decide yet ({:.0} each needed)",
+                    escape(&d.arm),
+                    escape(baseline),
+                    sequential::MIN_SESSIONS
+                ),
+            )
+        } else if t.upper < 0.0 {
             ("worse", format!("{} worse than {}", escape(&d.arm), escape(baseline)))
         } else if t.lower > 0.0 {
             ("better", format!("{} better than {}", escape(&d.arm), escape(baseline)))
@@ -450,11 +461,11 @@ fn sequence_chart(out: &mut String, h: &History, arm: &str, samples: &VecDeque<O
          <text x=\"{tx}\" y=\"{ty:.1}\" font-size=\"10\" text-anchor=\"end\">0</text>\
          <text x=\"{tx}\" y=\"{yh:.1}\" font-size=\"10\" text-anchor=\"end\">{}</text>\
          <text x=\"{tx}\" y=\"{yl:.1}\" font-size=\"10\" text-anchor=\"end\">{}</text>\
-         <text x=\"{pad}\" y=\"{by}\" font-size=\"10\">\u{2212}{:.0} min</text>\
+         <text x=\"{pad}\" y=\"{by}\" font-size=\"10\">{}</text>\
          <text x=\"{r}\" y=\"{by}\" font-size=\"10\" text-anchor=\"end\">now</text></svg></div>",
         signed(hi, 3),
         signed(lo, 3),
-        (t1 - t0) as f64 / 60_000.0,
+        if points.len() > 1 { format!("\u{2212}{:.0} min", (t1 - t0) as f64 / 60_000.0) } else { String::new() },
         tx = pad - 4.0,
         ty = y0 + 3.5,
         yh = y(hi) + 10.0,
@@ -704,7 +715,7 @@ mod tests {
         for (arm, base) in [("control", 0.5), ("v2", 0.4), ("v3", 0.5)] {
             for market in ["us", "fr"] {
                 let dims: Arc<[String]> = vec![arm.to_string(), market.to_string()].into();
-                for i in 0..20 {
+                for i in 0..60 {
                     // Each list a session of its own, as the pipeline adds them.
                     let value = base + 0.1 * f64::from(i % 2);
                     let clusters = acc.fold(&dims, now - 30_000, &score(cutoffs, value));
@@ -725,8 +736,8 @@ mod tests {
         let v2: Vec<_> = h.comparisons.iter().filter(|c| c.arm == "v2").collect();
         assert_eq!(v2.len(), 4);
         assert!((v2[0].comparison.difference + 0.1).abs() < 1e-12);
-        assert_eq!(v2[0].lists, (40, 40));
-        // The decision: v2 is 0.1 worse over 40 sessions per arm, v3 equal.
+        assert_eq!(v2[0].lists, (120, 120));
+        // The decision: v2 is 0.1 worse over 120 sessions per arm, v3 equal.
         let v2 = h.decisions.iter().find(|d| d.arm == "v2").expect("v2 decided").test;
         assert!((v2.difference + 0.1).abs() < 1e-12 && v2.upper < 0.0, "{v2:?}");
         let v3 = h.decisions.iter().find(|d| d.arm == "v3").expect("v3 decided").test;
@@ -748,21 +759,39 @@ mod tests {
         // The windowed comparisons describe and are never coloured, however
         // small their p-value: only the decision is.
         assert!(
-            page.contains("<span class=\"muted\">nDCG@10 \u{2212}0.100 ± 0.011 vs control (p &lt; 0.001)</span>"),
+            page.contains("<span class=\"muted\">nDCG@10 \u{2212}0.100 ± 0.006 vs control (p &lt; 0.001)</span>"),
             "{page}"
         );
-        assert!(page.contains("<span class=\"muted\">nDCG@10 +0.000 ± 0.011 vs control (p = 1.000)</span>"), "{page}");
+        assert!(page.contains("<span class=\"muted\">nDCG@10 +0.000 ± 0.006 vs control (p = 1.000)</span>"), "{page}");
         assert_eq!(page.matches("class=\"worse\"").count(), 1, "{page}");
         assert!(page.contains("text-anchor=\"end\">0.45</text>"), "value ticks");
         assert!(page.contains(">now</text>"));
-        // compare.alpha sets the sequence's level: at 1e-20 it is wider and
-        // holds 0, so nothing is coloured.
+        // compare.alpha sets the sequence's level: at 1e-80 it is about
+        // twice as wide and holds 0, so nothing is coloured.
         let mut strict = config.clone();
-        strict.compare.alpha = 1e-20;
+        strict.compare.alpha = 1e-80;
         let mut h = History::new(&strict);
         h.sample(&strict, &acc, now);
         let page = render_page(&h, true);
         assert!(page.contains("<span class=\"muted\">v2 not shown different from control yet"), "{page}");
+        assert!(!page.contains("class=\"worse\""), "{page}");
+        // Below 100 sessions an arm is not decided, however clear its
+        // difference: the variance is estimated (the rules guard the same).
+        let mut few = Accumulators::new(cutoffs, config.windows.bucket.ms());
+        let mut sessions = rankpulse_core::sessions::SessionLedger::new(1_800_000, 1_000);
+        for (arm, base) in [("control", 0.5), ("v2", 0.1)] {
+            let dims: Arc<[String]> = vec![arm.to_string(), "us".to_string()].into();
+            for i in 0..99 {
+                let value = base + 0.1 * f64::from(i % 2);
+                let clusters = few.fold(&dims, now - 30_000, &score(cutoffs, value));
+                sessions.add(sessions.len() as u64, 0, value, now - 30_000, clusters);
+            }
+        }
+        let mut h = History::new(&config);
+        h.sample(&config, &few, now);
+        assert!(h.decisions[0].test.upper < 0.0, "{:?}", h.decisions);
+        let page = render_page(&h, true);
+        assert!(page.contains("v2 against control: too few sessions to decide yet (100 each needed)"), "{page}");
         assert!(!page.contains("class=\"worse\""), "{page}");
     }
 

@@ -44,6 +44,11 @@ use crate::accumulate::{Accumulators, Clusters, Moments};
 use crate::metrics::list::Family;
 use std::collections::BTreeMap;
 
+/// Sessions each arm needs before a decision is drawn: the variance is
+/// estimated, and the guarantee is asymptotic. The alert rules and the
+/// status page use the same guard; the simulations measure with it.
+pub const MIN_SESSIONS: f64 = 100.0;
+
 /// Every arm's since-start moments of one metric (`family` at the
 /// `k_index`-th cutoff) and its session sums: the series of `acc` grouped
 /// by their value of the dimension `arm_index`, merged over the others.

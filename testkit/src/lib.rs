@@ -9,10 +9,13 @@
 //!   and as native events, for differential tests of UBI input.
 //! - [`mapped::mapped_twin`]: native events rewritten in an invented
 //!   schema, with the `[mapped]` section that reads them.
+//! - [`traffic::Traffic`]: simulated sessions of searches over days, for
+//!   the decision simulations.
 //! - [`http_get`], [`sum_of`]: reading a daemon's `/metrics` the way a
 //!   scraper does.
 
 pub mod mapped;
+pub mod traffic;
 pub mod ubi;
 
 use rand::{Rng as _, RngCore, SeedableRng};
