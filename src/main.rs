@@ -157,10 +157,26 @@ struct ReplayArgs {
     /// (any JSON schema, read through the paths of [mapped] in the --config file).
     #[arg(long, default_value = "rankpulse", value_parser = parse_format)]
     format: rankpulse::event::Format,
+    /// Also write the exposition at every --step of event time to FILE, as OpenMetrics text
+    /// with timestamps ending `# EOF`, for `promtool tsdb create-blocks-from openmetrics FILE DIR`
+    /// (backfilling Prometheus: docs/operations.md)
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
+    /// Event time between two expositions of --history (e.g. 15s, 1m)
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_step, requires = "history")]
+    step: std::time::Duration,
     /// Events files, one JSON event per line, merged by event time into one pipeline
     /// (each file in its own order); `-` for stdin.
     #[arg(required = true, num_args = 1..)]
     files: Vec<PathBuf>,
+}
+
+fn parse_step(text: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))?;
+    if d < std::time::Duration::from_secs(1) {
+        return Err(format!("{text:?}: a step must be at least 1s"));
+    }
+    Ok(d)
 }
 
 fn parse_format(name: &str) -> Result<rankpulse::event::Format, String> {
@@ -595,7 +611,21 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
             inputs.push(Box::new(std::io::BufReader::with_capacity(1 << 16, f)));
         }
     }
-    let output = match replay_events_as(&config, args.format, inputs) {
+    let replayed = match &args.history {
+        None => replay_events_as(&config, args.format, inputs),
+        Some(path) => {
+            let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+            let step_ms = i64::try_from(args.step.as_millis()).unwrap_or(i64::MAX);
+            let mut history = rankpulse::replay::History::new(&mut out, step_ms);
+            let replayed = rankpulse::replay::replay_events_with_history(&config, args.format, inputs, &mut history);
+            if let Err((rankpulse::replay::HISTORY_INPUT, ReplayError::Read(cause))) = &replayed {
+                anyhow::bail!("cannot write {}: {cause}", path.display());
+            }
+            replayed
+        }
+    };
+    let output = match replayed {
         Ok(output) => output,
         Err((at, e)) => {
             let name = args.files.get(at).map(name).unwrap_or_default();

@@ -6,6 +6,12 @@
 //! A line longer than `input.max_message_bytes` is rejected (`too_large`)
 //! as it is read, without being held in memory whole.
 //!
+//! With `--history FILE --step D` ([`History`]) the exposition is also
+//! written at every step D of event time, as OpenMetrics text with
+//! timestamps ending `# EOF`: `promtool tsdb create-blocks-from openmetrics`
+//! turns it into Prometheus blocks, so a day of logs can be backfilled and
+//! looked at in Grafana, and the alert rules evaluated over it.
+//!
 //! `rankpulse replay` ([`replay_events`]) refuses an input whose every line
 //! is rejected, each of several on its own, and inputs that hold no event
 //! at all: an exposition of zeros (or of half the data) would hide a wrong
@@ -17,7 +23,7 @@ use crate::event::{Event, Format, IgnoreReason, RejectReason};
 use crate::pipeline::{Clock, Pipeline};
 use crate::publish::{Snapshot, render};
 use std::collections::BTreeMap;
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 use thiserror::Error;
 
 /// The `topic` label value of events read by a replay.
@@ -133,6 +139,30 @@ pub fn replay_inputs<R: BufRead>(
     format: Format,
     inputs: impl IntoIterator<Item = R>,
 ) -> Result<Replayed, (usize, std::io::Error)> {
+    replay_observed(config, format, inputs, None)
+}
+
+/// [`replay_inputs`], writing `history` as event time passes.
+fn replay_observed<R: BufRead>(
+    config: &Config,
+    format: Format,
+    inputs: impl IntoIterator<Item = R>,
+    mut history: Option<&mut History<'_>>,
+) -> Result<Replayed, (usize, std::io::Error)> {
+    // A history write error ends the replay as a read error would, with
+    // the index HISTORY_INPUT.
+    let mut step = |pipeline: &mut Pipeline, decoded: &Result<Event<'_>, RejectReason>, clock: Clock| {
+        let Some(h) = history.as_deref_mut() else { return Ok(()) };
+        match decoded {
+            Ok(event)
+                if !matches!(event, Event::Ignored(_))
+                    && pipeline.time_verdict(event.timestamp_ms(), clock).is_ok() =>
+            {
+                h.before(config, pipeline, event.timestamp_ms()).map_err(|e| (HISTORY_INPUT, e))
+            }
+            _ => Ok(()),
+        }
+    };
     let settings = config.pipeline_settings();
     let mut pipeline = Pipeline::new(&settings);
     let mut run = Run {
@@ -180,6 +210,7 @@ pub fn replay_inputs<R: BufRead>(
         let at = only.index;
         while let Some(number) = only.advance(format, limit, &mut pipeline, &mut run).map_err(|e| (at, e))? {
             let decoded = pipeline.prepare_as(only.line_format, trim_line(&only.line));
+            step(&mut pipeline, &decoded, run.clock)?;
             run.ingest(&mut pipeline, &decoded, only.index, number);
         }
     } else {
@@ -191,12 +222,111 @@ pub fn replay_inputs<R: BufRead>(
         while let Some(input) = inputs.iter_mut().filter(|i| i.head.is_some()).min_by_key(|i| (i.head, i.index)) {
             let decoded = pipeline.prepare_as(input.line_format, trim_line(&input.line));
             let number = input.number;
+            step(&mut pipeline, &decoded, run.clock)?;
             run.ingest(&mut pipeline, &decoded, input.index, number);
             input.fill(format, limit, &mut pipeline, &mut run).map_err(|e| (input.index, e))?;
         }
     }
     pipeline.finalize_all();
+    if let Some(h) = history {
+        h.finish(config, &pipeline).map_err(|e| (HISTORY_INPUT, e))?;
+    }
     Ok(Replayed { pipeline, inputs: run.inputs, jump: run.jump.map(|j| (j, run.jumps)) })
+}
+
+/// The input index a failure to write the history comes with.
+pub const HISTORY_INPUT: usize = usize::MAX;
+
+/// `rankpulse replay --history FILE --step D`: the exposition at every
+/// step of event time, as OpenMetrics text with timestamps.
+///
+/// The exposition at a step boundary T shows every event stamped up to T
+/// (it is written before the first event past T is applied), with windows
+/// ending at T; the last one, after the input ends and every list is
+/// final, at the first boundary at or after the newest event. Lists close
+/// on event time as in any replay: one whose gap ends between the newest
+/// event before T and T is final at the next event. Steps without events
+/// are written like any other (the windows move on); a gap of more than
+/// [`History::MAX_EMPTY_STEPS`] steps (a broken clock, a day without
+/// traffic) is skipped to its end, so that no input can make the output
+/// grow without bound. `# HELP` lines are left out: promtool takes none
+/// from a backfill.
+pub struct History<'a> {
+    out: &'a mut dyn Write,
+    step_ms: i64,
+    /// The next boundary to write (None: before the first event).
+    next_ms: Option<i64>,
+    /// Steps written.
+    pub steps: u64,
+}
+
+impl<'a> History<'a> {
+    /// Empty steps written in a row at most.
+    pub const MAX_EMPTY_STEPS: i64 = 10_000;
+
+    pub fn new(out: &'a mut dyn Write, step_ms: i64) -> History<'a> {
+        History { out, step_ms: step_ms.max(1), next_ms: None, steps: 0 }
+    }
+
+    /// Before an event stamped `ts` is applied: writes every boundary it passes.
+    fn before(&mut self, config: &Config, pipeline: &Pipeline, ts: i64) -> std::io::Result<()> {
+        let step = self.step_ms;
+        let next = *self.next_ms.get_or_insert_with(|| ts.div_euclid(step).saturating_add(1).saturating_mul(step));
+        if ts <= next {
+            return Ok(());
+        }
+        // Every boundary below ts, but not more than MAX_EMPTY_STEPS of them.
+        let last = (ts - 1).div_euclid(step).saturating_mul(step);
+        let mut at = next.max(last.saturating_sub(Self::MAX_EMPTY_STEPS.saturating_mul(step)));
+        while at <= last {
+            self.write(config, pipeline, at)?;
+            at = at.saturating_add(step);
+        }
+        self.next_ms = Some(at);
+        Ok(())
+    }
+
+    /// After the input: the final state, and the end marker.
+    fn finish(&mut self, config: &Config, pipeline: &Pipeline) -> std::io::Result<()> {
+        let newest = pipeline.assembler().watermark_ms();
+        if let Some(next) = self.next_ms {
+            let step = self.step_ms;
+            let at = next.max(newest.div_euclid(step).saturating_add(i64::from(newest.rem_euclid(step) != 0)) * step);
+            self.write(config, pipeline, at)?;
+        }
+        self.out.write_all(b"# EOF\n")?;
+        self.out.flush()
+    }
+
+    fn write(&mut self, config: &Config, pipeline: &Pipeline, at_ms: i64) -> std::io::Result<()> {
+        let text = exposition_at(config, pipeline, at_ms);
+        let stamp = format!(" {}.{:03}", at_ms.div_euclid(1000), at_ms.rem_euclid(1000));
+        for line in text.lines() {
+            if line.starts_with("# HELP") || line.is_empty() {
+                continue;
+            }
+            self.out.write_all(line.as_bytes())?;
+            if !line.starts_with('#') {
+                self.out.write_all(stamp.as_bytes())?;
+            }
+            self.out.write_all(b"\n")?;
+        }
+        self.steps += 1;
+        Ok(())
+    }
+}
+
+/// `rankpulse replay --history`: [`replay_events_as`], writing the history
+/// of the exposition to `history` on the way.
+pub fn replay_events_with_history<R: BufRead>(
+    config: &Config,
+    format: Format,
+    inputs: impl IntoIterator<Item = R>,
+    history: &mut History<'_>,
+) -> Result<ReplayOutput, (usize, ReplayError)> {
+    let replayed =
+        replay_observed(config, format, inputs, Some(history)).map_err(|(at, e)| (at, ReplayError::Read(e)))?;
+    output(config, replayed)
 }
 
 /// What a replay has counted so far.
@@ -477,6 +607,11 @@ pub fn replay_events_as<R: BufRead>(
     inputs: impl IntoIterator<Item = R>,
 ) -> Result<ReplayOutput, (usize, ReplayError)> {
     let replayed = replay_inputs(config, format, inputs).map_err(|(at, e)| (at, ReplayError::Read(e)))?;
+    output(config, replayed)
+}
+
+/// What `rankpulse replay` prints of a finished replay, or why it prints nothing.
+fn output(config: &Config, replayed: Replayed) -> Result<ReplayOutput, (usize, ReplayError)> {
     // Every input on its own: a gzipped or wrong file beside a good one
     // would otherwise leave its half of the data out, silently. An empty
     // one beside others is an hour without traffic, an empty index.
@@ -500,7 +635,11 @@ pub fn replay_events_as<R: BufRead>(
 
 /// The exposition `/metrics` would show once `pipeline` has read everything.
 fn exposition(config: &Config, pipeline: &Pipeline) -> String {
-    let now_ms = pipeline.assembler().watermark_ms().max(0);
+    exposition_at(config, pipeline, pipeline.assembler().watermark_ms().max(0))
+}
+
+/// The exposition with windows ending at `now_ms`.
+fn exposition_at(config: &Config, pipeline: &Pipeline, now_ms: i64) -> String {
     let partitions = BTreeMap::new();
     render(&Snapshot {
         config,

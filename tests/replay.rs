@@ -1452,3 +1452,115 @@ fn a_page_under_another_ranker_is_counted_as_a_dimension_conflict() {
     assert_eq!(value(&out, r#"rankpulse_lists_finalized_total{ranker="control",market="us"}"#), 2.0, "{out}");
     assert!(!out.contains(r#"rankpulse_lists_finalized_total{ranker="candidate""#), "{out}");
 }
+
+/// Lists of two rankers over `minutes` of event time, one every 5 s, each
+/// session of three searches: what `--history` is tested on.
+fn minutes_of_lists(minutes: i64) -> String {
+    let mut lines = String::new();
+    let t0 = 1_700_000_000_000i64;
+    for i in 0..minutes * 12 {
+        let (ts, session, arm) =
+            (t0 + i * 5_000, format!("s{}", i / 3), if i % 2 == 0 { "control" } else { "candidate" });
+        lines += &format!(
+            r#"{{"type":"impression","event_id":"i{i}","session_id":"{session}","query_id":"q{i}","timestamp":{ts},"results":[{{"doc_id":"a","position":1}},{{"doc_id":"b","position":2}}],"dimensions":{{"ranker":"{arm}","market":"us"}}}}"#
+        );
+        lines += "\n";
+        let doc = if i % 3 == 0 { "b" } else { "a" };
+        lines += &format!(
+            r#"{{"type":"judgment","event_id":"j{i}","session_id":"{session}","query_id":"q{i}","doc_id":"{doc}","grade":{},"timestamp":{}}}"#,
+            1 + i % 3,
+            ts + 1_000
+        );
+        lines += "\n";
+    }
+    lines
+}
+
+/// `replay --history FILE --step D` (the contract): OpenMetrics text, every
+/// sample stamped at a step boundary of event time, steps in order, ending
+/// `# EOF`; the last step is the final exposition (what stdout prints).
+#[test]
+fn history_writes_the_exposition_at_every_step() {
+    let file = Scratch::new("history-in.jsonl", minutes_of_lists(10).as_bytes());
+    let history = std::env::temp_dir().join(format!("rankpulse-replay-{}-history.om", std::process::id()));
+    let (code, out, err) = replay(&["--history", history.to_str().unwrap(), "--step", "1m"], &file.0);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&history).unwrap();
+    std::fs::remove_file(&history).ok();
+    assert!(text.ends_with("# EOF\n"), "{}", &text[text.len().saturating_sub(200)..]);
+    assert_eq!(text.matches("# EOF").count(), 1);
+    assert!(!text.contains("# HELP"));
+    let mut stamps = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (sample, stamp) = line.rsplit_once(' ').unwrap();
+        let stamp: f64 = stamp.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert_eq!(stamp % 60.0, 0.0, "{line}: not at a step boundary");
+        assert!(sample.rsplit_once(' ').is_some(), "{line}: no value");
+        stamps.push(stamp);
+    }
+    assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "steps out of order");
+    // Events from 1_700_000_000 s (20 s past a minute) to 1_700_000_596 s
+    // (the last judgment): boundaries from 1_700_000_040 every minute to
+    // the first at or after the newest event, 1_700_000_640: 11 steps.
+    let steps: std::collections::BTreeSet<u64> = stamps.iter().map(|s| *s as u64).collect();
+    assert_eq!(steps.first(), Some(&1_700_000_040));
+    assert_eq!(steps.last(), Some(&1_700_000_640));
+    assert_eq!(steps.len(), 11, "{steps:?}");
+    // The last step holds what stdout holds, but for the windows, which end
+    // at the step (stdout's end at the newest event).
+    let last = *steps.last().unwrap();
+    let stamp = format!(" {last}.000");
+    let since_start = |l: &&str| !l.starts_with('#') && !l.contains("window=");
+    let last_step: Vec<&str> =
+        text.lines().filter_map(|l| l.strip_suffix(stamp.as_str())).filter(since_start).collect();
+    let final_samples: Vec<&str> = out.lines().filter(since_start).collect();
+    let differing: Vec<_> = last_step.iter().zip(&final_samples).filter(|(a, b)| a != b).take(3).collect();
+    assert!(differing.is_empty() && last_step.len() == final_samples.len(), "{differing:?}");
+    assert!(last_step.len() > 100, "{}", last_step.len());
+    // An earlier step counts fewer lists than the last.
+    let finalized = |step: u64| -> f64 {
+        let stamp = format!(" {step}.000");
+        text.lines()
+            .filter(|l| l.starts_with("rankpulse_lists_finalized_total{") && l.ends_with(&stamp))
+            .map(|l| l.split(' ').nth(1).unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    let first = *steps.first().unwrap();
+    assert!(finalized(first) > 0.0 && finalized(first) < finalized(last), "{} {}", finalized(first), finalized(last));
+    assert_eq!(finalized(last), 120.0);
+    // A step below a second is refused, and --step alone is an error.
+    let (code, _, err) = replay(&["--history", "/dev/null", "--step", "10ms"], &file.0);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("at least 1s"), "{err}");
+    let (code, _, err) = replay(&["--step", "1m"], &file.0);
+    assert_eq!(code, 2, "{err}");
+}
+
+/// The Prometheus tier: `promtool tsdb create-blocks-from openmetrics`
+/// takes the history, and the blocks hold every sample of it.
+#[test]
+#[ignore = "Prometheus tier: needs promtool on PATH, run with --ignored (.ci/run does)"]
+fn history_backfills_with_promtool() {
+    let file = Scratch::new("history-promtool.jsonl", minutes_of_lists(30).as_bytes());
+    let dir = std::env::temp_dir().join(format!("rankpulse-replay-{}-backfill", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    let history = dir.join("history.om");
+    let (code, _, err) = replay(&["--history", history.to_str().unwrap(), "--step", "15s"], &file.0);
+    assert_eq!(code, 0, "{err}");
+    let samples = std::fs::read_to_string(&history).unwrap().lines().filter(|l| !l.starts_with('#')).count();
+    let blocks = dir.join("blocks");
+    let run = |args: &[&str]| {
+        let out = Command::new("promtool").args(args).output().unwrap_or_else(|e| {
+            panic!("the Prometheus tier needs `promtool` on PATH (apt-get install prometheus): {e}")
+        });
+        assert!(out.status.success(), "promtool {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["tsdb", "create-blocks-from", "openmetrics", history.to_str().unwrap(), blocks.to_str().unwrap()]);
+    // `tsdb dump` reads a database directory, which has a write-ahead log.
+    std::fs::create_dir_all(blocks.join("wal")).unwrap();
+    let dump = run(&["tsdb", "dump", blocks.to_str().unwrap()]);
+    assert_eq!(dump.lines().count(), samples, "every sample of the history is in the blocks");
+    std::fs::remove_dir_all(&dir).ok();
+}
