@@ -1,7 +1,8 @@
 //! `rankpulse demo` and `rankpulse loadgen`: realistic search traffic.
 //!
 //! The generator simulates a search engine running an A/B test: two rankers
-//! ("control" and "candidate") order candidate documents whose true
+//! ("control" and "candidate", and the control again as [`AA_ARM`], an A/A
+//! check whose comparison must stay quiet) order candidate documents whose true
 //! relevance is hidden, users click with a position bias (the higher a
 //! result, the likelier it is examined; examined results are clicked with
 //! probability R(g) = (2^g − 1)/16) and sometimes buy, and raters grade a
@@ -72,6 +73,11 @@ impl Default for Traffic {
     }
 }
 
+/// The `ranker` value of the demo's third arm: the control ranker under
+/// another name, so that the status page shows an A/A comparison staying
+/// quiet beside the candidate's.
+pub const AA_ARM: &str = "control-aa";
+
 /// The `ranker` value of the demo's team-draft interleaved searches.
 pub const INTERLEAVED: &str = "interleaved";
 
@@ -108,10 +114,11 @@ fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64, ubi: bool) -> (Strin
     let query = format!("q{}", n % 7);
     let market = MARKETS.choose(rng).copied().unwrap_or("us");
     let interleaved = n.is_multiple_of(5);
-    let ranker = match rng.random_bool(0.5) {
+    let ranker = match rng.random_range(0..3) {
         _ if interleaved => INTERLEAVED,
-        true => "control",
-        false => "candidate",
+        0 => "control",
+        1 => "candidate",
+        _ => AA_ARM,
     };
     // Hidden true relevance of the candidates: mostly irrelevant.
     let grades: Vec<i32> = (0..CANDIDATES_PER_QUERY)
@@ -467,7 +474,7 @@ pub fn demo(options: DemoOptions, stop: impl Future<Output = ()>) -> anyhow::Res
         println!("  status page  http://{addr}/");
         println!("  metrics      http://{addr}/metrics");
         println!(
-            "  traffic      {} lists/s, rankers control and candidate, one search in five interleaved (team A the candidate); the candidate degrades after {} s",
+            "  traffic      {} lists/s, rankers control, candidate and control-aa (the control again: an A/A check), one search in five interleaved (team A the candidate); the candidate degrades after {} s",
             options.traffic.lists_per_second,
             options.traffic.degrade_after.as_secs()
         );

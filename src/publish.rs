@@ -500,7 +500,7 @@ pub fn render(s: &Snapshot) -> String {
 
 /// The session sums of the primary metric since start: with its `_sum`
 /// and `_count`, what the session-clustered variance needs, exact over
-/// instances (docs/metrics.md, "Sessions, not lists").
+/// instances (docs/metrics.md, "What a page means").
 fn primary_counters(f: &mut Families, labels: &[(&str, &str)], c: &Clusters) {
     let (s_sq, cross, n_sq) = c.sums();
     f.counter(

@@ -399,26 +399,26 @@ fn decisions(out: &mut String, h: &History) {
         let _ = write!(
             out,
             "<div class=\"arm\"><span class=\"{class}\">{verdict}: {} {} [{}, {}], valid at any time</span> \
-             <span class=\"muted\">{:.0} sessions against {:.0} · p = {}</span></div>",
+             <span class=\"muted\">{:.0} sessions against {:.0} · p {}</span></div>",
             escape(metric),
             signed(t.difference, 4),
             signed(t.lower, 4),
             signed(t.upper, 4),
             d.sessions.0,
             d.sessions.1,
-            if t.p_value < 0.001 { "&lt; 0.001".to_string() } else { format!("{:.3}", t.p_value) },
+            if t.p_value < 0.001 { "&lt; 0.001".to_string() } else { format!("= {:.3}", t.p_value) },
         );
     }
     out.push_str("<div class=\"grid\">");
-    for (arm, samples) in &h.sequences {
-        sequence_chart(out, h, arm, samples);
+    for (i, (arm, samples)) in h.sequences.iter().enumerate() {
+        sequence_chart(out, h, i, arm, samples);
     }
     out.push_str("</div>");
 }
 
 /// One arm's confidence sequence over the last hour: the band, the
 /// difference, and 0.
-fn sequence_chart(out: &mut String, h: &History, arm: &str, samples: &VecDeque<Option<Bounds>>) {
+fn sequence_chart(out: &mut String, h: &History, index: usize, arm: &str, samples: &VecDeque<Option<Bounds>>) {
     let (w, ht, pad) = (460.0, 180.0, 44.0);
     let t0 = h.times.front().copied().unwrap_or(0);
     let t1 = h.times.back().copied().unwrap_or(t0 + 1).max(t0 + 1);
@@ -426,10 +426,15 @@ fn sequence_chart(out: &mut String, h: &History, arm: &str, samples: &VecDeque<O
     if points.is_empty() {
         return;
     }
+    // The first samples, from few sessions, are far wider than the rest:
+    // the scale follows the samples at most three times as wide as the
+    // newest (the wider ones run off the chart), and always shows 0.
+    let width = |(l, _, u): &Bounds| u - l;
+    let newest = points.last().map_or(0.0, |(_, b)| width(b));
     let (mut lo, mut hi) = (0.0f64, 0.0f64);
-    for (_, (l, _, u)) in &points {
-        lo = lo.min(*l);
-        hi = hi.max(*u);
+    for (_, b) in points.iter().filter(|(_, b)| width(b) <= 3.0 * newest) {
+        lo = lo.min(b.0);
+        hi = hi.max(b.2);
     }
     let margin = ((hi - lo) * 0.1).max(1e-4);
     let (lo, hi) = (lo - margin, hi + margin);
@@ -439,7 +444,10 @@ fn sequence_chart(out: &mut String, h: &History, arm: &str, samples: &VecDeque<O
     let _ = write!(
         out,
         "<div class=\"chart\"><svg width=\"{w}\" height=\"{ht}\" role=\"img\" aria-label=\"confidence sequence {title}\">\
-         <text x=\"{pad}\" y=\"16\" font-size=\"13\" font-weight=\"bold\">{title}</text>",
+         <text x=\"{pad}\" y=\"16\" font-size=\"13\" font-weight=\"bold\">{title}</text>\
+         <defs><clipPath id=\"sequence-{index}\"><rect x=\"{pad}\" y=\"{pad}\" width=\"{cw}\" height=\"{ch}\"/></clipPath></defs>",
+        cw = w - 2.0 * pad,
+        ch = ht - 2.0 * pad,
     );
     let mut band = String::new();
     for (i, (t, (_, _, u))) in points.iter().enumerate() {
@@ -448,12 +456,18 @@ fn sequence_chart(out: &mut String, h: &History, arm: &str, samples: &VecDeque<O
     for (t, (l, _, _)) in points.iter().rev() {
         let _ = write!(band, "L{:.1},{:.1} ", x(*t), y(*l));
     }
-    let _ = write!(out, "<path d=\"{band}Z\" fill=\"#1f77b4\" fill-opacity=\"0.2\" stroke=\"none\"/>");
+    let _ = write!(
+        out,
+        "<path d=\"{band}Z\" fill=\"#1f77b4\" fill-opacity=\"0.2\" stroke=\"none\" clip-path=\"url(#sequence-{index})\"/>"
+    );
     let mut line = String::new();
     for (i, (t, (_, d, _))) in points.iter().enumerate() {
         let _ = write!(line, "{}{:.1},{:.1} ", if i == 0 { "M" } else { "L" }, x(*t), y(*d));
     }
-    let _ = write!(out, "<path d=\"{line}\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.8\"/>");
+    let _ = write!(
+        out,
+        "<path d=\"{line}\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.8\" clip-path=\"url(#sequence-{index})\"/>"
+    );
     let (y0, r) = (y(0.0), w - pad);
     let _ = write!(
         out,

@@ -1,7 +1,8 @@
 //! `rankpulse demo` as a new user runs it: the real binary, its in-process
 //! Kafka, generator and daemon. Proves the first-minute promise: windowed
 //! gauges for both rankers on /metrics within 30 s, a status page with
-//! charts, reject counters with data, and a clean stop: on Ctrl-C (SIGINT),
+//! charts, the candidate's degradation decided on it while the A/A arm
+//! stays quiet, reject counters with data, and a clean stop: on Ctrl-C (SIGINT),
 //! as the demo's banner says, and after `--duration`.
 
 mod common;
@@ -63,6 +64,23 @@ fn demo_shows_windowed_metrics_within_30_seconds() {
         page.contains("<path d=\"M")
     });
     assert!(page.contains("<svg") && page.contains("candidate") && page.contains("control"), "{page}");
+    // The decision: the candidate degrades 20 s in, and the status page
+    // says so in words, valid at any time; the A/A arm (the control under
+    // another name), compared at the same moment, is not coloured.
+    wait_until("the status page to say the candidate is worse", Duration::from_secs(90), || {
+        page = match http_get(&addr, "/") {
+            Ok((200, body)) => body,
+            _ => String::new(),
+        };
+        page.contains(r#"<span class="worse">candidate worse than control: nDCG@10 "#)
+    });
+    assert!(page.contains("control-aa"), "{page}");
+    assert!(
+        !page.contains(r#"<span class="worse">control-aa"#) && !page.contains(r#"<span class="better">control-aa"#),
+        "the A/A arm is coloured: {page}"
+    );
+    let body = http_get(&addr, "/metrics").unwrap().1;
+    assert!(sum_of(&body, r#"rankpulse_compare_sequential_upper{ranker="candidate",metric="ndcg",k="10"}"#) < 0.0);
     // Ctrl-C: the ordered stop, well before the backstop.
     let interrupted = Instant::now();
     let ok = Command::new("kill").args(["-INT", &demo.id().to_string()]).status().unwrap();

@@ -6,10 +6,12 @@
 //! (`deploy/grafana/queries.txt`, extracted from the dashboard JSON) returns
 //! data.
 //!
-//! The rules are the shipped expressions with their time ranges, `for`
-//! durations and evaluation interval scaled down (15m → 30s, 1d → 4m, …) so
-//! that a regression shows within two minutes; the thresholds and guards are
-//! unchanged.
+//! The rules are the shipped expressions with their time ranges, offsets,
+//! `for` durations and evaluation interval scaled down (15m → 30s, the
+//! quality drop's hour against the same hour one and two weeks before →
+//! 20 s against 60 s and 90 s before, …) so that a regression shows within
+//! two minutes; the thresholds are unchanged, the quality drop's list
+//! guards scaled with its windows (500 lists an hour → 100 in 20 s).
 //!
 //! The Prometheus tier: ignored by a plain `cargo test`; with `--ignored` it
 //! needs Prometheus (`prometheus` on PATH, Debian's package) and fails
@@ -30,6 +32,14 @@ fn scaled_rules(shipped: &str) -> String {
         ("[10m]", "[20s]"),
         ("[1d]", "[4m]"),
         ("[5m]", "[20s]"),
+        ("[1h]", "[20s]"),
+        ("[6h]", "[40s]"),
+        (" offset 1w", " offset 60s"),
+        (" offset 2w", " offset 90s"),
+        ("increase1h >= 500", "increase1h >= 100"),
+        ("last_weeks_1h >= 1000", "last_weeks_1h >= 200"),
+        ("increase6h >= 2000", "increase6h >= 200"),
+        ("last_weeks_6h >= 4000", "last_weeks_6h >= 400"),
         ("for: 15m", "for: 10s"),
         ("for: 10m", "for: 10s"),
         ("for: 5m", "for: 10s"),

@@ -204,8 +204,11 @@ pub fn counter_lines(exposition: &str) -> Vec<String> {
             let name = l.split(['{', ' ']).next().unwrap_or("");
             // Orphans too: a list closed before its judgments came shows up
             // as judgments-only lists.
+            // The primary metric's session sums share the lifecycle of
+            // `_sum` and `_count`.
             (name.ends_with("_sum")
                 || name.ends_with("_count")
+                || name.starts_with("rankpulse_primary_session")
                 || name.starts_with("rankpulse_lists_")
                 || name == "rankpulse_orphan_lists_total")
                 && name.starts_with("rankpulse_")
