@@ -322,6 +322,12 @@ pub fn render(s: &Snapshot) -> String {
         &[],
         s.counters.forgotten as f64,
     );
+    f.counter(
+        &format!("{PREFIX}sessions_evicted_total"),
+        "Sessions forgotten before compare.session_timeout to stay within compare.max_sessions; a later list of one starts a new session in the session-clustered variance",
+        &[],
+        s.counters.sessions_evicted as f64,
+    );
     for (outcome, n) in [("amended", s.counters.late_amended), ("dropped", s.counters.late_dropped)] {
         f.counter(
             &format!("{PREFIX}late_judgments_total"),

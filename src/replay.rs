@@ -278,7 +278,10 @@ impl<'a> History<'a> {
         // Every boundary below ts, but not more than MAX_EMPTY_STEPS of them.
         let last = (ts - 1).div_euclid(step).saturating_mul(step);
         let mut at = next.max(last.saturating_sub(Self::MAX_EMPTY_STEPS.saturating_mul(step)));
-        while at <= last {
+        // Counted, not compared: near the end of i64 a saturating step
+        // would never pass `last`.
+        let steps = last.saturating_sub(at).div_euclid(step).saturating_add(1);
+        for _ in 0..steps.clamp(0, Self::MAX_EMPTY_STEPS + 1) {
             self.write(config, pipeline, at)?;
             at = at.saturating_add(step);
         }
@@ -291,7 +294,9 @@ impl<'a> History<'a> {
         let newest = pipeline.assembler().watermark_ms();
         if let Some(next) = self.next_ms {
             let step = self.step_ms;
-            let at = next.max(newest.div_euclid(step).saturating_add(i64::from(newest.rem_euclid(step) != 0)) * step);
+            let at = next.max(
+                newest.div_euclid(step).saturating_add(i64::from(newest.rem_euclid(step) != 0)).saturating_mul(step),
+            );
             self.write(config, pipeline, at)?;
         }
         self.out.write_all(b"# EOF\n")?;

@@ -827,6 +827,10 @@ fn a_session_flood_keeps_memory_flat() {
         &[
             ("RANKPULSE__SESSION__GAP", "1h"),
             ("RANKPULSE__SESSION__MAX_OPEN_LISTS", &cap),
+            // Every bounded state at the same cap: the sessions of the
+            // session-clustered variance too (1,000,000 by default, 55 to
+            // 110 MiB, which a flood of a million sessions would fill).
+            ("RANKPULSE__COMPARE__MAX_SESSIONS", &cap),
             ("RANKPULSE__DIMENSIONS__MAX_VALUES", "20"),
             // One window of one minute: its time buckets are full after the
             // first batch (100 s of event time). With the default spans the
@@ -891,6 +895,8 @@ fn a_session_flood_keeps_memory_flat() {
     let m = metrics(&http);
     let total = (BATCHES * PER_BATCH) as f64;
     assert!(sum_of(&m, "rankpulse_lists_evicted_total") >= total - CAP as f64);
+    // Every session is new: all but the cap's worth were forgotten early.
+    assert!(sum_of(&m, "rankpulse_sessions_evicted_total") >= total - 2.0 * CAP as f64);
     assert!(sum_of(&m, r#"rankpulse_dimension_overflow_total{label="ranker"}"#) > 0.0);
     let series = m.lines().filter(|l| l.starts_with("rankpulse_ndcg_count{")).count();
     assert!(series <= 21 * 8 * 4, "{series} series: dimension values were not capped");

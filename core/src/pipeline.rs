@@ -192,6 +192,9 @@ pub struct OpsCounters {
     /// Since the process started, as `positions_taken`.
     #[serde(skip)]
     pub forgotten: u64,
+    /// Sessions forgotten before `compare.session_timeout` to stay within
+    /// `compare.max_sessions` ([`SessionLedger`]).
+    pub sessions_evicted: u64,
 }
 
 impl OpsCounters {
@@ -219,6 +222,7 @@ impl OpsCounters {
         self.positions_taken += other.positions_taken;
         self.dimension_conflicts += other.dimension_conflicts;
         self.forgotten += other.forgotten;
+        self.sessions_evicted += other.sessions_evicted;
     }
 }
 
@@ -593,13 +597,21 @@ struct Sessions<'a> {
 impl Sessions<'_> {
     /// A list's first finalization: its primary value joins its session.
     /// Randomized lists are in no quality mean, so in no session sum.
-    fn add(&mut self, list: &FinalList, score: &ListScore, clusters: &mut crate::accumulate::Clusters) {
+    fn add(
+        &mut self,
+        list: &FinalList,
+        score: &ListScore,
+        clusters: &mut crate::accumulate::Clusters,
+        counters: &mut OpsCounters,
+    ) {
         let Some(i) = self.primary else { return };
         if score.randomized {
             return;
         }
         if let Some(Some(value)) = score.values.get(i) {
+            let before = self.ledger.evicted;
             self.ledger.add(list.session, list.dims_id, *value, list.impression_ms, clusters);
+            counters.sessions_evicted += self.ledger.evicted - before;
         }
     }
 }
@@ -623,13 +635,13 @@ fn fold(
         Closed::Final(list) => {
             score_list(&list, score);
             let clusters = accumulators.fold(list.dims, list.impression_ms, score);
-            sessions.add(&list, score, clusters);
+            sessions.add(&list, score, clusters, counters);
         }
         Closed::Evicted(list) => {
             counters.evicted += 1;
             score_list(&list, score);
             let clusters = accumulators.fold(list.dims, list.impression_ms, score);
-            sessions.add(&list, score, clusters);
+            sessions.add(&list, score, clusters, counters);
         }
         // The withdrawn values are recomputed from the same list as when it
         // was folded in: the engine is deterministic, so the retraction is

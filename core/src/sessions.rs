@@ -44,7 +44,10 @@ pub struct SessionLedger {
     previous: FxHashMap<SessionKey, SessionSums>,
     /// Event time of the last rotation (`i64::MIN`: none yet).
     rotated_ms: i64,
-    /// Sessions dropped early for `compare.max_sessions` since start.
+    /// Sessions dropped early for `compare.max_sessions` by this ledger;
+    /// the pipeline adds each change to its counters
+    /// (`OpsCounters::sessions_evicted`), which checkpoints and merges keep.
+    #[serde(skip)]
     pub evicted: u64,
     /// `compare.session_timeout` (ms) and this shard's share of
     /// `compare.max_sessions`: settings, set again after a restore.
@@ -59,11 +62,11 @@ impl SessionLedger {
         SessionLedger { rotated_ms: i64::MIN, timeout_ms: timeout_ms.max(2), max_sessions, ..Default::default() }
     }
 
-    /// Takes the sessions (and eviction count) of a checkpoint, keeping
-    /// this ledger's settings.
+    /// Takes the sessions of a checkpoint, keeping this ledger's settings
+    /// and eviction count.
     pub fn restore(&mut self, from: SessionLedger) {
-        let (timeout_ms, max_sessions) = (self.timeout_ms, self.max_sessions);
-        *self = SessionLedger { timeout_ms, max_sessions, ..from };
+        let (timeout_ms, max_sessions, evicted) = (self.timeout_ms, self.max_sessions, self.evicted);
+        *self = SessionLedger { timeout_ms, max_sessions, evicted, ..from };
     }
 
     /// This shard's share of `compare.max_sessions`.

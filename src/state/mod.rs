@@ -207,7 +207,7 @@ fn check_counts(shard: &ShardCheckpoint) -> Result<(), String> {
     let c = &shard.counters;
     let keyed = c.events.values().chain(c.rejected.values()).chain(c.ignored.values());
     let keyed = keyed.chain(c.duplicates.values()).chain(c.dimension_overflow.values());
-    let single = [c.orphans, c.evicted, c.late_amended, c.late_dropped, c.combination_overflow];
+    let single = [c.orphans, c.evicted, c.late_amended, c.late_dropped, c.combination_overflow, c.sessions_evicted];
     for n in keyed.copied().chain(single) {
         plausible_unsigned(n, "a counter")?;
     }
