@@ -516,19 +516,19 @@ fn primary_counters(f: &mut Families, labels: &[(&str, &str)], c: &Clusters) {
         c.sessions as f64,
     );
     f.counter(
-        &format!("{PREFIX}primary_session_sum_squares"),
+        &format!("{PREFIX}primary_session_sum_squares_total"),
         "Sum over sessions of S^2, S a session's sum of per-list compare.primary values",
         labels,
         s_sq,
     );
     f.counter(
-        &format!("{PREFIX}primary_session_sum_lists"),
+        &format!("{PREFIX}primary_session_sum_lists_total"),
         "Sum over sessions of S*N, S a session's sum of per-list compare.primary values and N its lists",
         labels,
         cross,
     );
     f.counter(
-        &format!("{PREFIX}primary_session_lists_squares"),
+        &format!("{PREFIX}primary_session_lists_squares_total"),
         "Sum over sessions of N^2, N a session's lists with a compare.primary value",
         labels,
         n_sq,
