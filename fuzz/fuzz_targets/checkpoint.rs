@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
     for shard in checkpoint.shards {
         let mut pipeline = Pipeline::new(&CONFIG.pipeline_settings());
         // As the daemon: `decode` refused the numbers no stream makes.
-        pipeline.restore(shard.assembler, Some((shard.accumulators, shard.counters)));
+        pipeline.restore(shard.assembler, shard.sessions, Some((shard.accumulators, shard.counters)));
         pipeline.finalize_expired(Some(1_700_000_000_000));
         pipeline.finalize_all();
         assert_eq!(pipeline.open_lists(), 0);

@@ -106,8 +106,8 @@ fuzz_target!(|data: &[u8]| {
         }
         if fed == 64 {
             // A checkpoint round trip in the middle must not change anything observable.
-            let state = pipeline.assembler().state();
-            pipeline.restore(state, None);
+            let (state, sessions) = (pipeline.assembler().state(), pipeline.sessions().clone());
+            pipeline.restore(state, sessions, None);
         }
     }
     pipeline.finalize_all();
