@@ -10,6 +10,8 @@
 //! - [`kafka`]: the daemon in this process beside a bare consumer, and
 //!   freshness under a paced production; [`scale`]: one instance, then
 //!   two; [`loop_gap`]: how long the consumer loop keeps messages waiting.
+//! - [`simulate`]: days of event-time traffic for the end-to-end alert
+//!   simulations (bench/scripts/alert_backfill.py).
 //! - [`state`]: what a checkpoint costs to write and restore, in Kafka and
 //!   in a directory.
 
@@ -20,6 +22,7 @@ pub mod loop_gap;
 pub mod process;
 pub mod scale;
 pub mod shapes;
+pub mod simulate;
 pub mod state;
 pub mod traffic;
 

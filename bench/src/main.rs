@@ -120,6 +120,20 @@ enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+    /// Days of simulated search traffic (rankpulse_testkit::traffic) as
+    /// rankpulse events on stdout, in event-time order from 2026-01-05
+    /// (a Monday); each arm's lists, sessions and sum of nDCG@10 as JSON
+    /// on stderr. For bench/scripts/alert_backfill.py (docs/metrics.md).
+    Simulate {
+        #[arg(long)]
+        days: f64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// `market/ranker[*factor][@day*factor][~interleaved]`, repeated:
+        /// e.g. `m1/control`, `d1/candidate*0.98`, `q/r1@14.25*0.95`.
+        #[arg(long = "arm", required = true)]
+        arms: Vec<rankpulse_bench::simulate::Arm>,
+    },
     /// The bare consumer (a process the shapes bench starts): reads
     /// --messages messages of the topics in RANKPULSE__KAFKA__* and decodes
     /// each with serde_json, then prints one JSON line.
@@ -180,6 +194,13 @@ fn main() -> anyhow::Result<()> {
         Command::Scale(args) => measure("scale", args),
         Command::HotKey(args) => measure("hot-key", args),
         Command::LoopGap(args) => measure("loop-gap", args),
+        Command::Simulate { days, seed, arms } => {
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+            let truth = rankpulse_bench::simulate::run(&arms, days, seed, &mut out)?;
+            eprintln!("{truth}");
+            Ok(())
+        }
         Command::Bare { messages, delays, decode } => bare::run(messages, delays, decode),
         Command::State { brokers, lists, writes, seed } => {
             let config = Config::load(None)?;
