@@ -256,6 +256,30 @@ class Prometheus:
         return present
 
 
+def needed(group, alerts):
+    """The group with only `alerts` and the recording rules they read,
+    directly or through other rules (the dashboards' rules are not
+    backfilled: nothing pages on them).
+
+    >>> g = {"rules": [{"record": "a", "expr": "m"}, {"record": "b", "expr": "a + 1"},
+    ...                {"record": "c", "expr": "m"}, {"alert": "X", "expr": "b > 0"}, {"alert": "Y", "expr": "c > 0"}]}
+    >>> [r.get("record") or r["alert"] for r in needed(g, ["X"])["rules"]]
+    ['a', 'b', 'X']
+    """
+    names = [r["record"] for r in group["rules"] if "record" in r]
+    reads = lambda expr: {n for n in names if re.search(r"(?<![\w:])" + re.escape(n) + r"(?![\w:])", expr)}
+    wanted = [r for r in group["rules"] if r.get("alert") in alerts]
+    keep = set()
+    todo = [n for r in wanted for n in reads(r["expr"])]
+    while todo:
+        n = todo.pop()
+        if n not in keep:
+            keep.add(n)
+            todo.extend(reads(next(r for r in group["rules"] if r.get("record") == n)["expr"]))
+    rules = [r for r in group["rules"] if r.get("record") in keep or r.get("alert") in alerts]
+    return {**group, "rules": rules}
+
+
 def rule_levels(group):
     """The group's recording rules by level: a rule is one level above the
     highest rule it reads.
@@ -285,13 +309,21 @@ def rule_levels(group):
     return [out[k] for k in sorted(out)]
 
 
-def backfill(work, history, end):
+ALERTS = {
+    "aa": ["RankpulseCandidateWorseThanControl", "RankpulseInterleavingCandidateLoses", "RankpulseQualityDrop"],
+    "worse": ["RankpulseCandidateWorseThanControl"],
+    "quality": ["RankpulseQualityDrop"],
+    "smoke": ["RankpulseCandidateWorseThanControl", "RankpulseInterleavingCandidateLoses", "RankpulseQualityDrop"],
+}
+
+
+def backfill(work, history, end, alerts):
     prom = Prometheus(work)
     t0 = time.monotonic()
     for day in history:
         subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", day, prom.data], check=True, stdout=subprocess.DEVNULL)
     log(f"  samples backfilled in {time.monotonic() - t0:.0f} s")
-    group = next(g for g in yaml.safe_load(open(RULES))["groups"] if g["name"] == GROUP)
+    group = needed(next(g for g in yaml.safe_load(open(RULES))["groups"] if g["name"] == GROUP), alerts)
     levels = rule_levels(group)
     for i, rules in enumerate(levels, 1):
         t0 = time.monotonic()
@@ -514,7 +546,7 @@ def main():
     t0 = time.monotonic()
     history, final, truth = simulate(work, arms, days, a.seed)
     check_truth(final, truth)
-    prom, group = backfill(work, history, end)
+    prom, group = backfill(work, history, end, ALERTS[a.case])
     try:
         fired = alerts(prom, group, end)
         result, lines = report(a.case, prom, fired, final, a.markets, days, end)
