@@ -414,9 +414,19 @@ def alerts(prom, group, end):
         if "alert" not in rule:
             continue
         hold = parse_duration(rule.get("for", "0s"))
-        present = prom.query_range(rule["expr"], START + offset, end)
-        for key, ts in present.items():
-            labels = dict(key)
+        # An alert's labels are its series' without the name: a range
+        # query returns one series per name (`a or b` gives a's name at
+        # some instants, b's at others), which are one alert. Two at one
+        # instant would fail the rule's evaluation in Prometheus.
+        alerts_present = {}
+        for key, ts in prom.query_range(rule["expr"], START + offset, end).items():
+            labels = tuple((k, v) for k, v in key if k != "__name__")
+            seen = alerts_present.setdefault(labels, set())
+            if seen & ts:
+                sys.exit(f"{rule['alert']}: two series of labels {labels} at one evaluation")
+            seen |= ts
+        for labels, ts in alerts_present.items():
+            labels = dict(labels)
             fires = fire_times(ts, START + offset, end, hold)
             out.setdefault(rule["alert"], {})[(labels.get("ranker", ""), labels.get("market", ""))] = fires
     return out
@@ -536,6 +546,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--keep", help="keep the work directory here")
     p.add_argument("--json", help="write the result as JSON here")
+    p.add_argument("--reread", action="store_true", help="evaluate the alerts again over the TSDB a --keep run left")
     a = p.parse_args()
     days = a.days or {"aa": 30, "worse": 3, "quality": 16, "smoke": 1}[a.case]
     arms = arms_of(a.case, a.markets, days)
@@ -544,9 +555,15 @@ def main():
     end = START + int(days * 86400)
     log(f"{a.case}: {len(arms)} arms, {days} days, seed {a.seed}, in {work}")
     t0 = time.monotonic()
-    history, final, truth = simulate(work, arms, days, a.seed)
-    check_truth(final, truth)
-    prom, group = backfill(work, history, end, ALERTS[a.case])
+    if a.reread:
+        final = parse_exposition(os.path.join(work, "final.prom"))
+        prom = Prometheus(work)
+        prom.start()
+        group = needed(next(g for g in yaml.safe_load(open(RULES))["groups"] if g["name"] == GROUP), ALERTS[a.case])
+    else:
+        history, final, truth = simulate(work, arms, days, a.seed)
+        check_truth(final, truth)
+        prom, group = backfill(work, history, end, ALERTS[a.case])
     try:
         fired = alerts(prom, group, end)
         result, lines = report(a.case, prom, fired, final, a.markets, days, end)
