@@ -586,9 +586,23 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: stop fetching, finalize, commit");
 }
 
+/// Standard input copied to a temporary file, opened twice and then
+/// unlinked: two readers of it, as a UBI file of both indices has, with
+/// bounded memory.
+fn spill_stdin() -> std::io::Result<(std::fs::File, std::fs::File)> {
+    let path = std::env::temp_dir().join(format!("rankpulse-replay-{}.ndjson", std::process::id()));
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
+    let opened = std::io::copy(&mut std::io::stdin().lock(), &mut file)
+        .and_then(|_| Ok((std::fs::File::open(&path)?, std::fs::File::open(&path)?)));
+    let removed = std::fs::remove_file(&path);
+    let both = opened?;
+    removed?;
+    Ok(both)
+}
+
 fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
     use anyhow::Context;
-    use rankpulse::replay::{ReplayError, replay_events_as};
+    use rankpulse::replay::{ReplayError, Source, replay_sources};
     use std::io::{BufRead, Write};
     let config = Config::load(args.config.as_deref())?;
     for warning in lookalike_warnings() {
@@ -602,23 +616,32 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
         args.files.iter().filter(|f| is_stdin(f)).count() <= 1,
         "`-` (standard input) is given more than once"
     );
-    let mut inputs: Vec<Box<dyn BufRead>> = Vec::with_capacity(args.files.len());
+    let reader = |f: std::fs::File| -> Box<dyn BufRead> { Box::new(std::io::BufReader::with_capacity(1 << 16, f)) };
+    let mut inputs: Vec<Source<Box<dyn BufRead>>> = Vec::with_capacity(args.files.len());
     for file in &args.files {
-        if is_stdin(file) {
-            inputs.push(Box::new(std::io::stdin().lock()));
-        } else {
-            let f = std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
-            inputs.push(Box::new(std::io::BufReader::with_capacity(1 << 16, f)));
+        // A UBI file may hold both indices, queries first: it is read by
+        // two readers, one per index (standard input is kept in a
+        // temporary file for that, unlinked at once).
+        let both = args.format == rankpulse::event::Format::Ubi;
+        let open = || std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()));
+        match (is_stdin(file), both) {
+            (true, false) => inputs.push(Source::Stream(Box::new(std::io::stdin().lock()))),
+            (true, true) => {
+                let (queries, events) = spill_stdin().context("cannot keep standard input in a temporary file")?;
+                inputs.push(Source::Indices { queries: reader(queries), events: reader(events) });
+            }
+            (false, false) => inputs.push(Source::Stream(reader(open()?))),
+            (false, true) => inputs.push(Source::Indices { queries: reader(open()?), events: reader(open()?) }),
         }
     }
     let replayed = match &args.history {
-        None => replay_events_as(&config, args.format, inputs),
+        None => replay_sources(&config, args.format, inputs, None),
         Some(path) => {
             let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
             let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
             let step_ms = i64::try_from(args.step.as_millis()).unwrap_or(i64::MAX);
             let mut history = rankpulse::replay::History::new(&mut out, step_ms);
-            let replayed = rankpulse::replay::replay_events_with_history(&config, args.format, inputs, &mut history);
+            let replayed = replay_sources(&config, args.format, inputs, Some(&mut history));
             if let Err((rankpulse::replay::HISTORY_INPUT, ReplayError::Read(cause))) = &replayed {
                 anyhow::bail!("cannot write {}: {cause}", path.display());
             }

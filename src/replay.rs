@@ -18,7 +18,7 @@
 //! file (a binary file, another format, an empty pipe).
 
 use crate::config::Config;
-use crate::event::ubi::{BulkTarget, bulk_action};
+use crate::event::ubi::{BulkTarget, bulk_action, document_kind};
 use crate::event::{Event, Format, IgnoreReason, RejectReason};
 use crate::pipeline::{Clock, Pipeline};
 use crate::publish::{Snapshot, render};
@@ -113,6 +113,18 @@ pub struct WindowJump {
     pub before: u64,
 }
 
+/// One input of a replay: a stream read in its own order, or a UBI file
+/// holding both indices (an OpenSearch `_bulk` export of `ubi_queries`
+/// then `ubi_events`, or their documents without action lines), read
+/// through two readers of the same bytes: one takes the queries, the
+/// other the events, and the two are merged by event time as two files
+/// are. Read as one stream, such a file's queries would all come days
+/// before their clicks and impressions, and close as lists of their own.
+pub enum Source<R> {
+    Stream(R),
+    Indices { queries: R, events: R },
+}
+
 /// Runs the pipeline over `input` (rankpulse's own format) and returns the final pipeline.
 pub fn replay_pipeline(config: &Config, input: impl BufRead) -> std::io::Result<Replayed> {
     replay_inputs(config, Format::Rankpulse, [input]).map_err(|(_, e)| e)
@@ -139,14 +151,14 @@ pub fn replay_inputs<R: BufRead>(
     format: Format,
     inputs: impl IntoIterator<Item = R>,
 ) -> Result<Replayed, (usize, std::io::Error)> {
-    replay_observed(config, format, inputs, None)
+    replay_observed(config, format, inputs.into_iter().map(Source::Stream), None)
 }
 
 /// [`replay_inputs`], writing `history` as event time passes.
 fn replay_observed<R: BufRead>(
     config: &Config,
     format: Format,
-    inputs: impl IntoIterator<Item = R>,
+    sources: impl IntoIterator<Item = Source<R>>,
     mut history: Option<&mut History<'_>>,
 ) -> Result<Replayed, (usize, std::io::Error)> {
     // A history write error ends the replay as a read error would, with
@@ -180,20 +192,29 @@ fn replay_observed<R: BufRead>(
     };
     // One more byte than a message may have: the `\r` of a CRLF line.
     let limit = config.input.max_message_bytes.saturating_add(1);
-    let mut inputs: Vec<Input<R>> = inputs
-        .into_iter()
-        .enumerate()
-        .map(|(index, reader)| Input {
-            reader,
-            index,
-            number: 0,
-            pending: None,
-            update_body: false,
-            line: Vec::new(),
-            line_format: format,
-            head: None,
-        })
-        .collect();
+    let input = |reader, index, stream| Input {
+        reader,
+        index,
+        stream,
+        number: 0,
+        pending: None,
+        update_body: false,
+        line: Vec::new(),
+        line_format: format,
+        head: None,
+    };
+    let mut files = 0;
+    let mut inputs: Vec<Input<R>> = Vec::new();
+    for (index, source) in sources.into_iter().enumerate() {
+        files += 1;
+        match source {
+            Source::Stream(reader) => inputs.push(input(reader, index, None)),
+            Source::Indices { queries, events } => {
+                inputs.push(input(queries, index, Some(BulkTarget::Queries)));
+                inputs.push(input(events, index, Some(BulkTarget::Events)));
+            }
+        }
+    }
     let fresh = InputCount {
         lines: 0,
         accepted: 0,
@@ -204,7 +225,7 @@ fn replay_observed<R: BufRead>(
         newest_ms: i64::MIN,
         newest_line: 0,
     };
-    run.inputs = vec![fresh; inputs.len()];
+    run.inputs = vec![fresh; files];
     if let [only] = inputs.as_mut_slice() {
         // One input: its order is the order; each line decoded once.
         let at = only.index;
@@ -219,7 +240,12 @@ fn replay_observed<R: BufRead>(
         for input in &mut inputs {
             input.fill(format, limit, &mut pipeline, &mut run).map_err(|e| (input.index, e))?;
         }
-        while let Some(input) = inputs.iter_mut().filter(|i| i.head.is_some()).min_by_key(|i| (i.head, i.index)) {
+        // At one time, a file's query before its events: it opens the list.
+        while let Some(input) = inputs
+            .iter_mut()
+            .filter(|i| i.head.is_some())
+            .min_by_key(|i| (i.head, i.index, i.stream == Some(BulkTarget::Events)))
+        {
             let decoded = pipeline.prepare_as(input.line_format, trim_line(&input.line));
             let number = input.number;
             step(&mut pipeline, &decoded, run.clock)?;
@@ -321,16 +347,15 @@ impl<'a> History<'a> {
     }
 }
 
-/// `rankpulse replay --history`: [`replay_events_as`], writing the history
-/// of the exposition to `history` on the way.
-pub fn replay_events_with_history<R: BufRead>(
+/// `rankpulse replay`: the sources given, writing `history` if asked;
+/// an error comes with the index of the source it is about.
+pub fn replay_sources<R: BufRead>(
     config: &Config,
     format: Format,
-    inputs: impl IntoIterator<Item = R>,
-    history: &mut History<'_>,
+    sources: impl IntoIterator<Item = Source<R>>,
+    history: Option<&mut History<'_>>,
 ) -> Result<ReplayOutput, (usize, ReplayError)> {
-    let replayed =
-        replay_observed(config, format, inputs, Some(history)).map_err(|(at, e)| (at, ReplayError::Read(e)))?;
+    let replayed = replay_observed(config, format, sources, history).map_err(|(at, e)| (at, ReplayError::Read(e)))?;
     output(config, replayed)
 }
 
@@ -432,6 +457,11 @@ struct Input<R> {
     reader: R,
     /// Position among the inputs given: reports name it, and it breaks ties.
     index: usize,
+    /// Of a file holding both UBI indices ([`Source::Indices`]), the
+    /// documents this reader takes (`Queries` or `Events`); lines of no
+    /// index (action lines, an update's body, a line too long) are counted
+    /// by the queries' reader alone. `None`: every line.
+    stream: Option<BulkTarget>,
     /// Lines read so far, blank ones included (the last one's number).
     number: u64,
     /// What the last `_bulk` action line said the next line is.
@@ -476,10 +506,16 @@ impl<R: BufRead> Input<R> {
                 self.line.drain(..BOM.len());
             }
             too_long |= self.line.len() > limit;
+            // Whether this reader counts the lines that are no index's.
+            let counts = self.stream != Some(BulkTarget::Events);
             if too_long {
-                run.line(self.index);
                 self.pending = None;
-                if std::mem::take(&mut self.update_body) {
+                let update_body = std::mem::take(&mut self.update_body);
+                if !counts {
+                    continue;
+                }
+                run.line(self.index);
+                if update_body {
                     // An update's body (a large script) is no event either.
                     pipeline.count_ignored(IgnoreReason::BulkUpdate);
                 } else {
@@ -492,18 +528,34 @@ impl<R: BufRead> Input<R> {
             if message.trim_ascii().is_empty() {
                 continue;
             }
-            run.line(self.index);
             if ubi && std::mem::take(&mut self.update_body) {
-                pipeline.count_ignored(IgnoreReason::BulkUpdate);
+                if counts {
+                    run.line(self.index);
+                    pipeline.count_ignored(IgnoreReason::BulkUpdate);
+                }
                 continue;
             }
             if ubi && let Some(target) = bulk_action(message) {
-                pipeline.count_ignored(IgnoreReason::BulkActionLine);
+                if counts {
+                    run.line(self.index);
+                    pipeline.count_ignored(IgnoreReason::BulkActionLine);
+                }
                 self.pending = target.format().filter(|_| format == Format::Ubi);
                 self.update_body = target == BulkTarget::Update;
                 continue;
             }
             self.line_format = self.pending.take().unwrap_or(format);
+            if let Some(stream) = self.stream {
+                let kind = match self.line_format {
+                    Format::UbiQueries => BulkTarget::Queries,
+                    Format::UbiEvents => BulkTarget::Events,
+                    _ => document_kind(message),
+                };
+                if kind != stream {
+                    continue;
+                }
+            }
+            run.line(self.index);
             return Ok(Some(self.number));
         }
     }

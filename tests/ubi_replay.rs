@@ -104,6 +104,59 @@ fn a_queries_file_and_an_events_file_are_merged_by_event_time() {
     }
 }
 
+/// The file users have: one `_bulk` export of both indices, every query
+/// first, then every event, over three days (600 lists, one every 7.2
+/// minutes). Read as one stream each query would close, alone, long
+/// before its events came. Each index is its own stream of the file, so
+/// it replays like the native twin: with action lines, without them
+/// (each document told by its fields), and piped through standard input.
+#[test]
+fn a_one_file_export_of_both_indices_replays_like_its_native_twin() {
+    let t = ubi_mix(600, 29, BASE_MS, 432_000.0, 0);
+    let of = |topic: UbiTopic| t.ubi.iter().filter(move |m| m.topic == topic);
+    let mut bulk = Vec::new();
+    let mut plain = Vec::new();
+    for (i, m) in of(UbiTopic::Queries).chain(of(UbiTopic::Events)).enumerate() {
+        let index = if m.topic == UbiTopic::Queries { "ubi_queries" } else { "ubi_events" };
+        bulk.push(format!(r#"{{"index":{{"_index":"{index}","_id":"{i}"}}}}"#).into_bytes());
+        bulk.push(m.payload.clone());
+        plain.push(m.payload.clone());
+    }
+    let native: Vec<Vec<u8>> = t.native.iter().map(|m| m.payload.clone()).collect();
+    let (bulk_file, plain_file, native_file) =
+        (temp("export.ndjson", &bulk), temp("export-plain.ndjson", &plain), temp("export-native.jsonl", &native));
+    let (code, twin, err) = replay(&[], &[&native_file]);
+    assert_eq!(code, 0, "{err}");
+    assert!(sum_of(&twin, "rankpulse_lists_finalized_total") > 590.0, "the lists are there to compare");
+    for file in [&bulk_file, &plain_file] {
+        let (code, ubi, err) = replay(&["--format", "ubi"], &[file]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(lists_only(&ubi), lists_only(&twin), "{file:?}");
+        assert!(!err.contains("older than an event before them"), "{file:?}: {err}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["replay", "--format", "ubi", "-"])
+        .stdin(std::fs::File::open(&bulk_file).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(lists_only(&String::from_utf8_lossy(&out.stdout)), lists_only(&twin), "standard input");
+    // The action lines are counted once, not once per index's reader.
+    let (_, ubi, _) = replay(&["--format", "ubi"], &[&bulk_file]);
+    assert_eq!(sum_of(&ubi, r#"rankpulse_events_ignored_total{reason="bulk_action_line"}"#), t.ubi.len() as f64);
+    // One index alone in the file is read as before.
+    let queries: Vec<Vec<u8>> = of(UbiTopic::Queries).map(|m| m.payload.clone()).collect();
+    let queries_file = temp("export-queries.ndjson", &queries);
+    let (code, alone, err) = replay(&["--format", "ubi_queries"], &[&queries_file]);
+    assert_eq!(code, 0, "{err}");
+    let (code, as_ubi, err) = replay(&["--format", "ubi"], &[&queries_file]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(lists_only(&alone), lists_only(&as_ubi));
+    for f in [&bulk_file, &plain_file, &native_file, &queries_file] {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
 /// Read with the wrong format, the same files are rejected line by line,
 /// and a file of nothing but rejects fails naming itself.
 #[test]

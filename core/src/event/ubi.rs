@@ -967,9 +967,79 @@ pub fn bulk_action(line: &[u8]) -> Option<BulkTarget> {
     })
 }
 
+/// Which index a UBI document read without an action line belongs to,
+/// by the rule [`decode`] tells them apart with: a top-level
+/// `action_name` member, even `null`, makes it an event; anything else,
+/// a line that is no JSON object included, is the queries' (to be
+/// decoded, or rejected, once). A one-file export is replayed as two
+/// streams by this, one per index.
+pub fn document_kind(line: &[u8]) -> BulkTarget {
+    /// Whether a key is `action_name` (escaped or not).
+    struct IsAction(bool);
+    impl<'de> Deserialize<'de> for IsAction {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl Visitor<'_> for V {
+                type Value = IsAction;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a key")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<IsAction, E> {
+                    Ok(IsAction(v == "action_name"))
+                }
+            }
+            d.deserialize_str(V)
+        }
+    }
+    struct HasAction;
+    impl<'de> Visitor<'de> for HasAction {
+        type Value = bool;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+            let mut found = false;
+            while let Some(IsAction(is)) = map.next_key()? {
+                found |= is;
+                map.next_value::<de::IgnoredAny>()?;
+            }
+            Ok(found)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(line);
+    match de.deserialize_map(HasAction) {
+        Ok(true) => BulkTarget::Events,
+        _ => BulkTarget::Queries,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_document_is_an_event_by_its_action_name_as_decode_reads_it() {
+        for (line, kind) in [
+            (r#"{"client_id":"c","user_query":"tv","timestamp":1}"#, BulkTarget::Queries),
+            (r#"{"action_name":"click","client_id":"c","timestamp":1}"#, BulkTarget::Events),
+            (r#"{"client_id":"c","timestamp":1,"action_name":null}"#, BulkTarget::Events),
+            (r#"{"client_id":"c","act\u0069on_name":"click","timestamp":1}"#, BulkTarget::Events),
+            (r#"{"user_query":"action_name","query_attributes":{"action_name":"x"}}"#, BulkTarget::Queries),
+            (r#"not json"#, BulkTarget::Queries),
+            (r#"{"action_name":"click","#, BulkTarget::Queries),
+            (r#"[1]"#, BulkTarget::Queries),
+        ] {
+            assert_eq!(document_kind(line.as_bytes()), kind, "{line}");
+            // The decoder agrees wherever it reads a kind at all.
+            if let Ok(event) = decode(Format::Ubi, line.as_bytes(), &limits()) {
+                assert_eq!(
+                    matches!(event, Event::Impression(ref i) if i.defines_list),
+                    kind == BulkTarget::Queries,
+                    "{line}"
+                );
+            }
+        }
+    }
 
     fn limits() -> DecodeLimits {
         let mut l = DecodeLimits::default();
