@@ -26,8 +26,9 @@ Cases (each seeded; --seed changes them all):
            30-day experiment, and of RankpulseQualityDrop per ranker-day
            once two weeks of history exist.
   worse    --markets markets with a candidate 2% worse and as many 10%
-           worse, --days (3): time and lists per arm to the page, against
-           the fixed-horizon test's lists.
+           worse, launched at staggered hours of the first day, --days
+           (4): time and lists per arm from launch to the page, against the
+           fixed-horizon test's lists.
   quality  --markets rankers whose quality drops 5% and as many 10%, on
            day 14 at staggered hours, --days (16): time to the page.
   smoke    one day: a 10% worse candidate is paged, an A/A pair is not
@@ -88,14 +89,23 @@ def exe(name):
     return path
 
 
+def launch(i, markets):
+    """The day (fraction) experiment i of the worse case starts."""
+    return round((i - 1) / markets, 6)
+
+
 def arms_of(case, markets, days):
     if case == "aa":
         return [f"m{i}/{r}" for i in range(1, markets + 1) for r in ("control", "candidate")] + [
             f"m{i}/interleaved~interleaved" for i in range(1, markets + 1)
         ]
     if case == "worse":
-        return [a for i in range(1, markets + 1) for a in (f"w2-{i}/control", f"w2-{i}/candidate*0.98")] + [
-            a for i in range(1, markets + 1) for a in (f"w10-{i}/control", f"w10-{i}/candidate*0.90")
+        # Experiments launched at staggered hours of the first day.
+        return [
+            a
+            for pct in (2, 10)
+            for i in range(1, markets + 1)
+            for a in (f"w{pct}-{i}/control>{launch(i, markets)}", f"w{pct}-{i}/candidate*{1 - pct / 100}>{launch(i, markets)}")
         ]
     if case == "quality":
         # Drops on day 14, staggered over the day.
@@ -501,11 +511,12 @@ def report(case, prom, fired, final, markets, days, end):
                 deltas.append(mc - mb)
                 variances.append(vc + vb)
                 t = sorted(in_market(worse, m))
-                hours.append((t[0] - START) / 3600 if t else math.inf)
+                start = START + (launch(int(m.split("-")[1]), markets) * 86400 if case == "worse" else 0)
+                hours.append((t[0] - start) / 3600 if t else math.inf)
                 lists.append(lists_at(prom, "candidate", m, t[0]) if t else math.inf)
             delta = sum(deltas) / len(deltas)
             fixed = Z_SUM**2 * (sum(variances) / len(variances)) / delta**2
-            rate = sum(counter(final, "rankpulse_ndcg_count", "candidate", m, 'k="10",') for m in ms) / len(ms) / (days * 24)
+            rate = 37.5 * 60  # the model's mean lists per hour per arm (rankpulse_testkit::traffic)
             med, p90 = percentile(lists, 0.5), percentile(lists, 0.9)
             result[f"worse{pct}"] = {
                 "delta": delta, "fixed_lists": fixed, "fixed_hours": fixed / rate,
@@ -548,7 +559,7 @@ def main():
     p.add_argument("--json", help="write the result as JSON here")
     p.add_argument("--reread", action="store_true", help="evaluate the alerts again over the TSDB a --keep run left")
     a = p.parse_args()
-    days = a.days or {"aa": 30, "worse": 3, "quality": 16, "smoke": 1}[a.case]
+    days = a.days or {"aa": 30, "worse": 4, "quality": 16, "smoke": 1}[a.case]
     arms = arms_of(a.case, a.markets, days)
     work = a.keep or tempfile.mkdtemp(prefix="rankpulse-alerts-")
     os.makedirs(work, exist_ok=True)

@@ -42,18 +42,24 @@ pub struct Arm {
     /// Team-draft interleaved lists of two equal rankers: each result's
     /// team is a fair coin per pair, and judgments are clicks.
     pub interleaved: bool,
+    /// The arm's first day (fractional): an experiment launched then.
+    pub start_day: f64,
 }
 
 impl std::str::FromStr for Arm {
     type Err = String;
 
-    /// `market/ranker[*factor][@day*after][~interleaved]`, e.g.
-    /// `m1/control`, `d1/candidate*0.98`, `q/drop5@14.25*0.95`,
+    /// `market/ranker[*factor][@day*after][>start][~interleaved]`, e.g.
+    /// `m1/control`, `d1/candidate*0.98>0.25`, `q/drop5@14.25*0.95`,
     /// `m1/interleaved~interleaved`.
     fn from_str(s: &str) -> Result<Self, String> {
         let (s, interleaved) = match s.strip_suffix("~interleaved") {
             Some(rest) => (rest, true),
             None => (s, false),
+        };
+        let (s, start_day) = match s.split_once('>') {
+            Some((rest, day)) => (rest, day.parse::<f64>().map_err(|e| format!("{s}: start {day:?}: {e}"))?),
+            None => (s, 0.0),
         };
         let (head, change) = match s.split_once('@') {
             Some((head, change)) => (head, Some(change)),
@@ -73,7 +79,7 @@ impl std::str::FromStr for Arm {
                 (Some(day), after)
             }
         };
-        Ok(Arm { market: market.into(), ranker: ranker.into(), factor, change_day, after, interleaved })
+        Ok(Arm { market: market.into(), ranker: ranker.into(), factor, change_day, after, interleaved, start_day })
     }
 }
 
@@ -130,7 +136,7 @@ pub fn run(arms: &[Arm], days: f64, seed: u64, out: &mut impl Write) -> io::Resu
     let mut event = 0u64;
     for t in 0..minutes {
         let day = t as f64 / MINUTES_PER_DAY as f64;
-        for (a, arm) in arms.iter().enumerate() {
+        for (a, arm) in arms.iter().enumerate().filter(|(_, arm)| day >= arm.start_day) {
             let factor = match arm.change_day {
                 Some(d) if day >= d => arm.after,
                 _ => arm.factor,
@@ -234,6 +240,8 @@ mod tests {
             (a.market.as_str(), a.ranker.as_str(), a.factor, a.change_day, a.after),
             ("q", "drop5", 1.0, Some(14.25), 0.95)
         );
+        let c: Arm = "w/candidate*0.9>0.5".parse().unwrap();
+        assert_eq!((c.factor, c.start_day, c.change_day), (0.9, 0.5, None));
         let b: Arm = "m1/il~interleaved".parse().unwrap();
         assert!(b.interleaved && b.factor == 1.0);
         assert!("nomarket".parse::<Arm>().is_err());
