@@ -303,8 +303,19 @@ async fn connection(
         hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             served.store(true, Ordering::Relaxed);
             let mut router = router.clone();
-            // Router is always ready: no poll_ready needed before call.
-            async move { tower_service::Service::call(&mut router, request).await }
+            async move {
+                // RFC 9112 §3.2: an HTTP/1.1 request without exactly one
+                // Host field gets 400 (hyper leaves that to the server).
+                if request.version() == hyper::Version::HTTP_11
+                    && request.headers().get_all(header::HOST).iter().count() != 1
+                {
+                    let mut bad = Response::new(axum::body::Body::from("HTTP/1.1 requests need one Host header\n"));
+                    *bad.status_mut() = StatusCode::BAD_REQUEST;
+                    return Ok(bad);
+                }
+                // Router is always ready: no poll_ready needed before call.
+                tower_service::Service::call(&mut router, request).await
+            }
         })
     };
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -469,6 +480,29 @@ mod tests {
         let missing = check_health(&format!("http://{addr}/nope"), Duration::from_secs(5));
         assert_eq!(ok.unwrap(), "HTTP/1.1 200 OK");
         assert!(matches!(missing, Err(HealthError::Status { status: 404, .. })), "{missing:?}");
+        running.stop();
+    }
+
+    /// RFC 9112 §3.2: HTTP/1.1 without one Host field is a bad request;
+    /// HTTP/1.0 has no Host to require.
+    #[test]
+    fn http_1_1_needs_one_host() {
+        let running = Running::start(Arc::new(Published::new(&crate::config::Config::default())), BOUNDS);
+        let status = |request: &[u8]| {
+            let mut s = TcpStream::connect(running.addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            s.write_all(request).unwrap();
+            let mut answer = Vec::new();
+            let _ = s.read_to_end(&mut answer);
+            String::from_utf8_lossy(&answer).lines().next().unwrap_or_default().to_string()
+        };
+        assert_eq!(status(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"), "HTTP/1.1 400 Bad Request");
+        assert_eq!(
+            status(b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n"),
+            "HTTP/1.1 400 Bad Request"
+        );
+        assert_eq!(status(b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"), "HTTP/1.1 200 OK");
+        assert_eq!(status(b"GET /healthz HTTP/1.0\r\n\r\n"), "HTTP/1.0 200 OK");
         running.stop();
     }
 
