@@ -676,7 +676,7 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
              them in the file, the first behind line {line} ({}); in the whole replay {} list(s) ended orphan or \
              had a judgment come late (dropped, or amended in the windows only: rankpulse_orphan_lists_total, \
              rankpulse_late_judgments_total). If line {line}'s clock is wrong, remove it; else sort the file by \
-             timestamp, or give each index as a file of its own",
+             timestamp",
             name(file),
             input.behind,
             humantime::format_duration(config.session.gap.duration),
