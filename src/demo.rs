@@ -26,7 +26,7 @@ use crate::config::Config;
 use crate::event::Format;
 use crate::http::Published;
 use crate::interleave::{Team, team_draft};
-use rand::seq::IndexedRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng as _, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
@@ -109,7 +109,25 @@ pub fn ubi_rating_actions(config: &mut Config) {
 /// with `ubi`, (client id, UBI query, UBI events: impressions of each
 /// shown result, then clicks, purchases, ratings and a page view). The
 /// same random draws either way: the same searches.
+/// One search in [`RANDOMIZED_EVERY`] (not interleaved) is shown with its
+/// top results shuffled uniformly (RandTop-K) and flagged `randomized`:
+/// the clicks on those estimate the position propensities that debias the
+/// others (`[debias]`). UBI has no such flag: its demo shuffles nothing.
+const RANDOMIZED_EVERY: u64 = 10;
+
 fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64, ubi: bool) -> (String, String, Vec<String>) {
+    simulate_as(rng, n, degraded, ts, ubi, !ubi)
+}
+
+/// [`simulate`], with the randomized searches on or off.
+fn simulate_as(
+    rng: &mut Rng,
+    n: u64,
+    degraded: bool,
+    ts: i64,
+    ubi: bool,
+    randomize: bool,
+) -> (String, String, Vec<String>) {
     let session = format!("sess-{n}");
     let query = format!("q{}", n % 7);
     let market = MARKETS.choose(rng).copied().unwrap_or("us");
@@ -155,6 +173,12 @@ fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64, ubi: bool) -> (Strin
         ranked = drafted.iter().map(|&(d, _)| (f64::NAN, d)).chain(rest).collect();
         teams = drafted.into_iter().map(|(_, team)| team).collect();
     }
+    // A shuffle of its own generator: the searches' draws stay the same
+    // with randomization on or off.
+    let randomized = randomize && !interleaved && n % RANDOMIZED_EVERY == 3;
+    if randomized {
+        ranked[..SHOWN].shuffle(&mut Rng::seed_from_u64(n));
+    }
     let shown = &ranked[..SHOWN];
     let results: Vec<String> = shown
         .iter()
@@ -174,7 +198,7 @@ fn simulate(rng: &mut Rng, n: u64, degraded: bool, ts: i64, ubi: bool) -> (Strin
         )
     } else {
         format!(
-            r#"{{"type":"impression","event_id":"imp-{n}","session_id":"{session}","query_id":"{query}","timestamp":{ts},"results":[{}],"dimensions":{{"ranker":"{ranker}","market":"{market}"}}}}"#,
+            r#"{{"type":"impression","event_id":"imp-{n}","session_id":"{session}","query_id":"{query}","timestamp":{ts},"results":[{}],"randomized":{randomized},"dimensions":{{"ranker":"{ranker}","market":"{market}"}}}}"#,
             results.join(",")
         )
     };
@@ -459,6 +483,9 @@ pub fn demo(options: DemoOptions, stop: impl Future<Output = ()>) -> anyhow::Res
         config.kafka.formats.insert(options.traffic.judgments_topic.clone(), TopicFormat::UbiEvents);
         ubi_rating_actions(&mut config);
     }
+    // Position-debiased clicks over the top 10, propensities estimated
+    // from the randomized searches.
+    config.debias.max_rank = SHOWN;
     config.http.listen = options.listen.clone();
     // Short gap: demo lists are complete within seconds.
     config.session.gap = "5s".parse().map_err(anyhow::Error::msg)?;
@@ -577,7 +604,7 @@ mod tests {
             let mut rng = Rng::seed_from_u64(9);
             for n in 0..300 {
                 let ts = 1_700_000_000_000 + n as i64 * 1_000;
-                let (_, first, rest) = simulate(&mut rng, n, n >= 150, ts, ubi);
+                let (_, first, rest) = simulate_as(&mut rng, n, n >= 150, ts, ubi, false);
                 p.ingest("q", first.as_bytes(), Clock::replay(), None).unwrap();
                 for m in rest {
                     p.ingest("e", m.as_bytes(), Clock::replay(), None).unwrap();

@@ -9,7 +9,7 @@ use crate::accumulate::{Accumulators, Clusters, Interleaving, Moments};
 use crate::compare;
 use crate::config::{Config, Span};
 use crate::daemon::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
-use crate::debias::{ClickMoments, PositionCounts, Weighting};
+use crate::debias::{ClickMoments, Weighting, propensities_in_use};
 use crate::event::{EventKind, IgnoreReason, RejectReason};
 use crate::kafka::PartitionState;
 use crate::metrics::list::Family;
@@ -669,12 +669,7 @@ fn propensities(f: &mut Families, s: &Snapshot) -> Vec<f64> {
     if d.max_rank == 0 {
         return Vec::new();
     }
-    let mut counts = PositionCounts::new(d.max_rank);
-    for series in s.accumulators.series.values() {
-        if let Some(c) = &series.total().clicks {
-            counts.merge(&c.positions);
-        }
-    }
+    let counts = s.accumulators.randomized_positions(d.max_rank);
     for (rank, (lists, clicks)) in counts.lists.iter().zip(&counts.clicks).enumerate().take(counts.max_rank()) {
         let r = (rank + 1).to_string();
         f.counter(
@@ -690,14 +685,7 @@ fn propensities(f: &mut Families, s: &Snapshot) -> Vec<f64> {
             *clicks as f64,
         );
     }
-    // A rank without an estimate (NaN) makes every IPS value through it
-    // absent, never silently unweighted; an estimate of 0 (no randomized
-    // click there yet) is one, which debias.min_propensity clips.
-    let theta: Vec<f64> = if d.propensities.is_empty() {
-        counts.propensities(1.0).into_iter().map(|p| p.unwrap_or(f64::NAN)).collect()
-    } else {
-        d.propensities.clone()
-    };
+    let theta = propensities_in_use(&d.propensities, &counts);
     for (rank, p) in theta.iter().enumerate().filter(|(_, p)| p.is_finite()) {
         f.gauge(
             &format!("{PREFIX}position_propensity"),

@@ -14,6 +14,7 @@
 use crate::accumulate::{Accumulators, Cell, Interleaving, Moments};
 use crate::compare::{Comparison, interleaving_delta, welch};
 use crate::config::Config;
+use crate::debias::{Weighting, propensities_in_use};
 use crate::metrics::list::Family;
 use crate::window::{window_cell, window_cells_by};
 use rankpulse_core::sequential::{self, Sequential};
@@ -89,6 +90,49 @@ pub struct History {
     /// Each arm's confidence sequence (lower, difference, upper), aligned
     /// with `times`.
     pub sequences: BTreeMap<String, VecDeque<Option<Bounds>>>,
+    /// Position-debiased clicks, when `debias.max_rank` is set.
+    pub debiased: Option<Debiased>,
+}
+
+/// Clicks in the top k per list, as shown and weighted by 1/propensity of
+/// their ranks (IPS), per chart line over the charted window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Debiased {
+    /// The k: the charted cutoff, at most `debias.max_rank`.
+    pub k: usize,
+    /// The propensities in use, rank 1 first (NaN: none yet).
+    pub propensities: Vec<f64>,
+    /// Whether they were configured (else estimated), and the randomized
+    /// lists they were estimated from.
+    pub configured: bool,
+    pub randomized_lists: u64,
+    /// Per chart line: (clicks, IPS clicks and its standard error).
+    pub lines: Vec<(Vec<String>, Option<f64>, Option<(f64, Option<f64>)>)>,
+}
+
+/// The debiased clicks of each chart line (see [`Debiased`]).
+fn debiased(config: &Config, acc: &Accumulators, lines: &BTreeMap<Vec<String>, Cell>, k: usize) -> Debiased {
+    let d = &config.debias;
+    let counts = acc.randomized_positions(d.max_rank);
+    let propensities = propensities_in_use(&d.propensities, &counts);
+    let k = k.min(d.max_rank);
+    let clip = (d.min_propensity > 0.0).then_some(d.min_propensity);
+    let ips = Weighting::Ips { propensities: &propensities, min_propensity: clip };
+    let lines = lines
+        .iter()
+        .filter_map(|(key, cell)| {
+            let clicks = &cell.clicks.as_ref()?.moments;
+            let raw = clicks.clicks_at(k, Weighting::Unweighted).map(|(mean, _)| mean);
+            Some((key.clone(), raw, clicks.clicks_at(k, ips)))
+        })
+        .collect();
+    Debiased {
+        k,
+        configured: !d.propensities.is_empty(),
+        randomized_lists: counts.lists.first().copied().unwrap_or(0),
+        propensities,
+        lines,
+    }
 }
 
 fn charted<'c>(cell: &'c Cell, metric: &str, cutoffs: usize, k_index: usize) -> &'c Moments {
@@ -174,6 +218,7 @@ impl History {
                 samples.resize(n + 1, None);
             }
         }
+        self.debiased = (config.debias.max_rank > 0).then(|| debiased(config, acc, &lines, self.k));
         self.decisions.clear();
         if let (Some(i), Some((_, baseline)), Some((family, k_index, _))) = (arm_index, &self.arm, &self.primary) {
             let arms = sequential::arms(acc, i, *family, *k_index);
@@ -297,6 +342,7 @@ pub fn render_page(h: &History, ready: bool) -> String {
     decisions(&mut out, h);
     comparisons(&mut out, h);
     interleaving(&mut out, h);
+    debiased_clicks(&mut out, h);
     // The breakdown: current values per dimension values.
     out.push_str("<h2>Now</h2><table><tr><th>");
     out.push_str(&escape(&h.labels.join(" / ")));
@@ -575,6 +621,46 @@ fn interleaving(out: &mut String, h: &History) {
             p_text(p),
         );
     }
+}
+
+fn debiased_clicks(out: &mut String, h: &History) {
+    let Some(d) = &h.debiased else { return };
+    let source = if d.configured {
+        "configured (debias.propensities)".to_string()
+    } else {
+        format!("estimated from {} randomized lists since start, rank 1 = 1", d.randomized_lists)
+    };
+    let _ = write!(
+        out,
+        "<h2>Clicks, position-debiased</h2><p class=\"muted\">window {}: clicks in the top {} per list as shown, and \
+         each weighted by 1/propensity of its rank (IPS) ± its standard error. Propensities {source}:",
+        escape(&h.window),
+        d.k
+    );
+    for (rank, p) in d.propensities.iter().enumerate() {
+        let p = if p.is_finite() { format!("{p:.2}") } else { "–".into() };
+        let _ = write!(out, " {}:&nbsp;{p}", rank + 1);
+    }
+    if !d.configured {
+        // docs/metrics.md, "Position-debiased clicks": not yet the whole error.
+        out.push_str(". The standard errors count click sampling only, not the propensities' own error");
+    }
+    out.push_str("</p>");
+    if d.lines.is_empty() {
+        out.push_str("<p class=\"muted\">No clicked lists in the window yet.</p>");
+        return;
+    }
+    let _ = write!(out, "<table><tr><th></th><th>clicks@{0}</th><th>IPS clicks@{0}</th></tr>", d.k);
+    for (key, raw, ips) in &d.lines {
+        let raw = raw.map_or("–".into(), |v| format!("{v:.4}"));
+        let ips = match ips {
+            Some((v, Some(se))) => format!("{v:.4}<span class=\"muted\"> ± {se:.4}</span>"),
+            Some((v, None)) => format!("{v:.4}"),
+            None => "<span class=\"muted\">– (no propensity yet)</span>".into(),
+        };
+        let _ = write!(out, "<tr><td>{}</td><td>{raw}</td><td>{ips}</td></tr>", escape(&key.join(" / ")));
+    }
+    out.push_str("</table>");
 }
 
 /// Tick step for a range: 1, 2 or 5 times a power of ten, about 4 ticks.

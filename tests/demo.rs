@@ -75,6 +75,18 @@ fn demo_shows_windowed_metrics_within_30_seconds() {
         page.contains(r#"<span class="worse">candidate worse than control: nDCG@10 "#)
     });
     assert!(page.contains("control-aa"), "{page}");
+    // Position-debiased clicks: propensities estimated from the randomized
+    // searches (rank 2 examined less than rank 1), IPS clicks per arm.
+    wait_until("debiased clicks on the status page", Duration::from_secs(30), || {
+        page = match http_get(&addr, "/") {
+            Ok((200, body)) => body,
+            _ => String::new(),
+        };
+        page.contains("<h2>Clicks, position-debiased</h2>")
+            && page.contains(" 2:&nbsp;0.")
+            && page.contains("<tr><td>candidate</td><td>")
+            && !page.contains("no propensity yet")
+    });
     assert!(
         !page.contains(r#"<span class="worse">control-aa"#) && !page.contains(r#"<span class="better">control-aa"#),
         "the A/A arm is coloured: {page}"

@@ -755,6 +755,18 @@ impl PartialEq for Accumulators {
 }
 
 impl Accumulators {
+    /// The randomized lists' clicks per rank of every series since start,
+    /// to rank `max_rank`: what the estimated propensities come from.
+    pub fn randomized_positions(&self, max_rank: usize) -> PositionCounts {
+        let mut counts = PositionCounts::new(max_rank);
+        for series in self.series.values() {
+            if let Some(c) = &series.total().clicks {
+                counts.merge(&c.positions);
+            }
+        }
+        counts
+    }
+
     pub fn new(cutoffs: usize, bucket_ms: i64) -> Self {
         Accumulators { cutoffs, bucket_ms: bucket_ms.max(1), series: BTreeMap::new(), range: BucketRange::default() }
     }

@@ -161,6 +161,19 @@ impl PositionCounts {
     }
 }
 
+/// The propensities the IPS figures use: `configured`
+/// (`debias.propensities`) when given, else estimated from `counts` with
+/// θ₁ = 1. NaN at a rank without an estimate, so that every IPS value
+/// through it is absent, never silently unweighted; an estimate of 0 (no
+/// randomized click there yet) is one, which `debias.min_propensity` clips.
+pub fn propensities_in_use(configured: &[f64], counts: &PositionCounts) -> Vec<f64> {
+    if configured.is_empty() {
+        counts.propensities(1.0).into_iter().map(|p| p.unwrap_or(f64::NAN)).collect()
+    } else {
+        configured.to_vec()
+    }
+}
+
 /// Index of S_jk (0-based ranks, j ≤ k) in the packed upper triangle,
 /// column by column as in LAPACK's packed storage: column k starts at
 /// k(k+1)/2. The layout of the first K columns does not depend on K, so
