@@ -628,7 +628,7 @@ fn debiased_clicks(out: &mut String, h: &History) {
     let source = if d.configured {
         "configured (debias.propensities)".to_string()
     } else {
-        format!("estimated from {} randomized lists since start, rank 1 = 1", d.randomized_lists)
+        format!("estimated from {} randomized lists since start, relative to rank 1", d.randomized_lists)
     };
     let _ = write!(
         out,
@@ -639,7 +639,7 @@ fn debiased_clicks(out: &mut String, h: &History) {
     );
     for (rank, p) in d.propensities.iter().enumerate() {
         let p = if p.is_finite() { format!("{p:.2}") } else { "–".into() };
-        let _ = write!(out, " {}:&nbsp;{p}", rank + 1);
+        let _ = write!(out, "{} {}:&nbsp;{p}", if rank == 0 { " rank" } else { "," }, rank + 1);
     }
     if !d.configured {
         // docs/metrics.md, "Position-debiased clicks": not yet the whole error.

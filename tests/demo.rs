@@ -83,7 +83,7 @@ fn demo_shows_windowed_metrics_within_30_seconds() {
             _ => String::new(),
         };
         page.contains("<h2>Clicks, position-debiased</h2>")
-            && page.contains(" 2:&nbsp;0.")
+            && page.contains(", 2:&nbsp;0.")
             && page.contains("<tr><td>candidate</td><td>")
             && !page.contains("no propensity yet")
     });
