@@ -728,6 +728,10 @@ pub struct HttpConfig {
     pub listen: String,
 }
 
+/// The least `input.max_results_per_list`: a list is only counted once
+/// it outgrows its compact form (256 words), which holds fewer results.
+pub const MIN_RESULTS_PER_LIST: usize = 256;
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct InputConfig {
@@ -747,6 +751,11 @@ pub struct InputConfig {
     /// Events one list takes; further events of it are rejected
     /// (`list_too_large`), so one hot key cannot hold unbounded memory.
     pub max_events_per_list: usize,
+    /// Results one list holds: an impression finding its list holding
+    /// this many is rejected (`list_too_large`). Without it one list could
+    /// hold `max_events_per_list × max_results` results (2,000,000, about
+    /// 270 MB); at 10,000 a list holds at most 10,199, about 1.4 MB.
+    pub max_results_per_list: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -898,6 +907,7 @@ impl Default for InputConfig {
             max_future_skew: span("5m"),
             min_timestamp: Moment { text: "2000-01-01T00:00:00Z".into(), ms: crate::pipeline::MIN_TIMESTAMP_MS },
             max_events_per_list: 10_000,
+            max_results_per_list: 10_000,
         }
     }
 }
@@ -1268,6 +1278,16 @@ impl Config {
         if self.input.max_results == 0 {
             return Err(ConfigError::key("input.max_results", "must be at least 1"));
         }
+        if self.input.max_results_per_list < self.input.max_results.max(MIN_RESULTS_PER_LIST) {
+            return Err(ConfigError::key(
+                "input.max_results_per_list",
+                format!(
+                    "must be at least input.max_results ({}) and {MIN_RESULTS_PER_LIST} (a list's compact form holds \
+                     fewer, unchecked)",
+                    self.input.max_results
+                ),
+            ));
+        }
         if self.input.max_events_per_list == 0 {
             return Err(ConfigError::key("input.max_events_per_list", "must be at least 1"));
         }
@@ -1436,6 +1456,7 @@ impl Config {
                 late_policy: self.late.policy,
                 late_horizon_ms: self.late.horizon.ms(),
                 max_events_per_list: self.input.max_events_per_list,
+                max_results_per_list: self.input.max_results_per_list,
             },
             dimension_labels: self.dimensions.labels.clone(),
             max_dimension_values: self.dimensions.max_values,
@@ -2313,6 +2334,17 @@ mod tests {
             // A window this long overflowed event time and emptied every window.
             ("[windows]\nspans = [\"1h\", \"292000000y\"]\n", "windows.spans", "longer than 1000 years"),
             ("[late]\nhorizon = \"1001y\"\n", "late.horizon", "longer than 1000 years"),
+            // Unchecked below the compact form's capacity, and one page must fit.
+            (
+                "[input]\nmax_results_per_list = 255\n",
+                "input.max_results_per_list",
+                "at least input.max_results (200) and 256",
+            ),
+            (
+                "[input]\nmax_results = 500\nmax_results_per_list = 400\n",
+                "input.max_results_per_list",
+                "at least input.max_results (500)",
+            ),
             // Values rankpulse depends on, of properties a user may set.
             (
                 "[kafka.properties]\n\"statistics.interval.ms\" = 0\n",

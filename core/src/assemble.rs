@@ -516,6 +516,9 @@ pub struct AssemblyLimits {
     pub late_horizon_ms: i64,
     /// Events one list takes (`input.max_events_per_list`).
     pub max_events_per_list: usize,
+    /// Results past which a list's impressions are refused
+    /// (`input.max_results_per_list`); only a big list can reach it.
+    pub max_results_per_list: usize,
 }
 
 impl Default for AssemblyLimits {
@@ -526,6 +529,7 @@ impl Default for AssemblyLimits {
             late_policy: LatePolicy::Amend,
             late_horizon_ms: 60_000,
             max_events_per_list: 10_000,
+            max_results_per_list: 10_000,
         }
     }
 }
@@ -538,6 +542,7 @@ impl AssemblyLimits {
             late_policy: LatePolicy::Drop,
             late_horizon_ms: 0,
             max_events_per_list: usize::MAX,
+            max_results_per_list: usize::MAX,
         }
     }
 }
@@ -894,7 +899,8 @@ impl Assembler {
             }
         }
         if let (Some(start), Event::Impression(i)) = (at, event) {
-            match self.open_lists.big_event(start, event_hash, ts, arrival_ms, source, max_events) {
+            let max_shown = self.limits.max_results_per_list;
+            match self.open_lists.big_event(start, event_hash, ts, arrival_ms, source, max_events, max_shown) {
                 Some(Err(refused)) => return refused,
                 Some(Ok(_)) => {
                     let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
@@ -1107,8 +1113,8 @@ impl Assembler {
         arrival_ms: i64,
         sink: &mut impl FnMut(Closed),
     ) -> Applied {
-        let max_events = self.limits.max_events_per_list;
-        match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, max_events) {
+        let (max_events, max_shown) = (self.limits.max_events_per_list, self.limits.max_results_per_list);
+        match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, max_events, max_shown) {
             Some(Err(refused)) => return refused,
             Some(Ok(_)) => {
                 let dims = self.dimensions.intern(shown, &mut |overflow| sink(overflow));
@@ -1162,7 +1168,7 @@ impl Assembler {
         arrival_ms: i64,
     ) -> Applied {
         let max_events = self.limits.max_events_per_list;
-        match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, max_events) {
+        match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, max_events, usize::MAX) {
             Some(Ok(_)) => Applied::Applied,
             Some(Err(refused)) => refused,
             None => {
@@ -1780,6 +1786,7 @@ mod tests {
             late_policy: policy,
             late_horizon_ms: 60_000,
             max_events_per_list: usize::MAX,
+            max_results_per_list: usize::MAX,
         }
     }
 
@@ -2091,6 +2098,44 @@ mod tests {
             assert_eq!(f.shown.len(), results as usize);
             assert_eq!(f.shown.iter().filter(|g| **g == 1).count(), 49.min(results as usize));
         }
+    }
+
+    /// `input.max_results_per_list`: pages of 200 results of one list are
+    /// taken until it holds 1,000, the page that finds it full is refused
+    /// whole, open and final; a re-delivery stays a duplicate.
+    #[test]
+    fn a_list_holds_at_most_max_results_per_list() {
+        let mut l = limits(LatePolicy::Amend);
+        l.max_results_per_list = 1_000;
+        let mut asm = Assembler::with_limits(l, vec![], None);
+        let mut out = Vec::new();
+        let page =
+            |n: u32| -> Vec<(String, u32)> { (0..200).map(|p| (format!("d{n}-{p}"), n * 200 + p + 1)).collect() };
+        let mut applied = Vec::new();
+        for n in 0..7 {
+            let docs = page(n);
+            let docs: Vec<(&str, u32)> = docs.iter().map(|(d, p)| (d.as_str(), *p)).collect();
+            applied.push(
+                asm.ingest_t(&ev(&imp(&format!("i{n}"), "s", n as i64, &docs)), 0, None, &mut |c| out.push(c.into())),
+            );
+        }
+        assert_eq!(applied[..5], [Applied::Applied; 5]);
+        assert_eq!(applied[5..], [Applied::TooLarge; 2]);
+        let docs = page(0);
+        let docs: Vec<(&str, u32)> = docs.iter().map(|(d, p)| (d.as_str(), *p)).collect();
+        let again = asm.ingest_t(&ev(&imp("i0", "s", 0, &docs)), 0, None, &mut |c| out.push(c.into()));
+        assert_eq!(again, Applied::Duplicate);
+        // Judgments are not results: still taken.
+        let judged = asm.ingest_t(&ev(&judg("j", "s", 8, "d0-0", 3)), 0, None, &mut |c| out.push(c.into()));
+        assert_eq!(judged, Applied::Applied);
+        asm.ingest_t(&ev(&imp("x", "other", 20_000, &[("d", 1)])), 0, None, &mut |c| out.push(c.into()));
+        asm.finalize_expired(None, &mut |c| out.push(c.into()));
+        let docs = page(9);
+        let docs: Vec<(&str, u32)> = docs.iter().map(|(d, p)| (d.as_str(), *p)).collect();
+        let late = asm.ingest_t(&ev(&imp("late", "s", 9, &docs)), 0, None, &mut |c| out.push(c.into()));
+        assert_eq!(late, Applied::TooLarge);
+        let f = out.iter().filter_map(final_of).next().unwrap();
+        assert_eq!(f.shown.len(), 1_000);
     }
 
     /// A hot key (10,000 results over 50 pages, 10,000 judgments, then

@@ -607,6 +607,7 @@ impl ListStore {
         arrival_ms: i64,
         source: Option<Source>,
         max_events: usize,
+        max_shown: usize,
     ) -> Option<Result<&mut BigList, Applied>> {
         if !self.is_big(start) {
             return None;
@@ -617,7 +618,10 @@ impl ListStore {
         if big.event_ids.contains(&event) {
             return Some(Err(Applied::Duplicate));
         }
-        if big.event_ids.len() >= max_events {
+        // An impression finding the list holding `max_shown` results
+        // already is refused whole: a list ends with fewer than
+        // `max_shown + input.max_results` of them.
+        if big.event_ids.len() >= max_events || big.shown.len() >= max_shown {
             return Some(Err(Applied::TooLarge));
         }
         big.event_ids.insert(event);
@@ -729,7 +733,8 @@ impl ListStore {
     /// sources or be refused; nothing was changed, and the caller takes
     /// the general way.
     pub fn judge_at(&mut self, start: u32, edit: &JudgmentEdit) -> Option<Applied> {
-        if let Some(big) = self.big_event(start, edit.event, edit.ts_ms, edit.arrival_ms, edit.source, edit.max_events)
+        if let Some(big) =
+            self.big_event(start, edit.event, edit.ts_ms, edit.arrival_ms, edit.source, edit.max_events, usize::MAX)
         {
             return Some(match big {
                 Ok(big) => {
