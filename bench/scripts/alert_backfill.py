@@ -94,7 +94,13 @@ def launch(i, markets):
     return round((i - 1) / markets, 6)
 
 
-def arms_of(case, markets, days):
+def drop_day(i, markets, seed):
+    """The day (fraction) ranker i of the quality case drops: day 14, at
+    hours staggered over the day and shifted by the seed."""
+    return round(14 + ((i + (seed * 0.6180339887) % 1) / markets), 6)
+
+
+def arms_of(case, markets, days, seed):
     if case == "aa":
         return [f"m{i}/{r}" for i in range(1, markets + 1) for r in ("control", "candidate")] + [
             f"m{i}/interleaved~interleaved" for i in range(1, markets + 1)
@@ -109,11 +115,7 @@ def arms_of(case, markets, days):
         ]
     if case == "quality":
         # Drops on day 14, staggered over the day.
-        return [
-            f"q/drop{pct}-{i}@{14 + i / markets:.6f}*{1 - pct / 100}"
-            for pct in (5, 10)
-            for i in range(markets)
-        ]
+        return [f"q/drop{pct}-{i}@{drop_day(i, markets, seed)}*{1 - pct / 100}" for pct in (5, 10) for i in range(markets)]
     if case == "smoke":
         return ["s10/control", "s10/candidate*0.90", "saa/control", "saa/candidate", "saa/interleaved~interleaved"]
     sys.exit(f"unknown case {case}")
@@ -475,7 +477,7 @@ def percentile(values, p):
     return values[max(0, math.ceil(len(values) * p) - 1)]
 
 
-def report(case, prom, fired, final, markets, days, end):
+def report(case, prom, fired, final, markets, days, seed):
     lines = []
     worse = fired.get("RankpulseCandidateWorseThanControl", {})
     interleaving = fired.get("RankpulseInterleavingCandidateLoses", {})
@@ -533,7 +535,7 @@ def report(case, prom, fired, final, markets, days, end):
         for pct in (5, 10):
             delays = []
             for i in range(markets):
-                drop = START + (14 + i / markets) * 86400
+                drop = START + drop_day(i, markets, seed) * 86400
                 name = f"drop{pct}-{i}"
                 after = [t for t in quality.get((name, "q"), []) if t >= drop]
                 before = [t for t in quality.get((name, "q"), []) if t < drop]
@@ -560,7 +562,7 @@ def main():
     p.add_argument("--reread", action="store_true", help="evaluate the alerts again over the TSDB a --keep run left")
     a = p.parse_args()
     days = a.days or {"aa": 30, "worse": 4, "quality": 16, "smoke": 1}[a.case]
-    arms = arms_of(a.case, a.markets, days)
+    arms = arms_of(a.case, a.markets, days, a.seed)
     work = a.keep or tempfile.mkdtemp(prefix="rankpulse-alerts-")
     os.makedirs(work, exist_ok=True)
     end = START + int(days * 86400)
@@ -577,7 +579,7 @@ def main():
         prom, group = backfill(work, history, end, ALERTS[a.case])
     try:
         fired = alerts(prom, group, end)
-        result, lines = report(a.case, prom, fired, final, a.markets, days, end)
+        result, lines = report(a.case, prom, fired, final, a.markets, days, a.seed)
     finally:
         prom.stop()
     result["seed"] = a.seed
