@@ -84,14 +84,18 @@ fn hand_computed_replay() {
 #[test]
 fn replay_is_deterministic_and_reads_stdin() {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events/small.jsonl");
-    let (_, first, _) = replay(&[], &file);
-    let (_, second, _) = replay(&[], &file);
+    let (code, first, err) = replay(&[], &file);
+    assert_eq!(code, 0, "{err}");
+    assert!(first.contains("rankpulse_lists_finalized_total"), "{first}");
+    let (code, second, err) = replay(&[], &file);
+    assert_eq!(code, 0, "{err}");
     assert_eq!(first, second);
     let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
         .args(["replay", "-"])
         .stdin(std::fs::File::open(&file).unwrap())
         .output()
         .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), first);
 }
 
