@@ -494,7 +494,11 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let result = runtime.block_on(rankpulse::daemon::run(config, shutdown_signal()));
+    let shutdown = {
+        let _in_runtime = runtime.enter();
+        shutdown_signal()
+    };
+    let result = runtime.block_on(rankpulse::daemon::run(config, shutdown));
     // Do not wait for a consumer close that the daemon already gave up on.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     let summary = result?;
@@ -550,40 +554,65 @@ fn lookalike_warnings() -> Vec<String> {
 /// (no checkpoint, no commit) when a terminal closes or a supervisor sends
 /// it; rankpulse has no configuration to reload. Unless it was started
 /// with SIGHUP ignored (`nohup`): then it stays ignored.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let unix_signal = |kind| async move {
-        match tokio::signal::unix::signal(kind) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(unix)]
-    let (term, hangup) = (
-        unix_signal(tokio::signal::unix::SignalKind::terminate()),
-        // Started under `nohup` (SIGHUP ignored), a closed terminal must
-        // not stop it: listening would replace the ignore.
-        async move {
-            if !sighup_ignored() {
-                unix_signal(tokio::signal::unix::SignalKind::hangup()).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        },
-    );
-    #[cfg(not(unix))]
-    let (term, hangup) = (std::future::pending::<()>(), std::future::pending::<()>());
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-        _ = hangup => {}
+///
+/// Called within a runtime, the handlers are installed at once, not when
+/// the future is first polled: the daemon serves `/healthz` before it
+/// polls its shutdown, and a signal in between took the default action
+/// (death, exit status 130 by signal) instead of the ordered shutdown.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    let installed = tokio::runtime::Handle::try_current().is_ok().then(Handlers::install);
+    async move {
+        installed.unwrap_or_else(Handlers::install).first().await;
+        tracing::info!("shutting down: stop fetching, finalize, commit");
     }
-    tracing::info!("shutting down: stop fetching, finalize, commit");
+}
+
+/// The signals [`shutdown_signal`] listens to (`None`: not listened to).
+struct Handlers {
+    #[cfg(unix)]
+    signals: [Option<tokio::signal::unix::Signal>; 3],
+}
+
+impl Handlers {
+    fn install() -> Handlers {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            // Started under `nohup` (SIGHUP ignored), a closed terminal must
+            // not stop it: listening would replace the ignore.
+            let hangup = (!sighup_ignored()).then(SignalKind::hangup);
+            let listen = |kind: Option<SignalKind>| kind.and_then(|k| signal(k).ok());
+            Handlers {
+                signals: [listen(Some(SignalKind::interrupt())), listen(Some(SignalKind::terminate())), listen(hangup)],
+            }
+        }
+        #[cfg(not(unix))]
+        Handlers {}
+    }
+
+    async fn first(self) {
+        #[cfg(unix)]
+        {
+            let [a, b, c] = self.signals;
+            let recv = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = recv(a) => {}
+                _ = recv(b) => {}
+                _ = recv(c) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 /// Standard input copied to a temporary file, opened twice and then

@@ -130,7 +130,7 @@ fn produce_skewed(producer: &BaseProducer, evs: &[(i32, (String, String))]) {
 }
 
 #[test]
-#[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
+#[ignore = "hostile-input tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn broken_clocks_change_nothing_then_restart_with_state() {
     let tansu = common::tansu_binary();
     let port = free_port();
@@ -207,7 +207,7 @@ fn broken_clocks_change_nothing_then_restart_with_state() {
 }
 
 #[test]
-#[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
+#[ignore = "hostile-input tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn a_hot_key_among_normal_traffic_is_exact() {
     let tansu = common::tansu_binary();
     let port = free_port();
@@ -286,7 +286,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 #[test]
-#[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
+#[ignore = "hostile-input tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn a_flood_of_dimension_combinations_is_capped() {
     let tansu = common::tansu_binary();
     let port = free_port();
@@ -350,7 +350,7 @@ fn a_flood_of_dimension_combinations_is_capped() {
 }
 
 #[test]
-#[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
+#[ignore = "hostile-input tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn a_broker_frozen_for_20_s_mid_stream_changes_nothing_without_state() {
     // The default configuration (no state.dir), with the tier's short gap.
     frozen_broker(&[], "hostile-frozen", Duration::from_secs(20));
@@ -362,7 +362,7 @@ fn a_broker_frozen_for_20_s_mid_stream_changes_nothing_without_state() {
 /// checkpoint cannot be read back. The daemon stays up, shows the outage,
 /// and resumes exactly.
 #[test]
-#[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
+#[ignore = "hostile-input tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn a_broker_frozen_for_80_s_with_state_in_kafka_changes_nothing() {
     let env = [
         ("RANKPULSE__STATE__BACKEND", "kafka"),
@@ -449,7 +449,7 @@ fn frozen_broker(env: &[(&str, &str)], group: &str, freeze: Duration) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "standalone-broker tier: run by .ci/run with --ignored"]
+#[ignore = "hostile-input tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 async fn partitions_handed_over_without_state_are_counted_by_their_new_owner_only() {
     let tansu = common::tansu_binary();
     let port = free_port();

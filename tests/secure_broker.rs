@@ -462,7 +462,7 @@ fn read_dead_letters(stack: &Stack, properties: &Properties) -> Vec<Vec<u8>> {
 /// from the environment, a zstd-compressed topic; the dead-letter producer
 /// connects the same way.
 #[test]
-#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
+#[ignore = "secured-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
 fn tls_and_scram_read_a_zstd_topic_exactly() {
     let stack = Stack::start("scram", Tls::Server, true);
     let properties = sasl_properties(&stack, "SCRAM-SHA-512", PASSWORD);
@@ -487,7 +487,7 @@ fn tls_and_scram_read_a_zstd_topic_exactly() {
 /// gzip, snappy, lz4 and zstd batches of one topic, each written by a real
 /// producer with that codec, add up to the batch engine's counters.
 #[test]
-#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
+#[ignore = "secured-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
 fn every_compression_codec_is_read_exactly() {
     let stack = Stack::start("codecs", Tls::None, false);
     let mut all = Vec::new();
@@ -505,7 +505,7 @@ fn every_compression_codec_is_read_exactly() {
 /// Mutual TLS: with the client certificate it reads exactly; without one
 /// the handshake is refused and the daemon says so, not ready.
 #[test]
-#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
+#[ignore = "secured-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
 fn mutual_tls_reads_exactly_and_refuses_a_client_without_certificate() {
     let stack = Stack::start("mtls", Tls::Mutual, false);
     let mut properties = tls_properties(&stack, "ca.pem");
@@ -525,7 +525,7 @@ fn mutual_tls_reads_exactly_and_refuses_a_client_without_certificate() {
 /// A broker certificate from a CA the daemon does not trust: a clear error
 /// that names the certificate check, 503 on /readyz, no crash.
 #[test]
-#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
+#[ignore = "secured-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
 fn an_untrusted_broker_certificate_is_a_clear_error_and_not_ready() {
     let stack = Stack::start("wrong-ca", Tls::Server, false);
     let (mut daemon, http, log) = spawn_daemon(&stack, "wrong-ca", &tls_properties(&stack, "other-ca.pem"), &[]);
@@ -535,7 +535,7 @@ fn an_untrusted_broker_certificate_is_a_clear_error_and_not_ready() {
 /// Wrong SCRAM and PLAIN passwords: the error names the mechanism, never
 /// the password; the daemon stays up and not ready.
 #[test]
-#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
+#[ignore = "secured-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
 fn bad_credentials_name_the_mechanism_and_never_the_password() {
     let stack = Stack::start("bad-password", Tls::Server, true);
     for mechanism in ["SCRAM-SHA-256", "PLAIN"] {
@@ -552,7 +552,7 @@ fn bad_credentials_name_the_mechanism_and_never_the_password() {
 /// token librdkafka fetches from an OIDC client-credentials endpoint: each
 /// reads exactly. A wrong client secret is refused by the token endpoint.
 #[test]
-#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
+#[ignore = "secured-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
 fn plain_scram_256_and_oauthbearer_oidc_read_exactly() {
     let stack = Stack::start("sasl", Tls::Server, true);
     let token_url = stack.token_url.clone().unwrap();
@@ -642,7 +642,7 @@ fn state_keys(stack: &Stack, properties: &Properties) -> Vec<String> {
 /// the certificate) and the SASL gateway (which refuses every request
 /// before a login), so each got the `ssl.*` and `sasl.*` properties.
 #[test]
-#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
+#[ignore = "secured-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
 fn kafka_state_backend_over_mutual_tls_scram_and_oauthbearer_restarts_exactly() {
     let stack = Stack::start("state", Tls::Mutual, true);
     let mut properties = sasl_properties(&stack, "SCRAM-SHA-512", PASSWORD);
@@ -767,7 +767,7 @@ fn kafka_state_backend_over_mutual_tls_scram_and_oauthbearer_restarts_exactly() 
 /// store's 30 s are up, with an error that names the state topic and the
 /// mechanism the broker refused, never the password.
 #[test]
-#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
+#[ignore = "secured-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
 fn bad_credentials_with_the_kafka_backend_name_the_state_topic_and_the_mechanism() {
     let stack = Stack::start("state-bad-password", Tls::Server, true);
     let wrong = format!("{PASSWORD}-wrong");

@@ -82,7 +82,7 @@ async fn ubi_topics_on_a_mock_cluster_equal_their_native_twin() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a standalone broker (RANKPULSE_TANSU)"]
+#[ignore = "standalone-broker tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 async fn ubi_topics_on_a_standalone_broker_equal_their_native_twin() {
     let tansu = tansu_binary();
     let port = free_port();

@@ -360,7 +360,7 @@ fn interleaving_detects_a_degraded_candidate_with_fewer_lists_than_ab() {
 }
 
 #[test]
-#[ignore = "simulation tier: run with --ignored"]
+#[ignore = "simulation tier: run with --ignored (.ci/run does)"]
 fn interleaving_detects_a_degraded_candidate_with_fewer_lists_than_ab_large() {
     sensitivity(RUNS_LARGE);
 }
