@@ -486,6 +486,11 @@ fn state_command(command: StateCommand) -> anyhow::Result<()> {
 fn run_command(args: RunArgs) -> anyhow::Result<()> {
     let config = Config::load(args.config.as_deref())?;
     if args.print_config {
+        // The command offered for checking a configuration: say what it
+        // does not read, too.
+        for warning in lookalike_warnings() {
+            eprintln!("rankpulse run: warning: {warning}");
+        }
         print!("{}", config.redacted_toml());
         return Ok(());
     }

@@ -1339,6 +1339,16 @@ fn a_lookalike_override_is_named_on_stderr() {
         err.contains("warning: environment variable RANKPULSE_SESSION_GAP is not read: overrides are named RANKPULSE__SECTION__KEY"),
         "{err}"
     );
+    // So does `run --print-config`, the command offered for checking a
+    // configuration.
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["run", "--print-config"])
+        .env("RANKPULSE_SESSION_GAP", "1s")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("warning: environment variable RANKPULSE_SESSION_GAP is not read"), "{err}");
 }
 
 /// A read error names the input that failed, whichever of several it is;
