@@ -107,8 +107,11 @@ pub struct Debiased {
     pub configured: bool,
     pub randomized_lists: u64,
     /// Per chart line: (clicks, IPS clicks and its standard error).
-    pub lines: Vec<(Vec<String>, Option<f64>, Option<(f64, Option<f64>)>)>,
+    pub lines: Vec<(Vec<String>, Option<f64>, Option<Estimate>)>,
 }
+
+/// A mean and its standard error, when there is one.
+pub type Estimate = (f64, Option<f64>);
 
 /// The debiased clicks of each chart line (see [`Debiased`]).
 fn debiased(config: &Config, acc: &Accumulators, lines: &BTreeMap<Vec<String>, Cell>, k: usize) -> Debiased {

@@ -38,7 +38,7 @@ use crate::metrics::Grade;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
-use store::{FrozenLists, JudgmentEdit, ListStore};
+use store::{FrozenLists, JudgmentEdit, ListBounds, ListStore};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
 pub mod store;
@@ -899,8 +899,8 @@ impl Assembler {
             }
         }
         if let (Some(start), Event::Impression(i)) = (at, event) {
-            let max_shown = self.limits.max_results_per_list;
-            match self.open_lists.big_event(start, event_hash, ts, arrival_ms, source, max_events, max_shown) {
+            let bounds = ListBounds { events: max_events, results: self.limits.max_results_per_list };
+            match self.open_lists.big_event(start, event_hash, ts, arrival_ms, source, bounds) {
                 Some(Err(refused)) => return refused,
                 Some(Ok(_)) => {
                     let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
@@ -1113,8 +1113,8 @@ impl Assembler {
         arrival_ms: i64,
         sink: &mut impl FnMut(Closed),
     ) -> Applied {
-        let (max_events, max_shown) = (self.limits.max_events_per_list, self.limits.max_results_per_list);
-        match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, max_events, max_shown) {
+        let bounds = ListBounds { events: self.limits.max_events_per_list, results: self.limits.max_results_per_list };
+        match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, bounds) {
             Some(Err(refused)) => return refused,
             Some(Ok(_)) => {
                 let dims = self.dimensions.intern(shown, &mut |overflow| sink(overflow));
@@ -1138,7 +1138,7 @@ impl Assembler {
         if list.event_ids.contains(&event_hash) {
             return Applied::Duplicate;
         }
-        if list.event_ids.len() >= max_events {
+        if list.event_ids.len() >= bounds.events {
             return Applied::TooLarge;
         }
         list.event_ids.push(event_hash);
@@ -1168,7 +1168,8 @@ impl Assembler {
         arrival_ms: i64,
     ) -> Applied {
         let max_events = self.limits.max_events_per_list;
-        match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, max_events, usize::MAX) {
+        let bounds = ListBounds { events: max_events, results: usize::MAX };
+        match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, bounds) {
             Some(Ok(_)) => Applied::Applied,
             Some(Err(refused)) => refused,
             None => {

@@ -92,6 +92,14 @@ const BIG_RUN_WORDS: usize = 256;
 
 /// A list too large for a compact run, indexed so that an event costs O(1)
 /// in its size: positions, judged documents and event ids are hashed.
+/// What a big list takes no more of: events (`input.max_events_per_list`)
+/// and, for an impression, results held (`input.max_results_per_list`).
+#[derive(Debug, Clone, Copy)]
+pub struct ListBounds {
+    pub events: usize,
+    pub results: usize,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct BigList {
     shown: Vec<ShownDoc>,
@@ -606,8 +614,7 @@ impl ListStore {
         ts_ms: i64,
         arrival_ms: i64,
         source: Option<Source>,
-        max_events: usize,
-        max_shown: usize,
+        bounds: ListBounds,
     ) -> Option<Result<&mut BigList, Applied>> {
         if !self.is_big(start) {
             return None;
@@ -621,7 +628,7 @@ impl ListStore {
         // An impression finding the list holding `max_shown` results
         // already is refused whole: a list ends with fewer than
         // `max_shown + input.max_results` of them.
-        if big.event_ids.len() >= max_events || big.shown.len() >= max_shown {
+        if big.event_ids.len() >= bounds.events || big.shown.len() >= bounds.results {
             return Some(Err(Applied::TooLarge));
         }
         big.event_ids.insert(event);
@@ -733,9 +740,8 @@ impl ListStore {
     /// sources or be refused; nothing was changed, and the caller takes
     /// the general way.
     pub fn judge_at(&mut self, start: u32, edit: &JudgmentEdit) -> Option<Applied> {
-        if let Some(big) =
-            self.big_event(start, edit.event, edit.ts_ms, edit.arrival_ms, edit.source, edit.max_events, usize::MAX)
-        {
+        let bounds = ListBounds { events: edit.max_events, results: usize::MAX };
+        if let Some(big) = self.big_event(start, edit.event, edit.ts_ms, edit.arrival_ms, edit.source, bounds) {
             return Some(match big {
                 Ok(big) => {
                     big.judge(edit.doc, edit.grade);
