@@ -157,6 +157,38 @@ fn a_one_file_export_of_both_indices_replays_like_its_native_twin() {
     }
 }
 
+/// A UBI query without hit ids showed what its `impression` events say;
+/// when none come, what it showed is unknown: not scored as a list that
+/// showed nothing, but counted. A query with hit ids `[]` did show
+/// nothing, and is scored 0.
+#[test]
+fn a_query_whose_results_are_unknown_is_counted_not_scored() {
+    let lines: Vec<Vec<u8>> = [
+        r#"{"query_id":"qa","client_id":"c1","user_query":"a","timestamp":1763780000000,"query_response_hit_ids":["d1","d2"]}"#,
+        r#"{"query_id":"qb","client_id":"c2","user_query":"b","timestamp":1763780000000}"#,
+        r#"{"query_id":"qc","client_id":"c3","user_query":"c","timestamp":1763780000000}"#,
+        r#"{"query_id":"qd","client_id":"c4","user_query":"d","timestamp":1763780000000,"query_response_hit_ids":[]}"#,
+        r#"{"action_name":"impression","query_id":"qb","client_id":"c2","timestamp":1763780000100,"event_attributes":{"object":{"object_id":"d9"},"position":{"ordinal":0}}}"#,
+        r#"{"action_name":"click","query_id":"qb","client_id":"c2","timestamp":1763780001000,"event_attributes":{"object":{"object_id":"d9"}}}"#,
+        r#"{"action_name":"click","query_id":"qa","client_id":"c1","timestamp":1763780001000,"event_attributes":{"object":{"object_id":"d2"}}}"#,
+    ]
+    .iter()
+    .map(|l| l.as_bytes().to_vec())
+    .collect();
+    let file = temp("unknown-results.ndjson", &lines);
+    let (code, out, err) = replay(&["--format", "ubi"], &[&file]);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(sum_of(&out, "rankpulse_lists_finalized_total"), 4.0, "{out}");
+    // qa (clicked at 2: 1/log2(3)), qb (clicked at 1: 1) and qd (0), not qc.
+    assert_eq!(sum_of(&out, r#"rankpulse_ndcg_count{k="10""#), 3.0, "{out}");
+    let expected = 1.0 + 1.0 / 3f64.log2();
+    assert!((sum_of(&out, r#"rankpulse_ndcg_sum{k="10""#) - expected).abs() < 1e-12, "{out}");
+    assert_eq!(sum_of(&out, r#"rankpulse_lists_excluded_total{metric="ndcg",reason="no_results_known""#), 1.0, "{out}");
+    // Only qd found nothing relevant among what it showed.
+    assert_eq!(sum_of(&out, r#"rankpulse_lists_no_relevant_total{kind="graded""#), 1.0, "{out}");
+}
+
 /// Read with the wrong format, the same files are rejected line by line,
 /// and a file of nothing but rejects fails naming itself.
 #[test]

@@ -320,6 +320,9 @@ pub enum Exclusion {
     SingleClass,
     /// A randomized list: it feeds the position propensities alone.
     Randomized,
+    /// A list whose results are not known (a UBI query without hit ids
+    /// that no `impression` event completed).
+    NoResultsKnown,
 }
 
 impl Exclusion {
@@ -493,7 +496,9 @@ impl Cell {
         // A randomized list (the top results shuffled, for propensities)
         // shows no ranker's order: its quality would be the shuffle's, in
         // its arm's means and in every comparison of that arm.
-        if !score.randomized {
+        // Nor is one whose results are not known: "showed nothing" would
+        // score it 0.
+        if !score.randomized && !score.results_unknown {
             for (m, v) in self.metrics.iter_mut().zip(&score.values) {
                 if let Some(v) = *v {
                     if sign > 0 { m.add(v, 1) } else { m.retract(v, 1) }
@@ -837,15 +842,21 @@ impl Accumulators {
             }
             series.retired.apply(score, sign);
         }
-        if score.no_relevant_graded {
+        // Nothing relevant among results not known is no finding.
+        if score.no_relevant_graded && !score.results_unknown {
             *series.no_relevant.entry(Relevance::Graded).or_default() += sign;
         }
-        if score.no_relevant_binary {
+        if score.no_relevant_binary && !score.results_unknown {
             *series.no_relevant.entry(Relevance::Binary).or_default() += sign;
         }
-        if score.randomized {
+        let excluded = match (score.randomized, score.results_unknown) {
+            (true, _) => Some(Exclusion::Randomized),
+            (false, true) => Some(Exclusion::NoResultsKnown),
+            (false, false) => None,
+        };
+        if let Some(reason) = excluded {
             for mean in Family::ALL.iter().map(|&f| Mean::Family(f)).chain([Mean::Gauc]) {
-                *series.excluded.entry((mean, Exclusion::Randomized)).or_default() += sign;
+                *series.excluded.entry((mean, reason)).or_default() += sign;
             }
             return series;
         }

@@ -391,6 +391,9 @@ pub struct FinalList<'a> {
     pub teams: Option<&'a [Option<Team>]>,
     /// The top results were shown in a uniformly random order.
     pub randomized: bool,
+    /// Decided by an impression that did not say what it showed, and no
+    /// result reached it: not scored (`no_results_known`).
+    pub results_unknown: bool,
     /// Grades of every judged document, shown or not.
     pub judged: &'a [Grade],
 }
@@ -408,6 +411,7 @@ struct FinalBuffers {
     /// Whether any shown result had a team.
     interleaved: bool,
     randomized: bool,
+    results_unknown: bool,
     judged: Vec<Grade>,
     /// For lists past [`LINEAR_MAX`]: documents seen, grade per document.
     seen: FxHashSet<u64>,
@@ -431,6 +435,7 @@ impl FinalBuffers {
             scores: self.scored.then_some(&self.scores[..]),
             teams: self.interleaved.then_some(&self.teams[..]),
             randomized: self.randomized,
+            results_unknown: self.results_unknown,
             judged: &self.judged,
         })
     }
@@ -1361,18 +1366,27 @@ fn oldest(lists: &ListStore) -> Vec<(ListKey, i64)> {
 /// `impression` event): event times are below 2^48 (year 9999), so any
 /// impression that defines the list ranks before any that does not.
 const NOT_DEFINING: i64 = 1 << 62;
+/// Set on the rank of an impression that defines its list without saying
+/// what it showed (a UBI query without hit ids): it ranks after those
+/// that do, and a list decided by it that no result reaches is not scored.
+const RESULTS_UNKNOWN: i64 = 1 << 61;
 
 /// What decides which impression gives a list its time and dimensions:
 /// the lowest rank, i.e. the earliest of those that define the list, else
 /// the earliest of the others. Stored in place of the impression time;
 /// [`impression_time`] reads the time back.
 fn impression_rank(impression: &Impression) -> i64 {
-    impression.timestamp_ms | if impression.defines_list { 0 } else { NOT_DEFINING }
+    impression.timestamp_ms
+        | match (impression.defines_list, impression.results_unknown) {
+            (false, _) => NOT_DEFINING,
+            (true, true) => RESULTS_UNKNOWN,
+            (true, false) => 0,
+        }
 }
 
 /// The impression time of a stored rank.
 fn impression_time(rank: i64) -> i64 {
-    rank & !NOT_DEFINING
+    rank & !(NOT_DEFINING | RESULTS_UNKNOWN)
 }
 
 /// Returns how many results were dropped because another document holds
@@ -1423,6 +1437,7 @@ fn finalize(list: &mut OpenList, into: &mut FinalBuffers) -> bool {
     into.dims = dims;
     into.impression_ms = impression_time(rank);
     into.randomized = list.randomized;
+    into.results_unknown = rank & RESULTS_UNKNOWN != 0 && list.shown.is_empty();
     // In place: the order of `shown` means nothing else, and a final list
     // kept for late judgments is finalized again from the same state.
     list.shown.sort_unstable_by_key(|s| s.position);

@@ -154,6 +154,12 @@ pub struct Impression<'a> {
     /// The search engine shuffled the top results uniformly at random
     /// (`"randomized": true`): the list estimates position propensities.
     pub randomized: bool,
+    /// What was shown is not known from this impression: a UBI query
+    /// without `query_response_hit_ids` (its `impression` events may say).
+    /// A list it defines that no result reaches is not scored as one that
+    /// showed nothing; it is counted (`no_results_known`). A native
+    /// impression with `"results": []` did show nothing.
+    pub results_unknown: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -700,6 +706,7 @@ fn decode_impression<'a>(raw: RawEvent<'a>, limits: &DecodeLimits) -> Result<Imp
         dimensions: raw.dimensions.unwrap_or_default().into_iter().filter_map(|(k, v)| Some((k.0, v.0?))).collect(),
         defines_list: true,
         randomized: raw.randomized.unwrap_or(false),
+        results_unknown: false,
     })
 }
 

@@ -605,7 +605,7 @@ impl Sessions<'_> {
         counters: &mut OpsCounters,
     ) {
         let Some(i) = self.primary else { return };
-        if score.randomized {
+        if score.randomized || score.results_unknown {
             return;
         }
         if let Some(Some(value)) = score.values.get(i) {
@@ -630,6 +630,7 @@ fn fold(
         (score.click_ranks, score.clicks) = scorer.click_mask(list.shown);
         score.shown = u32::try_from(list.shown.len()).unwrap_or(u32::MAX);
         score.randomized = list.randomized;
+        score.results_unknown = list.results_unknown;
     };
     match closed {
         Closed::Final(list) => {

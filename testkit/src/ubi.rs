@@ -129,7 +129,15 @@ fn generate(
         let object = |d: &str| if numeric { d.to_string() } else { format!("\"{d}\"") };
         // Hit ids in the query, or per-result impression events (a few positions missing).
         let hit_ids = hits_always || (with_query && rng.below(2) == 0);
-        let shown: Vec<usize> = if hit_ids { (0..n).collect() } else { (0..n).filter(|_| rng.below(8) != 0).collect() };
+        let mut shown: Vec<usize> =
+            if hit_ids { (0..n).collect() } else { (0..n).filter(|_| rng.below(8) != 0).collect() };
+        // A query shown only through impression events has at least one:
+        // with none, what it showed is unknown and it is not scored
+        // (`no_results_known`), which the native twin cannot say. (Without
+        // a query and impression events, the judgments are orphans.)
+        if shown.is_empty() && with_query {
+            shown.push(0);
+        }
         let ids = if by_session {
             format!(r#""session_id":"{key}""#)
         } else {

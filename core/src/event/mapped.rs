@@ -662,6 +662,7 @@ pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, R
                 dimensions,
                 defines_list: true,
                 randomized: false,
+                results_unknown: false,
             }))
         }
         _ => {

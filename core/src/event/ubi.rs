@@ -812,6 +812,7 @@ fn decode_query<'a>(
     }
     let session_id = session(raw.client_id, raw.session_id)?;
     let timestamp_ms = timestamp(raw.timestamp)?;
+    let results_unknown = raw.query_response_hit_ids.is_none();
     let results = raw.query_response_hit_ids.transpose()?.unwrap_or_default();
     let dimensions = dimensions(limits, raw.application, slots, false);
     Ok(Impression {
@@ -823,6 +824,7 @@ fn decode_query<'a>(
         dimensions,
         defines_list: true,
         randomized: false,
+        results_unknown,
     })
 }
 
@@ -892,6 +894,7 @@ fn decode_event<'a>(
         dimensions,
         defines_list: false,
         randomized: false,
+        results_unknown: false,
     }))
 }
 

@@ -53,6 +53,9 @@ pub struct ListScore {
     pub shown: u32,
     /// The list's top results were shuffled (it estimates propensities).
     pub randomized: bool,
+    /// What the list showed is not known (see `FinalList::results_unknown`):
+    /// in no mean, counted as excluded.
+    pub results_unknown: bool,
 }
 
 impl ListScore {
@@ -67,6 +70,7 @@ impl ListScore {
             clicks: 0,
             shown: 0,
             randomized: false,
+            results_unknown: false,
         }
     }
 }
