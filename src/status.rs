@@ -342,9 +342,10 @@ pub fn render_page(h: &History, ready: bool) -> String {
         out.push_str("<p>No list finalized yet: waiting for impressions and judgments.</p></body></html>");
         return out;
     }
-    decisions(&mut out, h);
+    let cutoff = colour_cutoff(h);
+    decisions(&mut out, h, cutoff);
     comparisons(&mut out, h);
-    interleaving(&mut out, h);
+    interleaving(&mut out, h, cutoff);
     debiased_clicks(&mut out, h);
     // The breakdown: current values per dimension values.
     out.push_str("<h2>Now</h2><table><tr><th>");
@@ -403,14 +404,32 @@ fn signed(v: f64, decimals: usize) -> String {
 /// The lead: every arm against the baseline on the primary metric, in the
 /// words a person needs, coloured when the confidence sequence excludes 0,
 /// and the sequence over the last hour.
-fn decisions(out: &mut String, h: &History) {
+/// Whether a decision has the sessions to be read at all.
+fn decided(d: &Decision) -> bool {
+    d.sessions.0 >= sequential::MIN_SESSIONS && d.sessions.1 >= sequential::MIN_SESSIONS
+}
+
+/// The p-value at or below which a test on the page is coloured: the
+/// Benjamini–Hochberg cut-off at `compare.alpha` over every test the page
+/// could colour (each arm's decision, each interleaving series), so that
+/// more arms and markets do not mean more false colours. With one test it
+/// is α itself: the decision's confidence sequence excludes 0.
+fn colour_cutoff(h: &History) -> Option<f64> {
+    let decisions = h.decisions.iter().filter(|d| decided(d)).map(|d| d.test.p_value);
+    let interleaving = h.interleaving.iter().filter_map(|(_, _, p)| *p);
+    sequential::benjamini_hochberg(&decisions.chain(interleaving).collect::<Vec<_>>(), h.alpha)
+}
+
+fn decisions(out: &mut String, h: &History, cutoff: Option<f64>) {
     let (Some((label, baseline)), Some((_, _, metric))) = (&h.arm, &h.primary) else { return };
     let level = 100.0 * (1.0 - h.alpha);
     let _ = write!(
         out,
         "<h2>Decision: {metric}, against {label} = {base}</h2><p class=\"muted\">since the arms' first lists, sessions as \
          the unit; the {level:.0}% confidence sequence of the difference holds at every moment at once, so this \
-         verdict may be read as often as you like (docs/metrics.md, What a page means)</p>",
+         verdict may be read as often as you like; a verdict is coloured when its test survives the page's \
+         Benjamini–Hochberg cut at {alpha} (docs/metrics.md, What a page means)</p>",
+        alpha = h.alpha,
         metric = escape(metric),
         label = escape(label),
         base = escape(baseline),
@@ -427,8 +446,8 @@ fn decisions(out: &mut String, h: &History) {
     }
     for d in &h.decisions {
         let t = &d.test;
-        let enough = d.sessions.0 >= sequential::MIN_SESSIONS && d.sessions.1 >= sequential::MIN_SESSIONS;
-        let (class, verdict) = if !enough {
+        let coloured = cutoff.is_some_and(|c| t.p_value <= c);
+        let (class, verdict) = if !decided(d) {
             (
                 "muted",
                 format!(
@@ -438,10 +457,19 @@ fn decisions(out: &mut String, h: &History) {
                     sequential::MIN_SESSIONS
                 ),
             )
-        } else if t.upper < 0.0 {
+        } else if coloured && t.upper < 0.0 {
             ("worse", format!("{} worse than {}", escape(&d.arm), escape(baseline)))
-        } else if t.lower > 0.0 {
+        } else if coloured && t.lower > 0.0 {
             ("better", format!("{} better than {}", escape(&d.arm), escape(baseline)))
+        } else if t.upper < 0.0 || t.lower > 0.0 {
+            (
+                "muted",
+                format!(
+                    "{} not shown different from {} yet, counting every test on this page",
+                    escape(&d.arm),
+                    escape(baseline)
+                ),
+            )
         } else {
             ("muted", format!("{} not shown different from {} yet", escape(&d.arm), escape(baseline)))
         };
@@ -594,14 +622,15 @@ fn comparisons(out: &mut String, h: &History) {
 
 /// Team-draft interleaving experiments: Δ of the candidate (team A) over
 /// the window, coloured by the anytime-valid test since start.
-fn interleaving(out: &mut String, h: &History) {
+fn interleaving(out: &mut String, h: &History, cutoff: Option<f64>) {
     if h.interleaving.is_empty() {
         return;
     }
     let _ = write!(
         out,
         "<h2>Interleaving</h2><p class=\"muted\">window {}: Δ = (A wins + ties/2)/lists − 1/2 of the candidate (team A); \
-         p: the always-valid test of A wins against B wins since the first list, coloured below {}</p>",
+         p: the always-valid test of A wins against B wins since the first list, coloured at a false-discovery \
+         rate of {} over every test on this page (Benjamini–Hochberg)</p>",
         escape(&h.compare_window),
         h.alpha
     );
@@ -609,9 +638,10 @@ fn interleaving(out: &mut String, h: &History) {
         let (w, l, t) = (o.a_wins.max(0) as u64, o.b_wins.max(0) as u64, o.ties.max(0) as u64);
         let Some(delta) = interleaving_delta(w, l, t) else { continue };
         let p = *p;
-        let class = match p {
-            Some(p) if p < h.alpha && delta < 0.0 => "worse",
-            Some(p) if p < h.alpha && delta > 0.0 => "better",
+        let coloured = p.is_some_and(|p| cutoff.is_some_and(|c| p <= c));
+        let class = match coloured {
+            true if delta < 0.0 => "worse",
+            true if delta > 0.0 => "better",
             _ => "muted",
         };
         let sign = if delta < 0.0 { '\u{2212}' } else { '+' };
@@ -918,6 +948,37 @@ mod tests {
         let page = render_page(&h, true);
         assert!(page.contains("<b>tdi / us</b> <span class=\"muted\">Δ \u{2212}0.250 (p = 0.901)</span>"), "{page}");
         assert!(page.contains("A 3 · B 9 · ties 0"));
+    }
+
+    /// Two interleaving series: at α = 0.05 the Benjamini–Hochberg cut
+    /// over both needs the smaller p at or below 0.025, so p = 0.03 (which
+    /// alone would be coloured) is not, and p = 0.02 is.
+    #[test]
+    fn colours_survive_the_pages_benjamini_hochberg_cut() {
+        use crate::accumulate::Interleaving;
+        use crate::interleave::Outcome;
+        let config = Config::default();
+        let cutoffs = config.metrics.cutoffs.len();
+        let mut acc = Accumulators::new(cutoffs, config.windows.bucket.ms());
+        let dims: Arc<[String]> = vec!["tdi".to_string(), "us".to_string()].into();
+        let mut s = score(cutoffs, 0.5);
+        s.interleaving = Some(Outcome::BWins);
+        acc.fold(&dims, 1_000_000, &s);
+        let mut h = History::new(&config);
+        h.sample(&config, &acc, 1_010_000);
+        let losing = Interleaving { a_wins: 10, b_wins: 30, ties: 0 };
+        let even = Interleaving { a_wins: 20, b_wins: 20, ties: 0 };
+        for (p, class) in [(0.03, "muted"), (0.02, "worse")] {
+            h.interleaving = vec![
+                (vec!["tdi".into(), "de".into()], losing, Some(p)),
+                (vec!["tdi".into(), "us".into()], even, Some(0.9)),
+            ];
+            let page = render_page(&h, true);
+            assert!(page.contains(&format!("<b>tdi / de</b> <span class=\"{class}\">")), "{p}: {page}");
+            // Alone, 0.03 is coloured.
+            h.interleaving.truncate(1);
+            assert!(render_page(&h, true).contains("<b>tdi / de</b> <span class=\"worse\">"), "{p}");
+        }
     }
 
     #[test]

@@ -180,10 +180,41 @@ pub fn sign_boundary(n: f64, tau: f64, alpha: f64) -> f64 {
     (2.0 * t2n / (tau * tau) * ((1.0 / alpha).ln() + 0.5 * t2n.ln())).sqrt()
 }
 
+/// The Benjamini–Hochberg cut-off of `p_values` at false-discovery rate
+/// `alpha`: the largest p(i) with p(i) ≤ i·α/m (sorted ascending, m of
+/// them), or `None` when none is. Every p at or below it is a discovery.
+/// What the status page colours: each test on it is valid however often
+/// it is read, and this keeps the share of false colours among the
+/// coloured at most α however many arms and series it shows.
+pub fn benjamini_hochberg(p_values: &[f64], alpha: f64) -> Option<f64> {
+    let mut sorted: Vec<f64> = p_values.iter().copied().filter(|p| !p.is_nan()).collect();
+    sorted.sort_by(f64::total_cmp);
+    let m = sorted.len() as f64;
+    sorted.iter().enumerate().rev().find(|&(i, &p)| p <= (i + 1) as f64 * alpha / m).map(|(_, &p)| p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::accumulate::SessionSums;
+
+    /// Benjamini and Hochberg's (1995) procedure on their own example:
+    /// 15 p-values at q = 0.05 reject the four smallest (the step-up cut
+    /// is at the fourth, 0.0095 ≤ 4 · 0.05/15 = 0.0133).
+    #[test]
+    fn benjamini_hochberg_rejects_as_the_paper_does() {
+        let p = [
+            0.0001, 0.0004, 0.0019, 0.0095, 0.0201, 0.0278, 0.0298, 0.0344, 0.0459, 0.3240, 0.4262, 0.5719, 0.6528,
+            0.7590, 1.0,
+        ];
+        assert_eq!(benjamini_hochberg(&p, 0.05), Some(0.0095));
+        // One test: the cut-off is α itself.
+        assert_eq!(benjamini_hochberg(&[0.04], 0.05), Some(0.04));
+        assert_eq!(benjamini_hochberg(&[0.06], 0.05), None);
+        // Step-up: a larger p can carry smaller ones that miss their own line.
+        assert_eq!(benjamini_hochberg(&[0.03, 0.04], 0.05), Some(0.04));
+        assert_eq!(benjamini_hochberg(&[], 0.05), None);
+    }
 
     /// Sessions given as their lists' values.
     fn arm(sessions: &[&[f64]]) -> (Moments, Clusters) {
