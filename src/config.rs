@@ -395,7 +395,8 @@ pub struct DebiasConfig {
     /// then holds (K + K(K+1)/2 + 2K) counters: about 700 bytes at K = 10.
     pub max_rank: usize,
     /// Examination propensities of ranks 1…K under the position-based
-    /// model; empty: estimated from randomized lists (θ₁ = 1).
+    /// model, read relative to rank 1 (divided by the first value, as
+    /// estimates are); empty: estimated from randomized lists (θ₁ = 1).
     pub propensities: Vec<f64>,
     /// Weights are at most 1 / this (clipping trades bias for variance);
     /// 0: no clipping.

@@ -9,7 +9,7 @@ use crate::accumulate::{Accumulators, Clusters, Interleaving, Moments};
 use crate::compare;
 use crate::config::{Config, Span};
 use crate::daemon::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
-use crate::debias::{ClickMoments, Weighting, propensities_in_use};
+use crate::debias::{ClickMoments, PositionCounts, Propensities, Weighting};
 use crate::event::{EventKind, IgnoreReason, RejectReason};
 use crate::kafka::PartitionState;
 use crate::metrics::list::Family;
@@ -144,7 +144,9 @@ pub fn render(s: &Snapshot) -> String {
     // compare.primary as its labels (metric, k).
     let primary = config.primary_metric().map(|(family, i)| (family.name(), k_text[i].clone()));
     let acc = s.accumulators;
-    let propensities = propensities(&mut f, s);
+    let randomized = randomized_positions(&mut f, s);
+    let propensities = Propensities::in_use(&config.debias.propensities, &randomized);
+    propensity_gauges(&mut f, &propensities);
 
     for (dims, series) in &acc.series {
         let dl: Vec<(&str, &str)> =
@@ -661,13 +663,13 @@ fn comparisons(f: &mut Families, s: &Snapshot, cutoffs: &[usize], k_text: &[Stri
     }
 }
 
-/// The propensities the IPS gauges use: `debias.propensities`, else
-/// estimated from the randomized lists of every series since start. Also
-/// exposes them and the counts they come from. Empty when debias is off.
-fn propensities(f: &mut Families, s: &Snapshot) -> Vec<f64> {
+/// The randomized lists' counts per rank of every series since start, which
+/// the estimated propensities come from, exposed as counters. Empty when
+/// debias is off.
+fn randomized_positions(f: &mut Families, s: &Snapshot) -> PositionCounts {
     let d = &s.config.debias;
     if d.max_rank == 0 {
-        return Vec::new();
+        return PositionCounts::default();
     }
     let counts = s.accumulators.randomized_positions(d.max_rank);
     for (rank, (lists, clicks)) in counts.lists.iter().zip(&counts.clicks).enumerate().take(counts.max_rank()) {
@@ -685,16 +687,20 @@ fn propensities(f: &mut Families, s: &Snapshot) -> Vec<f64> {
             *clicks as f64,
         );
     }
-    let theta = propensities_in_use(&d.propensities, &counts);
-    for (rank, p) in theta.iter().enumerate().filter(|(_, p)| p.is_finite()) {
+    counts
+}
+
+/// The propensities the IPS gauges use (`debias.propensities`, else
+/// estimated), one gauge per rank that has one.
+fn propensity_gauges(f: &mut Families, propensities: &Propensities<'_>) {
+    for (rank, p) in propensities.theta.iter().enumerate().filter(|(_, p)| p.is_finite()) {
         f.gauge(
             &format!("{PREFIX}position_propensity"),
-            "Examination propensity of the rank under the position-based model, relative to rank 1 (debias.propensities, else estimated from randomized lists since start)",
+            "Examination propensity of the rank under the position-based model, relative to rank 1 (debias.propensities divided by their first value, else estimated from randomized lists since start)",
             &[("rank", &(rank + 1).to_string())],
             *p,
         );
     }
-    theta
 }
 
 /// Unweighted and IPS-weighted clicks@k and click-DCG@k of a window, for
@@ -705,13 +711,13 @@ fn click_gauges(
     config: &Config,
     cutoffs: &[usize],
     k_text: &[String],
-    propensities: &[f64],
+    propensities: &Propensities<'_>,
     window: &str,
     dl: &[(&str, &str)],
     moments: &ClickMoments,
 ) {
     let clip = (config.debias.min_propensity > 0.0).then_some(config.debias.min_propensity);
-    let ips = Weighting::Ips { propensities, min_propensity: clip };
+    let ips = propensities.weighting(clip);
     for (k, k_label) in cutoffs.iter().zip(k_text) {
         let mut labels = vec![(LABEL_K, k_label.as_str()), (LABEL_WINDOW, window)];
         labels.extend(dl.iter().copied());
@@ -744,7 +750,7 @@ fn click_gauges(
                 f.gauge(
                     &format!("{PREFIX}{name}_stderr"),
                     &format!(
-                        "Standard error of rankpulse_{name} (click sampling only; the propensities are taken as exact)"
+                        "Standard error of rankpulse_{name} (click sampling, and the estimated propensities' own error)"
                     ),
                     &labels,
                     se,

@@ -14,7 +14,7 @@
 use crate::accumulate::{Accumulators, Cell, Interleaving, Moments};
 use crate::compare::{Comparison, interleaving_delta, welch};
 use crate::config::Config;
-use crate::debias::{Weighting, propensities_in_use};
+use crate::debias::{Propensities, Weighting};
 use crate::metrics::list::Family;
 use crate::window::{window_cell, window_cells_by};
 use rankpulse_core::sequential::{self, Sequential};
@@ -117,10 +117,10 @@ pub type Estimate = (f64, Option<f64>);
 fn debiased(config: &Config, acc: &Accumulators, lines: &BTreeMap<Vec<String>, Cell>, k: usize) -> Debiased {
     let d = &config.debias;
     let counts = acc.randomized_positions(d.max_rank);
-    let propensities = propensities_in_use(&d.propensities, &counts);
+    let propensities = Propensities::in_use(&d.propensities, &counts);
     let k = k.min(d.max_rank);
     let clip = (d.min_propensity > 0.0).then_some(d.min_propensity);
-    let ips = Weighting::Ips { propensities: &propensities, min_propensity: clip };
+    let ips = propensities.weighting(clip);
     let lines = lines
         .iter()
         .filter_map(|(key, cell)| {
@@ -133,7 +133,7 @@ fn debiased(config: &Config, acc: &Accumulators, lines: &BTreeMap<Vec<String>, C
         k,
         configured: !d.propensities.is_empty(),
         randomized_lists: counts.lists.first().copied().unwrap_or(0),
-        propensities,
+        propensities: propensities.theta.clone(),
         lines,
     }
 }
@@ -659,7 +659,7 @@ fn interleaving(out: &mut String, h: &History, cutoff: Option<f64>) {
 fn debiased_clicks(out: &mut String, h: &History) {
     let Some(d) = &h.debiased else { return };
     let source = if d.configured {
-        "configured (debias.propensities)".to_string()
+        "configured (debias.propensities, relative to rank 1)".to_string()
     } else {
         format!("estimated from {} randomized lists since start, relative to rank 1", d.randomized_lists)
     };
@@ -675,8 +675,8 @@ fn debiased_clicks(out: &mut String, h: &History) {
         let _ = write!(out, "{} {}:&nbsp;{p}", if rank == 0 { " rank" } else { "," }, rank + 1);
     }
     if !d.configured {
-        // docs/metrics.md, "Position-debiased clicks": not yet the whole error.
-        out.push_str(". The standard errors count click sampling only, not the propensities' own error");
+        // docs/metrics.md, "Position-debiased clicks".
+        out.push_str(". The standard errors include the estimated propensities' own error");
     }
     out.push_str("</p>");
     if d.lines.is_empty() {

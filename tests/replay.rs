@@ -619,8 +619,14 @@ fn interleaved_lists_are_credited_to_their_teams() {
 /// (each click weighted by 1/θ of its rank):
 ///   P1: ranks 1, 2 → 2 / 1 + 2 = 3;  P2: rank 2 → 1 / 2
 ///   P3: none → 0 / 0;                 P4: rank 1 → 1 / 1
-/// clicks@2 = 4/4 = 1, IPS 6/4 = 1.5 with standard error
-/// sqrt(((3−1.5)² + (2−1.5)² + 1.5² + (1−1.5)²)/4 / 3) = sqrt(1.25/3).
+/// clicks@2 = 4/4 = 1, IPS 6/4 = 1.5 with a variance from click sampling
+/// of ((3−1.5)² + (2−1.5)² + 1.5² + (1−1.5)²)/4 / 3 = 1.25/3, and one from
+/// the estimated θ₂ = p₂/p₁ (delta method, docs/metrics.md): p₁ = 1/2,
+/// p₂ = 1/4 over n = 4 lists, m₂ = 2/4, b₂ = m₂·(−1/θ₂²) = −2, gradient
+/// G₂ = b₂/p₁ = −4, G₁ = −b₂·θ₂/p₁ = 2; Var p̂₁ = 1/16, Var p̂₂ = 3/64,
+/// Cov = (S₁₂ − p₂·D₁₂ − p₁·C₂ + p₁p₂n)/n² = (0 − 0.5 − 0.5 + 0.5)/16 =
+/// −1/32; GᵀΣG = 4/16 + 16·3/64 + 2·2·(−4)·(−1/32) = 3/2. The standard
+/// error is sqrt(1.25/3 + 3/2) = sqrt(23/12).
 /// IPS click-DCG@2: P1 1 + 2/log2(3), P2 2/log2(3), P4 1:
 /// (2 + 4/log2(3)) / 4.
 #[test]
@@ -662,7 +668,7 @@ fn clicks_are_weighted_by_estimated_or_configured_propensities() {
     let g = |name: &str, k: u32| value(&out, &format!(r#"rankpulse_{name}{{k="{k}",window="1h",{v2}"#));
     assert_eq!(g("clicks", 2), 1.0);
     assert_eq!(g("clicks_ips", 2), 1.5);
-    assert!(close(g("clicks_ips_stderr", 2), (1.25f64 / 3.0).sqrt()));
+    assert!(close(g("clicks_ips_stderr", 2), (23.0f64 / 12.0).sqrt()), "{}", g("clicks_ips_stderr", 2));
     assert_eq!(g("clicks_ips", 1), 0.5);
     assert!(close(g("click_dcg_ips", 2), (2.0 + 4.0 / 3f64.log2()) / 4.0));
     assert_eq!(value(&out, &format!(r#"rankpulse_click_lists_total{{{v2}"#)), 4.0);
@@ -688,6 +694,13 @@ fn clicks_are_weighted_by_estimated_or_configured_propensities() {
     assert!(close(g(&out, "clicks_ips_stderr", 2), (4.25f64 / 3.0).sqrt()));
     assert!(close(g(&out, "click_dcg_ips", 2), (2.0 + 8.0 / 3f64.log2()) / 4.0));
     assert_eq!(g(&out, "clicks_ips", 1), 0.5);
+    // Configured propensities are read relative to rank 1 (as estimates
+    // are): (0.5, 0.125) is the same θ = (1, 0.25).
+    let halved = set(&base.replace("[1.0, 0.25]", "[0.5, 0.125]"));
+    assert_eq!(value(&halved, r#"rankpulse_position_propensity{rank="1"}"#), 1.0, "{halved}");
+    for (name, k) in [("clicks_ips", 2), ("clicks_ips_stderr", 2), ("click_dcg_ips", 2), ("clicks_ips", 1)] {
+        assert_eq!(g(&halved, name, k), g(&out, name, k), "{name}@{k}");
+    }
     let out = set(&format!("{base}min_propensity = 0.4\n"));
     assert_eq!(g(&out, "clicks_ips", 2), 1.75, "{out}");
     assert_eq!(g(&out, "clicks", 2), 1.0);
@@ -709,6 +722,16 @@ fn clicks_are_weighted_by_estimated_or_configured_propensities() {
 /// Production lists, clicks → clicks@3 IPS: rank 1 → 1; rank 3 → 5;
 /// ranks 1, 2 → 2.5; none → 0: mean 8.5/4 = 2.125. Unclipped, θ₃ = 0 has
 /// no weight: the gauge is absent.
+///
+/// Its standard error (docs/metrics.md) adds two variances. Click sampling:
+/// values 1, 5, 2.5, 0, variance 32.25/4 − 2.125² = 227/64, over N − 1 = 3:
+/// 227/192. The estimated propensities, by the delta method: θ₂ = p₂/p₁
+/// with p₁ = 3/5, p₂ = 2/5 over n = 5 full lists; rank 3 is clipped, so
+/// only θ₂ moves the mean, b₂ = m₂·(−1/θ₂²) = (1/4)(−9/4) = −9/16, gradient
+/// G₂ = b₂/p₁ = −15/16, G₁ = −b₂·θ₂/p₁ = 5/8. Var p̂₁ = Var p̂₂ = 0.6·0.4/5 =
+/// 6/125; Cov = (S₁₂ − p₂·D₁₂ − p₁·C₂ + p₁p₂n)/n² = (1 − 1.2 − 1.2 + 1.2)/25
+/// = −1/125. GᵀΣG = (25/64 + 225/256)·6/125 + 2·(5/8)(−15/16)(−1/125) =
+/// 9/128. In all 227/192 + 9/128 = 481/384.
 #[test]
 fn an_estimated_zero_propensity_is_clipped_by_min_propensity() {
     let t0 = 1_700_000_000_000i64;
@@ -745,6 +768,8 @@ fn an_estimated_zero_propensity_is_clipped_by_min_propensity() {
     assert_eq!(value(&out, r#"rankpulse_position_propensity{rank="3"}"#), 0.0, "{out}");
     assert!((value(&out, r#"rankpulse_position_propensity{rank="2"}"#) - 2.0 / 3.0).abs() < 1e-12);
     assert!((value(&out, ips) - 2.125).abs() < 1e-12, "{out}");
+    let se = value(&out, &ips.replace("clicks_ips{", "clicks_ips_stderr{"));
+    assert!((se - (481.0f64 / 384.0).sqrt()).abs() < 1e-12, "{se}");
     let out = run(base);
     assert!(!out.contains("rankpulse_clicks_ips{"), "{out}");
     assert_eq!(value(&out, r#"rankpulse_clicks{k="3",window="1h",ranker="v2",market="us"}"#), 1.0, "{out}");

@@ -39,7 +39,7 @@ pub use dir::DirStore;
 pub use kafka::{InstanceSummary, KafkaStore, ShardSummary};
 
 /// First bytes of a checkpoint; the trailing digits are the format version.
-const MAGIC: &[u8; 8] = b"RPCKPT05";
+const MAGIC: &[u8; 8] = b"RPCKPT06";
 /// Header: magic, payload length (u64 LE), payload checksum (xxh3-64, LE).
 const HEADER_LEN: usize = 8 + 8 + 8;
 pub const EXTENSION: &str = "ckpt";
