@@ -26,6 +26,15 @@ const JUDGMENTS: &str = "search-judgments";
 const QUERIES: &str = "ubi_queries";
 const EVENTS: &str = "ubi_events";
 const PARTITIONS: i32 = 4;
+/// UBI queries that no impression event completes, in market [`ORPHANED`].
+const ORPHANS: u32 = 5;
+const ORPHANED: &str = "orphaned";
+
+/// The `"timestamp"` (epoch milliseconds) of a native event.
+fn timestamp_of(payload: &[u8]) -> Option<i64> {
+    let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    v.get("timestamp")?.as_i64()
+}
 
 /// A daemon reading `topics` on `bootstrap`, in its own consumer group.
 async fn consume(bootstrap: &str, topics: &[&str], ordinal_base: u32, total: f64) -> String {
@@ -47,10 +56,24 @@ async fn differential(bootstrap: &str, t: &UbiTraffic, ordinal_base: u32) {
     let native =
         t.native.iter().map(|m| (if m.judgment { JUDGMENTS } else { IMPRESSIONS }, m.key.clone(), m.payload.clone()));
     let native_total = send_all(&producer, native).await as f64;
+    // Queries without hit ids whose impression events never come: what
+    // they showed is unknown, so they are counted, not scored, and the
+    // native twin has no such list. Their own market keeps them apart.
+    let first = t.native.iter().find_map(|m| timestamp_of(&m.payload)).expect("a timestamp");
+    let orphans: Vec<(&str, String, Vec<u8>)> = (0..ORPHANS)
+        .map(|i| {
+            let payload = format!(
+                r#"{{"application":"shop","query_id":"q-orphan-{i}","client_id":"orphan-{i}","user_query":"lost","query_attributes":{{"ranker":"control","market":"{ORPHANED}"}},"timestamp":{}}}"#,
+                first + i64::from(i) * 1_000
+            );
+            (QUERIES, format!("orphan-{i}"), payload.into_bytes())
+        })
+        .collect();
     let ubi = t
         .ubi
         .iter()
-        .map(|m| (if m.topic == UbiTopic::Queries { QUERIES } else { EVENTS }, m.key.clone(), m.payload.clone()));
+        .map(|m| (if m.topic == UbiTopic::Queries { QUERIES } else { EVENTS }, m.key.clone(), m.payload.clone()))
+        .chain(orphans);
     let ubi_total = send_all(&producer, ubi).await as f64;
 
     let twin = consume(bootstrap, &[IMPRESSIONS, JUDGMENTS], 0, native_total).await;
@@ -58,6 +81,17 @@ async fn differential(bootstrap: &str, t: &UbiTraffic, ordinal_base: u32) {
 
     assert!(sum_of(&twin, r#"rankpulse_lists{window="1h""#) > 200.0, "the lists are there to compare:\n{twin}");
     assert!(sum_of(&twin, r#"rankpulse_lists{window="1h",ranker="unknown""#) > 0.0, "lists without a query");
+    let orphaned = format!(r#"market="{ORPHANED}""#);
+    let (apart, got): (Vec<&str>, Vec<&str>) = got.lines().partition(|l| l.contains(&orphaned));
+    let apart = apart.join("\n");
+    let got = got.join("\n");
+    assert_eq!(sum_of(&apart, "rankpulse_lists_finalized_total"), f64::from(ORPHANS), "{apart}");
+    assert_eq!(
+        sum_of(&apart, r#"rankpulse_lists_excluded_total{metric="ndcg",reason="no_results_known""#),
+        f64::from(ORPHANS),
+        "{apart}"
+    );
+    assert!(!apart.contains("rankpulse_ndcg{"), "scored as if nothing was shown:\n{apart}");
     assert_same(&twin, &got);
     assert_eq!(sum_of(&got, r#"rankpulse_events_ignored_total{reason="unmapped_action"}"#), t.ignored as f64);
     assert_eq!(sum_of(&got, "rankpulse_events_rejected_total"), 0.0);
