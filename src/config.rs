@@ -25,8 +25,8 @@
 //! helpers); the rest is the typed sections with their defaults and their
 //! validation, one place for every key, which is why the file stays whole.
 
-use crate::metrics::list::Family;
-use crate::metrics::{Conventions, Gain, GaucWeight, Grade, IdealScope, NoRelevant};
+use rankpulse_core::metrics::list::Family;
+use rankpulse_core::metrics::{Conventions, Gain, GaucWeight, Grade, IdealScope, NoRelevant};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -38,11 +38,11 @@ use thiserror::Error;
 /// Prefix of environment overrides; sections and keys are separated by `__`.
 pub const ENV_PREFIX: &str = "RANKPULSE__";
 
-use crate::assemble::AssemblyLimits;
+use rankpulse_core::assemble::AssemblyLimits;
 /// Most dimension labels (the assembler keeps a tuple of them on the stack).
-pub use crate::assemble::{LatePolicy, MAX_DIMENSION_LABELS};
-use crate::event::DecodeLimits;
-use crate::pipeline::PipelineSettings;
+pub use rankpulse_core::assemble::{LatePolicy, MAX_DIMENSION_LABELS};
+use rankpulse_core::event::DecodeLimits;
+use rankpulse_core::pipeline::PipelineSettings;
 
 /// Label names rankpulse itself puts on series; dimension labels may not reuse them.
 pub const RESERVED_LABELS: &[&str] = &[
@@ -159,7 +159,7 @@ impl std::str::FromStr for Moment {
     type Err = String;
     fn from_str(s: &str) -> Result<Moment, String> {
         let text = s.trim();
-        let ms = crate::event::rfc3339_ms(text).ok_or_else(|| {
+        let ms = rankpulse_core::event::rfc3339_ms(text).ok_or_else(|| {
             format!("{s:?} is not an RFC 3339 time between 1970 and 9999 like \"2000-01-01T00:00:00Z\"")
         })?;
         Ok(Moment { text: text.to_string(), ms })
@@ -295,8 +295,8 @@ impl TopicFormat {
         }
     }
 
-    pub fn core(self) -> crate::event::Format {
-        use crate::event::Format;
+    pub fn core(self) -> rankpulse_core::event::Format {
+        use rankpulse_core::event::Format;
         match self {
             TopicFormat::Rankpulse => Format::Rankpulse,
             TopicFormat::UbiQueries => Format::UbiQueries,
@@ -375,8 +375,8 @@ impl CompareConfig {
     /// of such a mix would be read as one arm's.
     pub fn compares(&self, arm: &str) -> bool {
         arm != self.baseline
-            && arm != crate::assemble::MISSING_DIMENSION
-            && arm != crate::assemble::OTHER_DIMENSION
+            && arm != rankpulse_core::assemble::MISSING_DIMENSION
+            && arm != rankpulse_core::assemble::OTHER_DIMENSION
             && !self.exclude.iter().any(|x| x == arm)
     }
 
@@ -463,7 +463,7 @@ impl Serialize for Paths {
 /// How a `mapped` topic's JSON maps to rankpulse's events
 /// (docs/formats.md): each key a path (dotted, or a JSON pointer starting
 /// with `/`) or a list of alternatives. Parsed and checked at load
-/// ([`crate::event::mapped::Mapping`]).
+/// ([`rankpulse_core::event::mapped::Mapping`]).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MappedConfig {
@@ -519,8 +519,8 @@ impl Default for MappedConfig {
 
 impl MappedConfig {
     /// The core's form of these settings.
-    pub fn spec(&self) -> crate::event::mapped::MappingSpec {
-        crate::event::mapped::MappingSpec {
+    pub fn spec(&self) -> rankpulse_core::event::mapped::MappingSpec {
+        rankpulse_core::event::mapped::MappingSpec {
             session: self.session.0.clone(),
             query: self.query.0.clone(),
             time: self.time.0.clone(),
@@ -906,7 +906,10 @@ impl Default for InputConfig {
             max_message_bytes: 1 << 20,
             max_results: 200,
             max_future_skew: span("5m"),
-            min_timestamp: Moment { text: "2000-01-01T00:00:00Z".into(), ms: crate::pipeline::MIN_TIMESTAMP_MS },
+            min_timestamp: Moment {
+                text: "2000-01-01T00:00:00Z".into(),
+                ms: rankpulse_core::pipeline::MIN_TIMESTAMP_MS,
+            },
             max_events_per_list: 10_000,
             max_results_per_list: 10_000,
         }
@@ -1025,8 +1028,8 @@ impl Config {
 
     /// Checks that `[mapped]` is there for a replay of `--format mapped`
     /// (a topic's format is checked by [`Config::validate`]).
-    pub fn require_mapped(&self, format: crate::event::Format) -> Result<(), ConfigError> {
-        if format == crate::event::Format::Mapped && self.mapped.is_none() {
+    pub fn require_mapped(&self, format: rankpulse_core::event::Format) -> Result<(), ConfigError> {
+        if format == rankpulse_core::event::Format::Mapped && self.mapped.is_none() {
             return Err(ConfigError::key(
                 "mapped",
                 "missing: --format mapped reads each field from the paths of [mapped] in the --config file (docs/formats.md)",
@@ -1323,7 +1326,7 @@ impl Config {
                     format!("{label:?} is not one of dimensions.labels {:?}", self.dimensions.labels),
                 ));
             }
-            crate::event::ubi::UbiPath::parse(path).map_err(|e| ConfigError::key(&key, e.to_string()))?;
+            rankpulse_core::event::ubi::UbiPath::parse(path).map_err(|e| ConfigError::key(&key, e.to_string()))?;
         }
         let c = &self.compare;
         if let Some(d) = c.dimension.as_deref().filter(|d| !d.is_empty())
@@ -1376,10 +1379,10 @@ impl Config {
             return Err(ConfigError::key("compare.max_sessions", "must be at least 1"));
         }
         let d = &self.debias;
-        if d.max_rank > crate::debias::MAX_RANK {
+        if d.max_rank > rankpulse_core::debias::MAX_RANK {
             return Err(ConfigError::key(
                 "debias.max_rank",
-                format!("at most {}, got {}", crate::debias::MAX_RANK, d.max_rank),
+                format!("at most {}, got {}", rankpulse_core::debias::MAX_RANK, d.max_rank),
             ));
         }
         if !d.propensities.is_empty() && d.propensities.len() != d.max_rank {
@@ -1407,7 +1410,7 @@ impl Config {
                         ));
                     }
                 }
-                crate::event::mapped::Mapping::new(&m.spec())
+                rankpulse_core::event::mapped::Mapping::new(&m.spec())
                     .map_err(|e| ConfigError::key(&format!("mapped.{}", e.key()), e.to_string()))?;
             }
             None => {
@@ -1432,18 +1435,20 @@ impl Config {
             max_results: self.input.max_results,
             max_grade: self.metrics.max_grade,
             actions: self.judgments.actions.clone(),
-            ubi: crate::event::ubi::UbiSettings {
+            ubi: rankpulse_core::event::ubi::UbiSettings {
                 ordinal_base: self.ubi.ordinal_base,
                 // Validated at load; a path that does not parse is left out.
                 dimensions: self
                     .ubi
                     .dimensions
                     .iter()
-                    .filter_map(|(label, path)| Some((label.clone(), crate::event::ubi::UbiPath::parse(path).ok()?)))
+                    .filter_map(|(label, path)| {
+                        Some((label.clone(), rankpulse_core::event::ubi::UbiPath::parse(path).ok()?))
+                    })
                     .collect(),
             },
             // Validated at load.
-            mapped: self.mapped.as_ref().and_then(|m| crate::event::mapped::Mapping::new(&m.spec()).ok()),
+            mapped: self.mapped.as_ref().and_then(|m| rankpulse_core::event::mapped::Mapping::new(&m.spec()).ok()),
         }
     }
 
@@ -2036,7 +2041,7 @@ mod tests {
                   [ubi]\nordinal_base = 1\n[ubi.dimensions]\nranker = \"application\"\n\
                   market = \"event_attributes.context.geo.market\"\n";
         let settings = from_toml(ok).unwrap().pipeline_settings();
-        use crate::event::Format;
+        use rankpulse_core::event::Format;
         assert_eq!(settings.formats, [("e".to_string(), Format::UbiEvents), ("q".to_string(), Format::UbiQueries)]);
         assert_eq!(settings.decode.ubi.ordinal_base, 1);
         let market = settings.decode.ubi.dimensions.iter().find(|(l, _)| l == "market").map(|(_, p)| p.to_string());
@@ -2084,12 +2089,12 @@ mod tests {
     fn mapped_errors_name_their_key_and_source() {
         let c = from_toml(MAPPED).unwrap();
         let settings = c.pipeline_settings();
-        use crate::event::Format;
+        use rankpulse_core::event::Format;
         assert_eq!(settings.formats, [("clicks".to_string(), Format::Mapped), ("hits".to_string(), Format::Mapped)]);
         assert!(settings.decode.mapped.is_some());
         assert_eq!(c.mapped.as_ref().map(|m| m.time.0.len()), Some(2), "a list of alternatives");
         assert_eq!(c.mapped.as_ref().map(|m| m.position_base), Some(1), "1-based by default");
-        let core_default = crate::event::mapped::MappingSpec::default();
+        let core_default = rankpulse_core::event::mapped::MappingSpec::default();
         assert_eq!(MappedConfig::default().spec(), core_default, "the core's defaults are the configuration's");
         // Printed and read back, the same mapping.
         let printed = c.redacted_toml();

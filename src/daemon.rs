@@ -33,11 +33,9 @@
 //! `publisher` (rendering and checkpoints, on its own thread), `shutdown`;
 //! `lanes`, `loop_gaps` and `health` serve the loop.
 
-use crate::assemble::DimensionBudget;
 use crate::config::Config;
 use crate::http::{self, Published};
 use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, Outages, RebalanceEvent, Sources};
-use crate::pipeline::PREFETCH_BATCH;
 use crate::state::{StateError, StateStore};
 use commit::CommitPoint;
 use consume::{fill_from_lanes, handle_batch, poll_lanes, ready_now};
@@ -46,6 +44,8 @@ pub use health::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
 use lanes::Lanes;
 pub use loop_gaps::LoopGaps;
 use publisher::{Done, Publisher};
+use rankpulse_core::assemble::DimensionBudget;
+use rankpulse_core::pipeline::PREFETCH_BATCH;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::Consumer as _;
 use rdkafka::error::KafkaError;

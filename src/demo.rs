@@ -23,13 +23,13 @@
 //! topics have [`DEMO_PARTITIONS`] partitions.
 
 use crate::config::Config;
-use crate::event::Format;
 use crate::http::Published;
-use crate::interleave::{Team, team_draft};
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng as _, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
+use rankpulse_core::event::Format;
+use rankpulse_core::interleave::{Team, team_draft};
 use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
@@ -573,12 +573,12 @@ mod tests {
         let mut clicks = 0;
         for n in 0..200 {
             let (_, imp, judgments) = simulate(&mut rng, n, n >= 100, 1_700_000_000_000, false);
-            assert!(crate::event::decode(imp.as_bytes(), &limits).is_ok(), "{imp}");
+            assert!(rankpulse_core::event::decode(imp.as_bytes(), &limits).is_ok(), "{imp}");
             for j in &judgments {
-                assert!(crate::event::decode(j.as_bytes(), &limits).is_ok(), "{j}");
+                assert!(rankpulse_core::event::decode(j.as_bytes(), &limits).is_ok(), "{j}");
             }
             clicks += judgments.len();
-            assert!(crate::event::decode(invalid(&mut rng, n).as_bytes(), &limits).is_err());
+            assert!(rankpulse_core::event::decode(invalid(&mut rng, n).as_bytes(), &limits).is_err());
         }
         assert!(clicks > 100, "users click and raters grade: {clicks}");
     }
@@ -589,7 +589,7 @@ mod tests {
     /// page view per search ignored.
     #[test]
     fn the_ubi_demo_is_the_same_searches() {
-        use crate::pipeline::{Clock, Pipeline};
+        use rankpulse_core::pipeline::{Clock, Pipeline};
         let run = |ubi: bool| {
             let mut config = Config::default();
             let settings = if ubi {
@@ -635,7 +635,7 @@ mod tests {
     /// after, it loses clearly (exact sign test).
     #[test]
     fn the_interleaved_experiment_shows_the_degradation() {
-        use crate::pipeline::{Clock, Pipeline};
+        use rankpulse_core::pipeline::{Clock, Pipeline};
         let outcomes = |degraded: bool| {
             let config = Config::default();
             let mut p = Pipeline::new(&config.pipeline_settings());
@@ -663,7 +663,7 @@ mod tests {
         assert!(before.lists() > 200, "{before:?}");
         assert!(before.a_wins >= before.b_wins, "{before:?}");
         assert!(after.b_wins > after.a_wins, "{after:?}");
-        let p = crate::compare::sign_test(after.a_wins as u64, after.b_wins as u64).unwrap();
+        let p = rankpulse_core::compare::sign_test(after.a_wins as u64, after.b_wins as u64).unwrap();
         assert!(p < 1e-6, "{after:?}: p = {p}");
     }
 

@@ -20,11 +20,11 @@
 //! ```
 //!
 //! The stages without I/O (`event`, `assemble`, `metrics`, `accumulate`,
-//! `window`, `pipeline`, `eval`) are the `rankpulse-core` crate, re-exported
-//! here under the same names. This crate is what does I/O around them:
+//! `window`, `pipeline`, `eval`) are the `rankpulse-core` crate, imported
+//! by that name. This crate is what does I/O around them:
 //!
 //! - [`config`]: typed settings, environment overrides, validation; it
-//!   makes the core's [`pipeline::PipelineSettings`].
+//!   makes the core's [`rankpulse_core::pipeline::PipelineSettings`].
 //! - [`kafka`], [`daemon`], [`http`]: `rankpulse run`; [`align`] holds back a
 //!   topic of a partition that runs ahead of the others in event time.
 //! - [`state`]: checkpoints of the daemon's state with the offsets they
@@ -38,8 +38,6 @@
 //! `rankpulse-testkit`: neither is in the product.
 //!
 //! `src/main.rs` is only the command line.
-
-pub use rankpulse_core::{accumulate, assemble, compare, debias, eval, event, interleave, metrics, pipeline, window};
 
 pub mod align;
 pub mod config;

@@ -3,8 +3,8 @@
 
 use clap::{Args, Parser, Subcommand};
 use rankpulse::config::Config;
-use rankpulse::eval::{self, EvalOptions, RelFormat};
-use rankpulse::metrics::{GaucWeight, Grade, IdealScope, NoRelevant, parse_setting};
+use rankpulse_core::eval::{self, EvalOptions, RelFormat};
+use rankpulse_core::metrics::{GaucWeight, Grade, IdealScope, NoRelevant, parse_setting};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -91,13 +91,13 @@ struct DemoArgs {
     /// The traffic's format: rankpulse, or ubi (OpenSearch UBI 1.3 queries and events on topics
     /// ubi_queries and ubi_events, consumed with [kafka.formats]).
     #[arg(long, default_value = "rankpulse", value_parser = parse_demo_format)]
-    format: rankpulse::event::Format,
+    format: rankpulse_core::event::Format,
 }
 
-fn parse_demo_format(name: &str) -> Result<rankpulse::event::Format, String> {
+fn parse_demo_format(name: &str) -> Result<rankpulse_core::event::Format, String> {
     match name {
-        "rankpulse" => Ok(rankpulse::event::Format::Rankpulse),
-        "ubi" => Ok(rankpulse::event::Format::Ubi),
+        "rankpulse" => Ok(rankpulse_core::event::Format::Rankpulse),
+        "ubi" => Ok(rankpulse_core::event::Format::Ubi),
         _ => Err(format!("unknown format {name:?}, expected rankpulse or ubi")),
     }
 }
@@ -156,7 +156,7 @@ struct ReplayArgs {
     /// (queries and events, _bulk NDJSON exports included), ubi_queries, ubi_events; or mapped
     /// (any JSON schema, read through the paths of [mapped] in the --config file).
     #[arg(long, default_value = "rankpulse", value_parser = parse_format)]
-    format: rankpulse::event::Format,
+    format: rankpulse_core::event::Format,
     /// Also write the exposition at every --step of event time to FILE, as OpenMetrics text
     /// with timestamps ending `# EOF`, for `promtool tsdb create-blocks-from openmetrics FILE DIR`
     /// (backfilling Prometheus: docs/operations.md)
@@ -179,9 +179,9 @@ fn parse_step(text: &str) -> Result<std::time::Duration, String> {
     Ok(d)
 }
 
-fn parse_format(name: &str) -> Result<rankpulse::event::Format, String> {
-    rankpulse::event::Format::parse(name).ok_or_else(|| {
-        let names: Vec<&str> = rankpulse::event::Format::NAMES.iter().map(|(n, _)| *n).collect();
+fn parse_format(name: &str) -> Result<rankpulse_core::event::Format, String> {
+    rankpulse_core::event::Format::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = rankpulse_core::event::Format::NAMES.iter().map(|(n, _)| *n).collect();
         format!("unknown format {name:?}, expected one of {}", names.join(", "))
     })
 }
@@ -346,7 +346,7 @@ fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     let options = DemoOptions {
         listen: args.listen,
         duration: args.duration.map(std::time::Duration::from_secs),
-        traffic: if args.format == rankpulse::event::Format::Rankpulse {
+        traffic: if args.format == rankpulse_core::event::Format::Rankpulse {
             Traffic {
                 lists_per_second: args.rate,
                 degrade_after: std::time::Duration::from_secs(args.degrade_after),
@@ -656,7 +656,7 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
         // A UBI file may hold both indices, queries first: it is read by
         // two readers, one per index (standard input is kept in a
         // temporary file for that, unlinked at once).
-        let both = args.format == rankpulse::event::Format::Ubi;
+        let both = args.format == rankpulse_core::event::Format::Ubi;
         let open = || std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()));
         match (is_stdin(file), both) {
             (true, false) => inputs.push(Source::Stream(Box::new(std::io::stdin().lock()))),
@@ -689,7 +689,7 @@ fn replay_command(args: ReplayArgs) -> anyhow::Result<()> {
             match e {
                 ReplayError::Read(cause) => anyhow::bail!("cannot read {name}: {cause}"),
                 e @ ReplayError::NoValidEvent { .. }
-                    if args.format == rankpulse::event::Format::Rankpulse && config.mapped.is_some() =>
+                    if args.format == rankpulse_core::event::Format::Rankpulse && config.mapped.is_some() =>
                 {
                     anyhow::bail!("{name}: {e}; the configuration has a [mapped] section: is it --format mapped?")
                 }

@@ -5,19 +5,19 @@
 //! families; nothing is touched per event. Names and labels are a public
 //! contract (dashboards and alerts depend on them): see the README.
 
-use crate::accumulate::{Accumulators, Clusters, Interleaving, Moments};
-use crate::compare;
 use crate::config::{Config, Span};
 use crate::daemon::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
-use crate::debias::{ClickMoments, PositionCounts, Propensities, Weighting};
-use crate::event::{EventKind, IgnoreReason, RejectReason};
 use crate::kafka::PartitionState;
-use crate::metrics::list::Family;
-use crate::pipeline::OpsCounters;
-use crate::window::{window_cell, window_cells_by};
 use prometheus::proto::{Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Encoder, TextEncoder};
+use rankpulse_core::accumulate::{Accumulators, Clusters, Interleaving, Moments};
+use rankpulse_core::compare;
+use rankpulse_core::debias::{ClickMoments, PositionCounts, Propensities, Weighting};
+use rankpulse_core::event::{EventKind, IgnoreReason, RejectReason};
+use rankpulse_core::metrics::list::Family;
+use rankpulse_core::pipeline::OpsCounters;
 use rankpulse_core::sequential;
+use rankpulse_core::window::{window_cell, window_cells_by};
 use std::collections::BTreeMap;
 
 pub const PREFIX: &str = "rankpulse_";

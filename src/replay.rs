@@ -18,10 +18,10 @@
 //! file (a binary file, another format, an empty pipe).
 
 use crate::config::Config;
-use crate::event::ubi::{BulkTarget, bulk_action, document_kind};
-use crate::event::{Event, Format, IgnoreReason, RejectReason};
-use crate::pipeline::{Clock, Pipeline};
 use crate::publish::{Snapshot, render};
+use rankpulse_core::event::ubi::{BulkTarget, bulk_action, document_kind};
+use rankpulse_core::event::{Event, Format, IgnoreReason, RejectReason};
+use rankpulse_core::pipeline::{Clock, Pipeline};
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use thiserror::Error;

@@ -11,13 +11,13 @@
 //! The daemon samples a few headline series into [`History`] as it
 //! publishes (every [`SAMPLE_EVERY_MS`]); the page only reads that history.
 
-use crate::accumulate::{Accumulators, Cell, Interleaving, Moments};
-use crate::compare::{Comparison, interleaving_delta, welch};
 use crate::config::Config;
-use crate::debias::{Propensities, Weighting};
-use crate::metrics::list::Family;
-use crate::window::{window_cell, window_cells_by};
+use rankpulse_core::accumulate::{Accumulators, Cell, Interleaving, Moments};
+use rankpulse_core::compare::{Comparison, interleaving_delta, welch};
+use rankpulse_core::debias::{Propensities, Weighting};
+use rankpulse_core::metrics::list::Family;
 use rankpulse_core::sequential::{self, Sequential};
+use rankpulse_core::window::{window_cell, window_cells_by};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
@@ -798,7 +798,7 @@ fn chart(out: &mut String, h: &History, metric: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::list::ListScore;
+    use rankpulse_core::metrics::list::ListScore;
     use std::sync::Arc;
 
     #[test]
@@ -933,7 +933,7 @@ mod tests {
     /// = 0.901 (not significant).
     #[test]
     fn shows_interleaving_experiments() {
-        use crate::interleave::Outcome;
+        use rankpulse_core::interleave::Outcome;
         let config = Config::default();
         let cutoffs = config.metrics.cutoffs.len();
         let mut acc = Accumulators::new(cutoffs, config.windows.bucket.ms());
@@ -955,8 +955,8 @@ mod tests {
     /// alone would be coloured) is not, and p = 0.02 is.
     #[test]
     fn colours_survive_the_pages_benjamini_hochberg_cut() {
-        use crate::accumulate::Interleaving;
-        use crate::interleave::Outcome;
+        use rankpulse_core::accumulate::Interleaving;
+        use rankpulse_core::interleave::Outcome;
         let config = Config::default();
         let cutoffs = config.metrics.cutoffs.len();
         let mut acc = Accumulators::new(cutoffs, config.windows.bucket.ms());

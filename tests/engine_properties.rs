@@ -3,8 +3,8 @@
 //! with direct transcriptions of the seed formulas, and exact merging.
 
 use proptest::prelude::*;
-use rankpulse::accumulate::Moments;
-use rankpulse::metrics::{
+use rankpulse_core::accumulate::Moments;
+use rankpulse_core::metrics::{
     Gain, Grade, IdealScope, NO_CUTOFF, Scratch,
     auc::{auc_by_position, auc_by_score},
     count_relevant, dcg, err, precision, rr,

@@ -3,8 +3,8 @@
 //! --max-grade) and the JSON report. Expected values are hand-computed in the
 //! comments, or derived from trec_eval's own golden output.
 
-use rankpulse::eval::{EvalOptions, run_files};
-use rankpulse::metrics::{GaucWeight, NoRelevant};
+use rankpulse_core::eval::{EvalOptions, run_files};
+use rankpulse_core::metrics::{GaucWeight, NoRelevant};
 use std::path::{Path, PathBuf};
 
 struct TempPair {
@@ -236,7 +236,7 @@ fn the_extra_flags_reach_the_evaluator() {
         (&["--max-grade", "3"], EvalOptions { max_grade: 3, ..base_opts.clone() }),
         (&["--gauc-weight", "uniform"], EvalOptions { gauc_weight: GaucWeight::Uniform, ..base_opts.clone() }),
         (&["--no-relevant", "skip"], EvalOptions { no_relevant: NoRelevant::Skip, ..base_opts.clone() }),
-        (&["--ideal", "shown"], EvalOptions { ideal: rankpulse::metrics::IdealScope::Shown, ..base_opts.clone() }),
+        (&["--ideal", "shown"], EvalOptions { ideal: rankpulse_core::metrics::IdealScope::Shown, ..base_opts.clone() }),
     ];
     for (flags, options) in cases {
         let report = cli(flags);

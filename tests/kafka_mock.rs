@@ -326,7 +326,7 @@ async fn loadgen_produces_keyed_lists_and_the_invalid_share() {
         }
     }
     consumer.assign(&tpl).unwrap();
-    let limits = rankpulse::event::DecodeLimits::default();
+    let limits = rankpulse_core::event::DecodeLimits::default();
     let (mut sessions, mut judged) = (BTreeSet::new(), BTreeSet::new());
     let (mut impressions, mut judgments, mut invalid, mut ends) = (0, 0, 0, 0);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -341,13 +341,13 @@ async fn loadgen_produces_keyed_lists_and_the_invalid_share() {
             Some(m) => m.unwrap(),
         };
         let key = std::str::from_utf8(m.key().unwrap()).unwrap().to_string();
-        match (m.topic(), rankpulse::event::decode(m.payload().unwrap(), &limits)) {
-            (IMPRESSIONS, Ok(rankpulse::event::Event::Impression(i))) => {
+        match (m.topic(), rankpulse_core::event::decode(m.payload().unwrap(), &limits)) {
+            (IMPRESSIONS, Ok(rankpulse_core::event::Event::Impression(i))) => {
                 assert_eq!(i.session_id, key);
                 impressions += 1;
                 sessions.insert(key);
             }
-            (JUDGMENTS, Ok(rankpulse::event::Event::Judgment(j))) => {
+            (JUDGMENTS, Ok(rankpulse_core::event::Event::Judgment(j))) => {
                 assert_eq!(j.session_id, key);
                 judgments += 1;
                 judged.insert(key);

@@ -8,14 +8,14 @@
 //! "equal" means bit for bit).
 
 use proptest::prelude::*;
-use rankpulse::accumulate::{Accumulators, Cell};
 use rankpulse::config::Config;
-use rankpulse::event::EventKind;
-use rankpulse::metrics::Grade;
-use rankpulse::metrics::list::{ListScore, ListScorer};
-use rankpulse::pipeline::Pipeline;
-use rankpulse::window::window_cell;
+use rankpulse_core::accumulate::{Accumulators, Cell};
+use rankpulse_core::event::EventKind;
+use rankpulse_core::metrics::Grade;
+use rankpulse_core::metrics::list::{ListScore, ListScorer};
+use rankpulse_core::pipeline::Pipeline;
 use rankpulse_core::sessions::SessionLedger;
+use rankpulse_core::window::window_cell;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -209,9 +209,9 @@ fn config(variant: u64) -> Config {
     c.session.gap = format!("{}ms", GAP_MS).parse().unwrap();
     c.windows.spans = vec!["1m".parse().unwrap(), "5m".parse().unwrap(), "20m".parse().unwrap()];
     if variant % 2 == 1 {
-        c.metrics.no_relevant = rankpulse::metrics::NoRelevant::Skip;
-        c.metrics.gain = rankpulse::metrics::Gain::Linear;
-        c.metrics.gauc_weight = rankpulse::metrics::GaucWeight::Positives;
+        c.metrics.no_relevant = rankpulse_core::metrics::NoRelevant::Skip;
+        c.metrics.gain = rankpulse_core::metrics::Gain::Linear;
+        c.metrics.gauc_weight = rankpulse_core::metrics::GaucWeight::Positives;
     }
     c
 }
@@ -225,7 +225,7 @@ proptest! {
         let s = scenario(seed);
         let mut pipeline = Pipeline::new(&config.pipeline_settings());
         for message in arrival_order(&s.events, order_seed) {
-            prop_assert!(pipeline.ingest("t", message.as_bytes(), rankpulse::pipeline::Clock::replay(), None).is_ok(), "{message}");
+            prop_assert!(pipeline.ingest("t", message.as_bytes(), rankpulse_core::pipeline::Clock::replay(), None).is_ok(), "{message}");
             pipeline.finalize_expired(None);
         }
         pipeline.finalize_all();

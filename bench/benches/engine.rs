@@ -3,8 +3,8 @@
 //! accumulators. Inputs come from a fixed-seed generator so runs compare.
 
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
-use rankpulse::accumulate::Moments;
-use rankpulse::metrics::{
+use rankpulse_core::accumulate::Moments;
+use rankpulse_core::metrics::{
     Gain, Grade, IdealScope, Scratch,
     auc::{auc_by_position, auc_by_score},
     count_relevant, dcg, err, precision, rr,
@@ -119,8 +119,8 @@ fn engine(c: &mut Criterion) {
 /// finalize, score, accumulate) per event.
 fn stream(c: &mut Criterion) {
     use rankpulse::config::Config;
-    use rankpulse::event::decode;
     use rankpulse_bench::engine::mix;
+    use rankpulse_core::event::decode;
     let config = Config::default();
     let limits = config.decode_limits();
     let messages = mix(0, 20_000, 42, 1_763_780_000_000, 4.0);

@@ -9,7 +9,7 @@
 //! and what a second instance adds (see [`scale`]).
 
 use rankpulse::config::Config;
-use rankpulse::pipeline::{Clock, Pipeline};
+use rankpulse_core::pipeline::{Clock, Pipeline};
 pub use rankpulse_testkit::{MixMessage, mean_sizes, mix};
 use std::time::Instant;
 
@@ -19,7 +19,7 @@ pub fn decode_throughput(config: &Config, messages: &[MixMessage]) -> f64 {
     let started = Instant::now();
     let mut ok = 0u64;
     for m in messages {
-        if rankpulse::event::decode(&m.payload, &limits).is_ok() {
+        if rankpulse_core::event::decode(&m.payload, &limits).is_ok() {
             ok += 1;
         }
     }
@@ -69,7 +69,7 @@ pub fn native_lists(config: &Config, traffic: &rankpulse_testkit::ubi::UbiTraffi
 /// profiler).
 #[inline(never)]
 pub fn ubi_lists(config: &Config, traffic: &rankpulse_testkit::ubi::UbiTraffic) -> f64 {
-    use rankpulse::event::Format;
+    use rankpulse_core::event::Format;
     use rankpulse_testkit::ubi::UbiTopic;
     let mut settings = config.pipeline_settings();
     settings.formats = vec![("ubi_queries".into(), Format::UbiQueries), ("ubi_events".into(), Format::UbiEvents)];
@@ -98,7 +98,7 @@ pub struct UbiParts {
 
 /// One round of [`UbiParts`] over `traffic`.
 pub fn ubi_parts(config: &Config, traffic: &rankpulse_testkit::ubi::UbiTraffic) -> UbiParts {
-    use rankpulse::event::{Format, decode_as};
+    use rankpulse_core::event::{Format, decode_as};
     use rankpulse_testkit::ubi::UbiTopic;
     let limits = config.decode_limits();
     let per_list = |started: Instant| started.elapsed().as_secs_f64() * 1e6 / traffic.lists as f64;
@@ -277,8 +277,8 @@ pub fn pipeline_throughput_in_order(config: &Config, order: &[(usize, &MixMessag
     let clock = Clock::replay();
     let started = Instant::now();
     // As the daemon reads: a batch decoded and its lists prefetched, then applied.
-    let mut decoded = Vec::with_capacity(rankpulse::pipeline::PREFETCH_BATCH);
-    for batch in order.chunks(rankpulse::pipeline::PREFETCH_BATCH) {
+    let mut decoded = Vec::with_capacity(rankpulse_core::pipeline::PREFETCH_BATCH);
+    for batch in order.chunks(rankpulse_core::pipeline::PREFETCH_BATCH) {
         decoded.clear();
         for (p, m) in batch {
             let topic = if m.judgment { "search-judgments" } else { "search-impressions" };
@@ -335,7 +335,7 @@ pub fn open_list_memory(config: &Config, lists: usize) -> OpenListMemory {
         for (i, m) in mix(done, n, 7, 1_763_780_000_000, 0.01).iter().filter(|m| !m.judgment).enumerate() {
             // Each list holds its source offset, as in the daemon without
             // checkpoints (the at-least-once commit point).
-            let source = rankpulse::assemble::Source { id: 0, offset: (done + i) as i64 };
+            let source = rankpulse_core::assemble::Source { id: 0, offset: (done + i) as i64 };
             let _ = pipeline.ingest("search-impressions", &m.payload, clock, Some(source));
         }
         done += n;

@@ -18,7 +18,7 @@
 //! Prometheus would from another process; serving the scrape is counted.
 
 use rankpulse::config::Config;
-use rankpulse::event::decode;
+use rankpulse_core::event::decode;
 use rankpulse_testkit::{MixMessage, mean_sizes, mix};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};

@@ -7,10 +7,10 @@
 //! compacted topic holds) and after all of them (what a topic that is not
 //! compacted yet holds: Tansu never compacts).
 
-use rankpulse::assemble::Source;
 use rankpulse::config::{Config, StateBackend};
-use rankpulse::pipeline::{Clock, Pipeline};
 use rankpulse::state::{Checkpoint, ShardCheckpoint, StateStore, encode, fingerprint};
+use rankpulse_core::assemble::Source;
+use rankpulse_core::pipeline::{Clock, Pipeline};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;

@@ -7,7 +7,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rankpulse::config::Config;
-use rankpulse::pipeline::Pipeline;
+use rankpulse_core::pipeline::Pipeline;
 use rankpulse::state;
 use std::sync::LazyLock;
 

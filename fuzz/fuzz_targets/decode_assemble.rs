@@ -12,8 +12,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use rankpulse::config::{Config, Span};
-use rankpulse::event::{self, DecodeLimits, Event, Format, ubi};
-use rankpulse::pipeline::{Clock, Pipeline};
+use rankpulse_core::event::{self, DecodeLimits, Event, Format, ubi};
+use rankpulse_core::pipeline::{Clock, Pipeline};
 use std::sync::LazyLock;
 use std::time::Duration;
 

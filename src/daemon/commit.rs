@@ -7,9 +7,9 @@
 
 use super::Daemon;
 use super::publisher::Done;
-use crate::assemble::Source;
-use crate::assemble::store::fold_source;
 use crate::kafka::{Consumer, Hold};
+use rankpulse_core::assemble::Source;
+use rankpulse_core::assemble::store::fold_source;
 use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,6 +1,6 @@
 //! The hot path: messages from the consumer queue and the partition
 //! queues (`lanes`) into the pipeline shards, between `kafka` (input) and
-//! `assemble` (via [`Pipeline`](crate::pipeline::Pipeline)). A batch is
+//! `assemble` (via [`Pipeline`](rankpulse_core::pipeline::Pipeline)). A batch is
 //! decoded and its lists prefetched before any message of it is applied
 //! (their cache misses overlap); each message is then
 //! checked against its shard's position (re-deliveries are skipped),
@@ -10,11 +10,11 @@
 use super::lanes::Lanes;
 use super::shard::Shard;
 use super::{Daemon, wall_ms};
-use crate::assemble::Source;
-use crate::event::{Event, RejectReason};
 use crate::kafka::{self, RankpulseContext};
-use crate::pipeline::Clock;
 use futures_util::StreamExt;
+use rankpulse_core::assemble::Source;
+use rankpulse_core::event::{Event, RejectReason};
+use rankpulse_core::pipeline::Clock;
 use rdkafka::consumer::stream_consumer::MessageStream;
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Message};
@@ -118,7 +118,7 @@ impl Daemon {
     }
 
     /// Decodes a batch of messages and prefetches their lists
-    /// ([`Pipeline::prepare`](crate::pipeline::Pipeline::prepare)) before any of them is applied. `None`: not a
+    /// ([`Pipeline::prepare`](rankpulse_core::pipeline::Pipeline::prepare)) before any of them is applied. `None`: not a
     /// message, no payload, or a partition without a shard yet; such a
     /// message is decoded when it is handled.
     pub(super) fn prepare_batch<'m>(

@@ -19,18 +19,18 @@
 //! keep accumulating, and the next job carries both ticks' worth. Nothing
 //! queues up when rendering is slower than the tick.
 //!
-//! [`Pipeline::take_accumulated`]: crate::pipeline::Pipeline::take_accumulated
+//! [`Pipeline::take_accumulated`]: rankpulse_core::pipeline::Pipeline::take_accumulated
 
 use super::health::DaemonHealth;
-use crate::accumulate::Accumulators;
-use crate::assemble::AssemblerSnapshot;
 use crate::config::Config;
 use crate::http::Published;
 use crate::kafka::DeliveryTracker;
 use crate::kafka::PartitionState;
-use crate::pipeline::OpsCounters;
 use crate::publish::{Snapshot, render};
 use crate::state::{Checkpoint, ShardCheckpoint, StateError, StateStore};
+use rankpulse_core::accumulate::Accumulators;
+use rankpulse_core::assemble::AssemblerSnapshot;
+use rankpulse_core::pipeline::OpsCounters;
 use rankpulse_core::sessions::SessionLedger;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -7,10 +7,10 @@
 
 use super::publisher::ShardSnapshot;
 use crate::align::Alignment;
-use crate::assemble::{DimensionBudget, Source};
 use crate::config::Config;
-use crate::pipeline::Pipeline;
 use crate::state::ShardCheckpoint;
+use rankpulse_core::assemble::{DimensionBudget, Source};
+use rankpulse_core::pipeline::Pipeline;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -77,7 +77,7 @@ impl Shard {
 
     /// What a checkpoint of this shard holds, taken on the consumer task
     /// and encoded by the publisher. The accumulators are shared, not
-    /// copied (see [`crate::accumulate::Accumulators::series`]).
+    /// copied (see [`rankpulse_core::accumulate::Accumulators::series`]).
     pub(super) fn snapshot(&self, partition: i32) -> ShardSnapshot {
         ShardSnapshot {
             partition,

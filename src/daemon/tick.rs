@@ -8,15 +8,15 @@ use super::publisher::{Done, Job, View};
 use super::{Daemon, DaemonError, wall_ms};
 use crate::http::Published;
 use crate::kafka::Consumer;
-use crate::pipeline::OpsCounters;
 use crate::state::Checkpoint;
+use rankpulse_core::pipeline::OpsCounters;
 use rdkafka::consumer::Consumer as _;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// Ticks to prune every series once (see
-/// [`crate::accumulate::Accumulators::prune_part`]):
+/// [`rankpulse_core::accumulate::Accumulators::prune_part`]):
 /// 4 s at the 500 ms tick, well within a bucket width of 10 s, so a bucket
 /// leaves at most one sweep after its time.
 const PRUNE_PARTS: usize = 8;

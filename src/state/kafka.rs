@@ -1646,7 +1646,7 @@ mod tests {
     //! `tests/broker_e2e.rs`).
     use super::*;
     use crate::config::StateBackend;
-    use crate::pipeline::{Clock, Pipeline};
+    use rankpulse_core::pipeline::{Clock, Pipeline};
     use rdkafka::mocking::MockCluster;
     use rdkafka::producer::DefaultProducerContext;
 

@@ -20,10 +20,10 @@
 //! holds what they share: the format (header, encoder, reader) and the
 //! checks a checkpoint must pass before anything restores from it.
 
-use crate::accumulate::Accumulators;
-use crate::assemble::{AssemblerState, DimensionBudget};
 use crate::config::{Config, StateBackend};
-use crate::pipeline::OpsCounters;
+use rankpulse_core::accumulate::Accumulators;
+use rankpulse_core::assemble::{AssemblerState, DimensionBudget};
+use rankpulse_core::pipeline::OpsCounters;
 use rankpulse_core::sessions::SessionLedger;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -194,7 +194,7 @@ fn plausible_unsigned(n: u64, what: &str) -> Result<(), String> {
 }
 
 /// Refuses a shard whose plain counts no stream can reach. The moments
-/// themselves wrap (see [`crate::accumulate::Moments`]) and need no check.
+/// themselves wrap (see [`rankpulse_core::accumulate::Moments`]) and need no check.
 fn check_counts(shard: &ShardCheckpoint) -> Result<(), String> {
     for series in shard.accumulators.series.values() {
         for n in series.excluded.values() {
@@ -430,8 +430,8 @@ mod tests {
     /// round trip. The reference applies every list to cells directly.
     #[test]
     fn totals_keep_first_values_through_amendments_pruning_merging_and_restoring() {
-        use crate::accumulate::{Accumulators, BucketRange, Cell};
-        use crate::metrics::list::ListScore;
+        use rankpulse_core::accumulate::{Accumulators, BucketRange, Cell};
+        use rankpulse_core::metrics::list::ListScore;
         use std::collections::BTreeMap;
         use std::sync::Arc;
         let cutoffs = 2;
@@ -517,7 +517,7 @@ mod tests {
         assert!(amended_after_pruning > 10 && restored, "{amended_after_pruning} {restored}");
     }
     use super::*;
-    use crate::pipeline::Pipeline;
+    use rankpulse_core::pipeline::Pipeline;
 
     fn config(dir: &Path, instance: &str) -> Config {
         let mut c = Config::default();
@@ -566,14 +566,14 @@ mod tests {
         let evs = events();
         let mut whole = Pipeline::new(&cfg.pipeline_settings());
         for e in &evs {
-            let _ = whole.ingest("t", e.as_bytes(), crate::pipeline::Clock::replay(), None);
+            let _ = whole.ingest("t", e.as_bytes(), rankpulse_core::pipeline::Clock::replay(), None);
         }
         whole.finalize_all();
 
         let store = DirStore::open(&cfg).unwrap();
         let mut first = Pipeline::new(&cfg.pipeline_settings());
         for e in &evs[..37] {
-            let _ = first.ingest("t", e.as_bytes(), crate::pipeline::Clock::replay(), None);
+            let _ = first.ingest("t", e.as_bytes(), rankpulse_core::pipeline::Clock::replay(), None);
         }
         let budget = std::mem::take(&mut *first.budget().lock().unwrap());
         let written = Checkpoint {
@@ -593,7 +593,7 @@ mod tests {
         let sums = (shard.accumulators, shard.counters);
         second.restore(shard.assembler, shard.sessions, Some(sums));
         for e in &evs[37..] {
-            let _ = second.ingest("t", e.as_bytes(), crate::pipeline::Clock::replay(), None);
+            let _ = second.ingest("t", e.as_bytes(), rankpulse_core::pipeline::Clock::replay(), None);
         }
         second.finalize_all();
         assert_eq!(second.accumulators(), whole.accumulators());
@@ -637,8 +637,8 @@ mod tests {
     /// the fuzz build).
     #[test]
     fn absurd_numbers_are_refused_or_wrap() {
-        use crate::accumulate::{Cell, Exclusion, Mean, Series};
-        use crate::metrics::list::Family;
+        use rankpulse_core::accumulate::{Cell, Exclusion, Mean, Series};
+        use rankpulse_core::metrics::list::Family;
         use std::sync::Arc;
         let shard = |accumulators: Accumulators, counters: OpsCounters| ShardCheckpoint {
             partition: 3,
