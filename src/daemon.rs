@@ -31,16 +31,16 @@
 //! changes), `tick` (processing time), `commit` (offsets back to Kafka),
 //! `takeover` (partitions held until their hand-over succeeds),
 //! `publisher` (rendering and checkpoints, on its own thread), `shutdown`;
-//! `lanes`, `loop_gaps` and `health` serve the loop.
+//! `lanes` and `loop_gaps` serve the loop; what it counts of its own health is `crate::health`.
 
 use crate::config::Config;
+use crate::health::DaemonHealth;
 use crate::http::{self, Published};
 use crate::kafka::{self, Consumer, DeadLetters, KafkaSignals, Outages, RebalanceEvent, Sources};
 use crate::state::{StateError, StateStore};
 use commit::CommitPoint;
 use consume::{fill_from_lanes, handle_batch, poll_lanes, ready_now};
 use futures_util::StreamExt;
-pub use health::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
 use lanes::Lanes;
 pub use loop_gaps::LoopGaps;
 use publisher::{Done, Publisher};
@@ -60,7 +60,6 @@ use thiserror::Error;
 
 mod commit;
 mod consume;
-mod health;
 mod lanes;
 mod loop_gaps;
 mod publisher;

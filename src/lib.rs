@@ -43,6 +43,7 @@ pub mod align;
 pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod health;
 pub mod http;
 pub mod kafka;
 pub mod logging;

@@ -6,7 +6,7 @@
 //! contract (dashboards and alerts depend on them): see the README.
 
 use crate::config::{Config, Span};
-use crate::daemon::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
+use crate::health::{DELAY_BUCKETS, DaemonHealth, DelayHistogram};
 use crate::kafka::PartitionState;
 use prometheus::proto::{Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Encoder, TextEncoder};

@@ -157,7 +157,7 @@ pub fn run(messages: u64, delays: bool, decode: Decode) -> anyhow::Result<()> {
     // interpolated within a bucket): the bare consumer's is also given
     // that way, so that the two compare like with like.
     let mut buckets: Vec<(f64, f64)> =
-        rankpulse::daemon::DELAY_BUCKETS.iter().map(|&le| (le, 0.0)).chain([(f64::INFINITY, 0.0)]).collect();
+        rankpulse::health::DELAY_BUCKETS.iter().map(|&le| (le, 0.0)).chain([(f64::INFINITY, 0.0)]).collect();
     for d in &delays {
         let s = *d as f64 / 1000.0;
         for (le, count) in buckets.iter_mut() {

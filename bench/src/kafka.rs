@@ -688,7 +688,7 @@ fn bare_freshness(
     let started_ms = wall_ms();
     let b = brokers.to_string();
     let producer = std::thread::spawn(move || paced(&b, &messages, rate));
-    let mut delays = rankpulse::daemon::DelayHistogram::default();
+    let mut delays = rankpulse::health::DelayHistogram::default();
     let deadline = Instant::now() + Duration::from_secs_f64(seconds + 120.0);
     while delays.count < total && Instant::now() < deadline {
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {

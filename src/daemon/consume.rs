@@ -238,10 +238,10 @@ pub(super) fn poll_lanes<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::DELAY_BUCKETS;
     use super::super::testing::{IMPRESSIONS, JUDGMENTS, NOW_MS, impression, judgment, message};
     use super::*;
     use crate::config::Config;
+    use crate::health::DELAY_BUCKETS;
     use rdkafka::message::OwnedMessage;
     use std::collections::BTreeSet;
 

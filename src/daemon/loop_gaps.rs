@@ -5,7 +5,7 @@
 //! between two batches show up here; the `bench loop-gap` benchmark reads
 //! the quantiles, `/metrics` the coarse histogram.
 
-use super::health::DelayHistogram;
+use crate::health::DelayHistogram;
 use std::time::{Duration, Instant};
 
 /// Resolution and range of the fine histogram: 0.1 ms up to 2 s, beyond

@@ -21,8 +21,8 @@
 //!
 //! [`Pipeline::take_accumulated`]: rankpulse_core::pipeline::Pipeline::take_accumulated
 
-use super::health::DaemonHealth;
 use crate::config::Config;
+use crate::health::DaemonHealth;
 use crate::http::Published;
 use crate::kafka::DeliveryTracker;
 use crate::kafka::PartitionState;

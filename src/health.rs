@@ -1,9 +1,9 @@
 //! The daemon's own health: broker outages, checkpoints, dead letters,
 //! skipped re-deliveries and how fresh the consumed messages are. The
-//! consumer task counts it (`daemon`, with `loop_gaps`), the publisher
-//! hands it to `publish`, which renders it beside the stream's metrics: the
-//! types live here, with the stage that fills them, and the output stage
-//! imports them.
+//! consumer task counts it (`daemon`, with `daemon::loop_gaps`), the
+//! publisher hands a copy to `publish`, which renders it beside the
+//! stream's metrics. The types are a snapshot both sides read, so they live
+//! in neither: output never imports the daemon.
 
 /// Upper bounds (seconds) of the ingest delay histogram's buckets.
 pub const DELAY_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
