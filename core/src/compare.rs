@@ -19,7 +19,7 @@
 //!
 //! The distributions come from `statrs` (Student's t through the regularized
 //! incomplete beta function, the normal quantile, the binomial CDF); the
-//! committed cases in `core/tests/compare_scipy.rs` hold them to scipy.
+//! committed cases in `core/tests/core_it/compare_scipy.rs` hold them to scipy.
 
 use crate::accumulate::Moments;
 use statrs::distribution::{Binomial, ContinuousCDF, DiscreteCDF, Normal, StudentsT};

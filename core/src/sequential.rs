@@ -25,7 +25,7 @@
 //!   τ²)/v))), which covers the true difference at every time at once with
 //!   probability 1 − α. With v estimated from the data the guarantee is
 //!   asymptotic, as for every test of means; the simulation in
-//!   `core/tests/sequential_calibration.rs` measures it on the traffic
+//!   `core/tests/core_it/sequential_calibration.rs` measures it on the traffic
 //!   this product watches.
 //! - [`sign_mixture`]: the same for interleaving. Each decided list is +1
 //!   (the candidate won) or −1; under "neither is preferred" the sum is a

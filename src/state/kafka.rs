@@ -1643,7 +1643,7 @@ mod tests {
     //! Against librdkafka's in-process mock cluster, which has no admin
     //! API: the topic is made by the cluster, the store opened past
     //! [`ensure_topic`] (checked against a real broker by
-    //! `tests/broker_e2e.rs`).
+    //! `tests/it/broker_e2e.rs`).
     use super::*;
     use crate::config::StateBackend;
     use rankpulse_core::pipeline::{Clock, Pipeline};
@@ -1655,7 +1655,7 @@ mod tests {
     /// A request that timed out says what the brokers reported, and the
     /// "all brokers are down" that follows a refused login does not hide
     /// it (the message librdkafka gives for a wrong SCRAM password, as
-    /// `tests/secure_broker.rs` gets it from its gateway).
+    /// `tests/it/secure_broker.rs` gets it from its gateway).
     #[test]
     fn a_failed_request_says_what_the_brokers_reported() {
         let errors = BrokerErrors::default();

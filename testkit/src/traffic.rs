@@ -1,5 +1,5 @@
 //! Simulated search traffic for the decision simulations
-//! (`core/tests/sequential_calibration.rs`, `quality_drop_calibration.rs`):
+//! (`core/tests/core_it/sequential_calibration.rs`, `quality_drop_calibration.rs`):
 //! per-list values of the primary metric, session by session, minute by
 //! minute, in the shape a production search team's traffic has.
 //!

@@ -31,7 +31,7 @@ authentication; it answers {"access_token": <JWT>, "token_type": "bearer",
 "expires_in": 3600}. librdkafka's `sasl.oauthbearer.method=oidc` uses it.
 
 Test support only: it binds to 127.0.0.1 and is started and killed by the
-tests (tests/secure_broker.rs).
+tests (tests/it/secure_broker.rs).
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""Generates compare_scipy.json: the reference values core/tests/compare_scipy.rs
+"""Generates compare_scipy.json: the reference values core/tests/core_it/compare_scipy.rs
 holds rankpulse_core::compare to.
 
     python3 core/tests/data/compare_scipy.py > core/tests/data/compare_scipy.json

@@ -5,9 +5,7 @@
 //! stays quiet, reject counters with data, and a clean stop: on Ctrl-C (SIGINT),
 //! as the demo's banner says, and after `--duration`.
 
-mod common;
-
-use common::{free_port, http_get, sum_of, wait_until};
+use crate::common::{free_port, http_get, sum_of, wait_until};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

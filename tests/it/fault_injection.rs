@@ -41,9 +41,7 @@
 //! `broker_e2e.rs`. At most three tests run at once (`SLOTS`), each with its own
 //! broker.
 
-mod common;
-
-use common::{
+use crate::common::{
     Guard, IMPRESSIONS, JUDGMENTS, add_counters, consumed, counter_lines, counters_add_up, events, free_port, metrics,
     now_ms, produce, ready, sigterm, split_at_lists, start_tansu, sum_of, tansu_binary, wait_until,
 };
@@ -89,7 +87,7 @@ impl Broker {
     }
 
     fn producer(&self) -> BaseProducer {
-        common::producer(&self.bootstrap)
+        crate::common::producer(&self.bootstrap)
     }
 }
 
@@ -110,7 +108,7 @@ fn config_with_gap() -> Config {
 /// minimum, 6 s.
 fn spawn_daemon(broker: &str, http: &str, group: &str, env: &[(&str, &str)]) -> Guard {
     let env = [&[("RANKPULSE__KAFKA__PROPERTIES__SESSION_TIMEOUT_MS", "6000")], env].concat();
-    common::spawn_daemon(broker, http, group, GAP, &env)
+    crate::common::spawn_daemon(broker, http, group, GAP, &env)
 }
 
 /// A daemon of `group` with `state.backend = "kafka"` under `instance`.

@@ -4,9 +4,7 @@
 //! equal a replay of the same events, offsets are committed to the end at
 //! shutdown, and the HTTP endpoints answer while running.
 
-mod common;
-
-use common::{counter_lines, events, http_get, sum_of};
+use crate::common::{counter_lines, events, http_get, sum_of};
 use rankpulse::config::Config;
 use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCluster;
@@ -105,7 +103,7 @@ async fn produce(producer: &FutureProducer, evs: &[(String, String)]) {
         let topic = if json.contains(r#""type":"impression""#) { IMPRESSIONS } else { JUDGMENTS };
         (topic, session, json)
     });
-    common::send_all(producer, routed).await;
+    crate::common::send_all(producer, routed).await;
 }
 
 /// A daemon on `bootstrap` with `max_topic_drift`, its /metrics address,
@@ -518,7 +516,7 @@ async fn no_offset_is_committed_past_an_open_list_of_a_burst() {
     let (_, addr, stop, daemon) = start_with(config).await;
     let a = addr.clone();
     tokio::task::spawn_blocking(move || {
-        common::wait_until("/readyz 200 (partitions assigned)", Duration::from_secs(30), || {
+        crate::common::wait_until("/readyz 200 (partitions assigned)", Duration::from_secs(30), || {
             http_get(&a, "/readyz").is_ok_and(|(status, _)| status == 200)
         })
     })
@@ -580,7 +578,7 @@ async fn readyz_turns_503_as_soon_as_shutdown_begins() {
     wait_consumed(&addr, evs.len() as f64, 60).await;
     let a = addr.clone();
     tokio::task::spawn_blocking(move || {
-        common::wait_until("/readyz 200 while running", Duration::from_secs(30), || {
+        crate::common::wait_until("/readyz 200 while running", Duration::from_secs(30), || {
             matches!(http_get(&a, "/readyz"), Ok((200, _)))
         })
     })

@@ -178,9 +178,9 @@ fn inconsistent_judgments_are_refused() {
 }
 
 #[test]
-#[ignore = "needs trec_eval's own test files (TREC_EVAL_TEST_DIR)"]
+#[ignore = "trec_eval-suite tier: needs trec_eval's own test files (TREC_EVAL_TEST_DIR), run with --ignored (.ci/run does)"]
 fn trec_eval_own_test_data() {
-    // Run with `cargo test --test eval_prefs -- --ignored`; fails (rather
+    // Run with `cargo test --test core_it -- --ignored eval_prefs::`; fails (rather
     // than passes) when the files are missing.
     let dir = PathBuf::from(std::env::var("TREC_EVAL_TEST_DIR").unwrap_or_else(|_| "/work/exp/te/test".into()));
     let prefs = compare(&Case {

@@ -9,7 +9,7 @@
 //! state backend, which needs its topic at start, that it exits with the
 //! error).
 //!
-//! The setup, also documented in docs/operations.md:
+//! The setup, also documented in docs/testing.md:
 //! - the broker: Tansu (memory storage) on a plain loopback port, advertising
 //!   the outermost port of the chain below, so that metadata sends clients
 //!   back through it;
@@ -24,9 +24,7 @@
 //! ignored instead of passing them without a broker; `.ci/run` runs them with
 //! `--ignored`, where a missing tool is a failure.
 
-mod common;
-
-use common::{
+use crate::common::{
     Guard, IMPRESSIONS, JUDGMENTS, consumed, counter_lines, events, free_port, http_get, metrics, now_ms, ready,
     sigterm, start_tansu, sum_of, wait_until,
 };
@@ -166,7 +164,7 @@ const OAUTH_SECRET: &str = "client-s3cret-not-to-be-logged";
 impl Stack {
     fn start(name: &str, tls: Tls, sasl: bool) -> Stack {
         let dir = scratch(name);
-        let tansu = common::tansu_binary();
+        let tansu = crate::common::tansu_binary();
         let broker_port = free_port();
         let gateway_port = if sasl { Some(free_port()) } else { None };
         let tls_port = if tls == Tls::None { None } else { Some(free_port()) };

@@ -9,8 +9,8 @@
 //! Reproduce (prints the figures):
 //!
 //! ```text
-//! cargo test -p rankpulse-core --profile testing --test sequential_calibration -- --nocapture
-//! cargo test -p rankpulse-core --profile testing --test sequential_calibration -- --nocapture --ignored
+//! cargo test -p rankpulse-core --profile testing --test core_it -- --nocapture sequential_calibration::
+//! cargo test -p rankpulse-core --profile testing --test core_it -- --nocapture --ignored sequential_calibration::
 //! ```
 //!
 //! The second adds the larger runs (300 months, 100 detections).
@@ -215,7 +215,7 @@ fn a_candidate_two_percent_worse_is_paged_within_twice_the_fixed_horizon() {
 }
 
 #[test]
-#[ignore = "simulation tier, larger: cargo test -p rankpulse-core --test sequential_calibration -- --ignored"]
+#[ignore = "simulation tier, larger: cargo test -p rankpulse-core --test core_it -- --ignored sequential_calibration::"]
 fn larger_runs() {
     assert!(false_pages(300) <= ALPHA);
     let (median, p90, _) = detection(0.02, 5, 100);

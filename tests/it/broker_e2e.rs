@@ -6,11 +6,9 @@
 //!
 //! The standalone-broker tier: ignored by a plain `cargo test`; with
 //! `--ignored` it needs `RANKPULSE_TANSU=/path/to/tansu` (`.ci/run` installs
-//! it, see docs/operations.md) and fails without it.
+//! it, see docs/testing.md) and fails without it.
 
-mod common;
-
-use common::{
+use crate::common::{
     Guard, IMPRESSIONS, JUDGMENTS, consumed, events, free_port, http_get, metrics, now_ms, spawn_daemon, start_tansu,
     sum_of, tansu_binary, wait_until,
 };

@@ -10,8 +10,8 @@
 //! Reproduce (prints the figures):
 //!
 //! ```text
-//! cargo test -p rankpulse-core --profile testing --test quality_drop_calibration -- --nocapture
-//! cargo test -p rankpulse-core --profile testing --test quality_drop_calibration -- --nocapture --ignored
+//! cargo test -p rankpulse-core --profile testing --test core_it -- --nocapture quality_drop_calibration::
+//! cargo test -p rankpulse-core --profile testing --test core_it -- --nocapture --ignored quality_drop_calibration::
 //! ```
 //!
 //! The second adds the larger runs (30 spans of 90 days, 100 drops each).
@@ -154,7 +154,7 @@ fn a_five_percent_drop_pages_within_six_hours_and_ten_within_two() {
 }
 
 #[test]
-#[ignore = "simulation tier, larger: cargo test -p rankpulse-core --test quality_drop_calibration -- --ignored"]
+#[ignore = "simulation tier, larger: cargo test -p rankpulse-core --test core_it -- --ignored quality_drop_calibration::"]
 fn larger_runs() {
     assert!(false_pages(30) <= 1.0);
     let (median, _) = delays(0.05, 100);

@@ -7,9 +7,7 @@
 //! list is 20 to 40 minutes old, so no window edge moves during the test)
 //! must be identical.
 
-mod common;
-
-use common::{assert_same, consume_all, now_ms, send_all, sum_of};
+use crate::common::{assert_same, consume_all, now_ms, send_all, sum_of};
 use rankpulse::config::{Config, TopicFormat};
 use rankpulse_testkit::MixMessage;
 use rankpulse_testkit::mapped::{MAPPING_TOML, mapped_twin};

@@ -28,9 +28,7 @@
 //! Ignored by a plain `cargo test` (each takes a broker and about a minute);
 //! `.ci/run` runs them with `--ignored`, where a missing broker fails.
 
-mod common;
-
-use common::{
+use crate::common::{
     Guard, IMPRESSIONS, JUDGMENTS, consumed, counter_lines, events, free_port, http_get, metrics, now_ms, produce,
     producer, ready, sigterm, start_tansu, sum_of, wait_until,
 };
@@ -50,7 +48,7 @@ const YEAR_2001_MS: i64 = 1_000_000_000_000;
 /// Fetches return within 10 ms, so the tests' small batches flow at once.
 fn spawn_daemon(broker: &str, http: &str, group: &str, env: &[(&str, &str)]) -> Guard {
     let env = [&[("RANKPULSE__KAFKA__PROPERTIES__FETCH_WAIT_MAX_MS", "10")], env].concat();
-    common::spawn_daemon(broker, http, group, GAP, &env)
+    crate::common::spawn_daemon(broker, http, group, GAP, &env)
 }
 
 fn config(env: &[(&str, &str)]) -> Config {
@@ -132,7 +130,7 @@ fn produce_skewed(producer: &BaseProducer, evs: &[(i32, (String, String))]) {
 #[test]
 #[ignore = "hostile-input tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn broken_clocks_change_nothing_then_restart_with_state() {
-    let tansu = common::tansu_binary();
+    let tansu = crate::common::tansu_binary();
     let port = free_port();
     let _broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
     let bootstrap = format!("127.0.0.1:{port}");
@@ -209,7 +207,7 @@ fn broken_clocks_change_nothing_then_restart_with_state() {
 #[test]
 #[ignore = "hostile-input tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn a_hot_key_among_normal_traffic_is_exact() {
-    let tansu = common::tansu_binary();
+    let tansu = crate::common::tansu_binary();
     let port = free_port();
     let _broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
     let bootstrap = format!("127.0.0.1:{port}");
@@ -288,7 +286,7 @@ fn rss_kib(pid: u32) -> u64 {
 #[test]
 #[ignore = "hostile-input tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 fn a_flood_of_dimension_combinations_is_capped() {
-    let tansu = common::tansu_binary();
+    let tansu = crate::common::tansu_binary();
     let port = free_port();
     let _broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
     let bootstrap = format!("127.0.0.1:{port}");
@@ -375,7 +373,7 @@ fn a_broker_frozen_for_80_s_with_state_in_kafka_changes_nothing() {
 /// Freezes the broker (SIGSTOP) for `freeze` mid-stream under a daemon of
 /// configuration `env`; its counters must equal the batch engine's.
 fn frozen_broker(env: &[(&str, &str)], group: &str, freeze: Duration) {
-    let tansu = common::tansu_binary();
+    let tansu = crate::common::tansu_binary();
     let port = free_port();
     let broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
     let bootstrap = format!("127.0.0.1:{port}");
@@ -451,7 +449,7 @@ fn frozen_broker(env: &[(&str, &str)], group: &str, freeze: Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "hostile-input tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
 async fn partitions_handed_over_without_state_are_counted_by_their_new_owner_only() {
-    let tansu = common::tansu_binary();
+    let tansu = crate::common::tansu_binary();
     let port = free_port();
     let _broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
     let bootstrap = format!("127.0.0.1:{port}");
@@ -512,9 +510,9 @@ async fn partitions_handed_over_without_state_are_counted_by_their_new_owner_onl
     let _ = stop_b.send(());
     let b = task_b.await.unwrap().unwrap();
     assert!(a.lists_finalized > 0 && b.lists_finalized > 0, "{} {}", a.lists_finalized, b.lists_finalized);
-    let union = common::add_counters(&[&a.final_exposition, &b.final_exposition]);
-    let single = common::add_counters(&[&reference(&evs, &config)]);
-    if let Err(differing) = common::counters_add_up(&union, &single, 10) {
+    let union = crate::common::add_counters(&[&a.final_exposition, &b.final_exposition]);
+    let single = crate::common::add_counters(&[&reference(&evs, &config)]);
+    if let Err(differing) = crate::common::counters_add_up(&union, &single, 10) {
         panic!("the two instances' counters do not add up to the single pass: {differing}");
     }
 }

@@ -5,8 +5,8 @@
 //! Reproduce (prints the figures):
 //!
 //! ```text
-//! cargo test -p rankpulse-core --profile testing --test interleaving_sensitivity -- --nocapture
-//! cargo test -p rankpulse-core --profile testing --test interleaving_sensitivity -- --nocapture --ignored
+//! cargo test -p rankpulse-core --profile testing --test core_it -- --nocapture interleaving_sensitivity::
+//! cargo test -p rankpulse-core --profile testing --test core_it -- --nocapture --ignored interleaving_sensitivity::
 //! ```
 //!
 //! The second line adds the larger variant (more repetitions).

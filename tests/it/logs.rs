@@ -4,9 +4,7 @@
 //! outage said once. With `log.format = "json"` every line is one JSON
 //! object. These need no broker: the port is closed.
 
-mod common;
-
-use common::{Guard, free_port, metrics, sum_of, wait_until};
+use crate::common::{Guard, free_port, metrics, sum_of, wait_until};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -147,7 +145,7 @@ fn sigint_is_the_ordered_shutdown() {
     // Its handlers are installed once it serves.
     let addr = format!("127.0.0.1:{http}");
     wait_until("/healthz to answer", Duration::from_secs(30), || {
-        common::http_get(&addr, "/healthz").is_ok_and(|(status, _)| status == 200)
+        crate::common::http_get(&addr, "/healthz").is_ok_and(|(status, _)| status == 200)
     });
     let (status, log) = signal_and_read_log(&mut daemon, "INT");
     assert!(status.success(), "{status:?}\n{log}");
@@ -179,7 +177,7 @@ fn sighup_with_a_half_sent_request_still_exits_in_order() {
     let mut daemon = Guard(command.spawn().expect("start rankpulse run"));
     let addr = format!("127.0.0.1:{http}");
     wait_until("/healthz to answer", Duration::from_secs(30), || {
-        common::http_get(&addr, "/healthz").is_ok_and(|(status, _)| status == 200)
+        crate::common::http_get(&addr, "/healthz").is_ok_and(|(status, _)| status == 200)
     });
     let mut slow = std::net::TcpStream::connect(&addr).unwrap();
     slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();

@@ -17,9 +17,7 @@
 //! needs Prometheus (`prometheus` on PATH, Debian's package) and fails
 //! without it.
 
-mod common;
-
-use common::{Guard, free_port, http_get};
+use crate::common::{Guard, free_port, http_get};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -5,9 +5,7 @@
 //! `rankpulse replay`, but for the event counts (the mapped files hold
 //! messages rankpulse ignores).
 
-mod common;
-
-use common::lists_only;
+use crate::common::lists_only;
 use rankpulse_testkit::mapped::{MAPPING_TOML, mapped_twin};
 use rankpulse_testkit::sum_of;
 use std::path::{Path, PathBuf};
@@ -15,11 +13,11 @@ use std::path::{Path, PathBuf};
 const BASE_MS: i64 = 1_763_780_000_000;
 
 fn replay(args: &[&str], files: &[&Path]) -> (i32, String, String) {
-    common::replay_files(args, files)
+    crate::common::replay_files(args, files)
 }
 
 fn temp(name: &str, lines: &[Vec<u8>]) -> PathBuf {
-    common::temp_lines("mapped-replay", name, lines)
+    crate::common::temp_lines("mapped-replay", name, lines)
 }
 
 #[test]
@@ -84,7 +82,7 @@ fn a_mapped_replay_needs_its_mapping() {
 /// (grade 2) on the second of two results.
 #[test]
 fn the_documented_example_reads_as_documented() {
-    let doc = include_str!("../docs/formats.md");
+    let doc = include_str!("../../docs/formats.md");
     let example = doc.split("Example: search logs").nth(1).and_then(|s| s.split("Produce both topics").next());
     let example = example.expect("docs/formats.md has the mapped example");
     // Indented blocks: messages (a line starting with `{` begins one), then the TOML.

@@ -26,7 +26,7 @@ impl Drop for Guard {
 /// ignored; run with `--ignored`, a missing broker fails them.
 pub fn tansu_binary() -> String {
     std::env::var("RANKPULSE_TANSU").expect(
-        "the standalone-broker tier needs RANKPULSE_TANSU=/path/to/tansu (.ci/run installs it; see docs/operations.md)",
+        "the standalone-broker tier needs RANKPULSE_TANSU=/path/to/tansu (.ci/run installs it; see docs/testing.md)",
     )
 }
 

@@ -5,9 +5,7 @@
 //! `rankpulse replay`, but for the per-topic event counts (a UBI list is
 //! several messages) and the counts of ignored lines.
 
-mod common;
-
-use common::lists_only;
+use crate::common::lists_only;
 use rankpulse_testkit::sum_of;
 use rankpulse_testkit::ubi::{UbiTopic, ubi_mix};
 use std::path::{Path, PathBuf};
@@ -15,11 +13,11 @@ use std::path::{Path, PathBuf};
 const BASE_MS: i64 = 1_763_780_000_000;
 
 fn replay(args: &[&str], files: &[&Path]) -> (i32, String, String) {
-    common::replay_files(args, files)
+    crate::common::replay_files(args, files)
 }
 
 fn temp(name: &str, lines: &[Vec<u8>]) -> PathBuf {
-    common::temp_lines("ubi-replay", name, lines)
+    crate::common::temp_lines("ubi-replay", name, lines)
 }
 
 #[test]

@@ -12,9 +12,7 @@
 //! Two tiers: librdkafka's in-process mock cluster (always), and a
 //! standalone broker (Tansu, `RANKPULSE_TANSU`, run with `--ignored`).
 
-mod common;
-
-use common::{assert_same, consume_all, free_port, now_ms, send_all, start_tansu, sum_of, tansu_binary};
+use crate::common::{assert_same, consume_all, free_port, now_ms, send_all, start_tansu, sum_of, tansu_binary};
 use rankpulse::config::{Config, TopicFormat};
 use rankpulse_testkit::ubi::{UbiTopic, UbiTraffic, ubi_mix};
 use rdkafka::ClientConfig;
