@@ -95,12 +95,20 @@ pub struct Outages {
     counted: bool,
     /// Outages since start.
     pub total: u64,
+    /// Reminders logged in the current outage (see [`Self::reminder`]).
+    reminded: usize,
 }
+
+/// When a long outage is said again, in seconds since it began: an
+/// operator who started rankpulse without a broker learns within seconds,
+/// and again while it lasts, what it waits for; after a minute, every five.
+const REMINDERS_S: [i64; 3] = [10, 30, 60];
+const REMINDER_EVERY_S: i64 = 300;
 
 impl Outages {
     /// Starting at `now_ms`, not yet connected.
     pub fn starting(now_ms: i64) -> Self {
-        Outages { since_ms: Some(now_ms), counted: false, total: 0 }
+        Outages { since_ms: Some(now_ms), counted: false, total: 0, reminded: 0 }
     }
 
     /// Notes what the signals say at `now_ms`; true when an outage has
@@ -109,6 +117,7 @@ impl Outages {
         if connected {
             self.since_ms = None;
             self.counted = false;
+            self.reminded = 0;
             return false;
         }
         match self.since_ms {
@@ -119,6 +128,31 @@ impl Outages {
         self.counted = true;
         self.total += 1;
         true
+    }
+
+    /// The seconds the current outage has lasted, once per milestone of
+    /// [`REMINDERS_S`] and then every [`REMINDER_EVERY_S`]: when to say it
+    /// again. `None` between milestones, while connected or still starting.
+    pub fn reminder(&mut self, now_ms: i64) -> Option<i64> {
+        let lasted = match self.since_ms {
+            Some(since) if self.counted => (now_ms - since).max(0) / 1000,
+            _ => return None,
+        };
+        (lasted >= self.due_after(self.reminded)).then(|| {
+            // Past several milestones at once (a stalled loop): one line.
+            while self.due_after(self.reminded) <= lasted {
+                self.reminded += 1;
+            }
+            lasted
+        })
+    }
+
+    /// When reminder number `reminded` (0-based) is due, in seconds.
+    fn due_after(&self, reminded: usize) -> i64 {
+        match REMINDERS_S.get(reminded) {
+            Some(&at) => at,
+            None => REMINDERS_S[REMINDERS_S.len() - 1] + REMINDER_EVERY_S * (reminded + 1 - REMINDERS_S.len()) as i64,
+        }
     }
 
     /// How long the current outage has lasted at `now_ms`, in seconds (0
@@ -815,6 +849,27 @@ mod tests {
 
     /// Connecting takes librdkafka a moment: no outage when the first
     /// report finds a broker up.
+    #[test]
+    fn a_long_outage_is_said_again_at_10_30_and_60_s_then_every_5_minutes() {
+        let mut outages = Outages::starting(0);
+        assert!(outages.update(false, true, 1_000));
+        let said: Vec<i64> = (1..=1_000).filter_map(|s| outages.reminder(s * 1_000)).collect();
+        assert_eq!(said, vec![10, 30, 60, 360, 660, 960]);
+        // A loop stalled past two milestones says it once.
+        let mut stalled = Outages::starting(0);
+        stalled.update(false, true, 0);
+        assert_eq!(stalled.reminder(45_000), Some(45));
+        assert_eq!(stalled.reminder(50_000), None);
+        assert_eq!(stalled.reminder(60_000), Some(60));
+        // Connected again: the next outage starts its reminders over.
+        outages.update(true, true, 1_000_000);
+        assert_eq!(outages.reminder(1_100_000), None);
+        outages.update(false, true, 1_100_000);
+        assert_eq!(outages.reminder(1_110_000), Some(10));
+        // Before the first connection is observed, nothing is an outage yet.
+        assert_eq!(Outages::starting(0).reminder(100_000), None);
+    }
+
     #[test]
     fn connecting_at_start_is_no_outage() {
         let mut outages = Outages::starting(0);

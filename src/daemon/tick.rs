@@ -171,7 +171,20 @@ impl Daemon {
         let connected = self.signals.connected.load(Ordering::Relaxed);
         let observed = self.signals.observed.load(Ordering::Relaxed);
         if self.outages.update(connected, observed, now) {
-            tracing::warn!("no Kafka broker reachable; consumption resumes when one is");
+            tracing::warn!(
+                brokers = %self.config.kafka.brokers,
+                "no Kafka broker reachable; consumption resumes when one is"
+            );
+        }
+        if let Some(seconds) = self.outages.reminder(now) {
+            // What an operator who started it without a broker needs: what
+            // it waits for, and how to see the state without the log.
+            tracing::warn!(
+                "still waiting for a Kafka broker at {} after {seconds} s: check kafka.brokers and that one is up; \
+                 http://{}/readyz answers 503 until partitions are assigned (`rankpulse demo` runs with a broker of its own)",
+                self.config.kafka.brokers,
+                self.config.http.listen
+            );
         }
         self.health.kafka_connected = connected;
         self.health.partitions_held = self.taking_over.len();

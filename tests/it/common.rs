@@ -401,3 +401,27 @@ pub fn lists_only(exposition: &str) -> Vec<&str> {
         .filter(|l| !l.starts_with("rankpulse_events_total") && !l.starts_with("rankpulse_events_ignored_total"))
         .collect()
 }
+
+/// Whether this is the fresh process a test asked for: when not, runs
+/// `test` (its module path, e.g. `replay::name`) again alone in a new
+/// process of this executable, asserts that it passed, and returns false.
+///
+/// For a test that measures a child's peak memory: spawned from this
+/// executable, where other tests run at the same time, a child's
+/// `ru_maxrss` starts at this process's high-water mark (Linux records the
+/// spawning address space's peak at exec), which says nothing of the child.
+pub fn in_a_fresh_process(test: &str) -> bool {
+    const FRESH: &str = "RANKPULSE_TEST_FRESH_PROCESS";
+    if std::env::var_os(FRESH).is_some() {
+        return true;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .env(FRESH, "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.contains("1 passed"), "{test} alone:\n{stdout}\n{stderr}");
+    eprint!("{stderr}");
+    false
+}

@@ -57,8 +57,14 @@ fn twenty_seconds_against_a_closed_port_log_a_handful_of_lines() {
     let log = stop_and_read_log(&mut daemon);
     let lines: Vec<&str> = log.lines().collect();
     // Startup (version, what it consumes), librdkafka's two alternating
-    // errors once each, the outage, the shutdown and its summary.
-    assert!(lines.len() <= 10, "{} lines in 20 s:\n{log}", lines.len());
+    // errors once each, the outage, its reminder at 10 s, the shutdown
+    // and its summary.
+    assert!(lines.len() <= 11, "{} lines in 20 s:\n{log}", lines.len());
+    // Someone who started it without a broker is told, within seconds and
+    // once in 20 s, what it waits for and how to check.
+    let waiting: Vec<&&str> = lines.iter().filter(|l| l.contains("still waiting for a Kafka broker at")).collect();
+    assert_eq!(waiting.len(), 1, "the reminder at 10 s, once:\n{log}");
+    assert!(waiting[0].contains("after 10 s") && waiting[0].contains("/readyz"), "{log}");
     let refused: Vec<&&str> = lines.iter().filter(|l| l.contains("Connection refused")).collect();
     assert_eq!(refused.len(), 1, "librdkafka's error is shown, once:\n{log}");
     assert!(refused[0].contains("WARN"), "a failed connection is a warning:\n{log}");

@@ -359,6 +359,9 @@ fn an_empty_input_fails() {
 #[test]
 fn a_line_past_the_message_limit_is_skipped_without_holding_it() {
     use std::io::{Read, Write};
+    if !crate::common::in_a_fresh_process("replay::a_line_past_the_message_limit_is_skipped_without_holding_it") {
+        return;
+    }
     let judgment = |id: &str| {
         format!(
             r#"{{"type":"judgment","event_id":"{id}","session_id":"s","doc_id":"d","grade":1,"timestamp":1700000000000}}"#
@@ -387,7 +390,8 @@ fn a_line_past_the_message_limit_is_skipped_without_holding_it() {
     child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     // wait4 rather than Child::wait: it reports this child's own peak
-    // resident size, whatever other tests' children used.
+    // resident size, whatever other tests' children used (and, in a fresh
+    // process, not this executable's; see `in_a_fresh_process`).
     let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
     // SAFETY: the pid is this test's own unreaped child; status and usage are valid, writable.
     let reaped = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
