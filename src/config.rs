@@ -44,24 +44,6 @@ pub use rankpulse_core::assemble::{LatePolicy, MAX_DIMENSION_LABELS};
 use rankpulse_core::event::DecodeLimits;
 use rankpulse_core::pipeline::PipelineSettings;
 
-/// Label names rankpulse itself puts on series; dimension labels may not reuse them.
-pub const RESERVED_LABELS: &[&str] = &[
-    "k",
-    "window",
-    "metric",
-    "reason",
-    "topic",
-    "partition",
-    "type",
-    "rank",
-    "outcome",
-    "kind",
-    "le",
-    "quantile",
-    "job",
-    "instance",
-];
-
 #[derive(Debug, Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {cause}")]
@@ -1243,10 +1225,15 @@ impl Config {
                     format!("{label:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)"),
                 ));
             }
-            if RESERVED_LABELS.contains(&label.as_str()) {
+            // Every label of rankpulse's own series (crate::series): one of
+            // the same name would duplicate it, and Prometheus refuses the
+            // whole scrape.
+            let reserved = crate::series::reserved_labels();
+            if reserved.contains(label.as_str()) {
+                let names: Vec<&str> = reserved.into_iter().collect();
                 return Err(ConfigError::key(
                     "dimensions.labels",
-                    format!("{label:?} is reserved for rankpulse's own labels ({})", RESERVED_LABELS.join(", ")),
+                    format!("{label:?} is reserved for rankpulse's own labels ({})", names.join(", ")),
                 ));
             }
             if !seen.insert(label) {
@@ -2019,7 +2006,7 @@ mod tests {
         // click metrics, `outcome` of interleaving): a dimension label of
         // the same name would duplicate it and Prometheus would refuse the
         // whole scrape.
-        for label in ["k", "rank", "outcome", "kind"] {
+        for label in ["k", "rank", "outcome", "kind", "window", "le", "instance"] {
             let e = from_toml(&format!("[dimensions]\nlabels = [\"{label}\"]\n")).unwrap_err().to_string();
             assert!(e.contains("reserved"), "{label}: {e}");
         }

@@ -49,5 +49,6 @@ pub mod kafka;
 pub mod logging;
 pub mod publish;
 pub mod replay;
+pub mod series;
 pub mod state;
 pub mod status;

@@ -820,18 +820,16 @@ mod tests {
         }
         let replayed = replay_pipeline(&config, lines.join("\n").as_bytes()).unwrap();
         let text = exposition(&config, &replayed.pipeline);
+        // Every family and label as src/series.rs defines them (the
+        // dimension label `ranker` included, and no label twice).
+        if let Err(problems) = crate::series::check(&text, &["ranker"], Some("ranker")) {
+            panic!("{problems:#?}");
+        }
         let mut names_seen = std::collections::BTreeSet::new();
         for line in text.lines().filter(|l| !l.starts_with('#') && l.contains(r#"ranker=""#)) {
-            let (_, labels) = line.split_once('{').unwrap();
-            let labels = labels.rsplit_once('}').unwrap().0;
-            let names: Vec<&str> =
-                labels.split("\",").map(|pair| pair.split_once('=').unwrap().0.trim_start_matches(',')).collect();
-            let distinct: std::collections::BTreeSet<&str> = names.iter().copied().collect();
-            assert_eq!(distinct.len(), names.len(), "{line}");
-            for name in names.into_iter().filter(|n| *n != "ranker") {
-                assert!(crate::config::RESERVED_LABELS.contains(&name), "{name} is not reserved: {line}");
-                names_seen.insert(name);
-            }
+            let labels = line.split_once('{').unwrap().1.rsplit_once('}').unwrap().0;
+            names_seen
+                .extend(labels.split("\",").filter_map(|p| p.split_once('=')).map(|(n, _)| n.trim_start_matches(',')));
         }
         // The input did reach the series that carry labels of their own.
         for name in ["k", "window", "metric", "reason", "rank", "outcome", "kind"] {

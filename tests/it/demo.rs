@@ -91,6 +91,12 @@ fn demo_shows_windowed_metrics_within_30_seconds() {
     );
     let body = http_get(&addr, "/metrics").unwrap().1;
     assert!(sum_of(&body, r#"rankpulse_compare_sequential_upper{ranker="candidate",metric="ndcg",k="10"}"#) < 0.0);
+    // Every family the demo exposes (quality, comparisons, interleaving,
+    // debiased clicks, the daemon's health) as docs/metrics.md's reference
+    // (src/series.rs) defines it.
+    if let Err(problems) = rankpulse::series::check(&body, &["ranker", "market"], Some("ranker")) {
+        panic!("{problems:#?}");
+    }
     // Ctrl-C: the ordered stop, well before the backstop.
     let interrupted = Instant::now();
     let ok = Command::new("kill").args(["-INT", &demo.id().to_string()]).status().unwrap();
