@@ -43,7 +43,7 @@ use consume::{fill_from_lanes, handle_batch, poll_lanes, ready_now};
 use futures_util::StreamExt;
 use lanes::Lanes;
 pub use loop_gaps::LoopGaps;
-use publisher::{Done, Publisher};
+use publisher::{JobOutcome, Publisher};
 use rankpulse_core::assemble::DimensionBudget;
 use rankpulse_core::pipeline::PREFETCH_BATCH;
 use rdkafka::TopicPartitionList;
@@ -171,7 +171,7 @@ struct Daemon {
     /// for (see [`Self::retire_handed_over`]).
     hand_over: Option<HandOverQuery>,
     /// A job's result taken while waiting for it outside the tick.
-    unhandled_done: Option<Done>,
+    unhandled_done: Option<JobOutcome>,
     /// Partitions a checkpoint found taken over by another instance (the
     /// Kafka store's fencing), to give up as if revoked.
     fenced: BTreeSet<i32>,

@@ -210,9 +210,9 @@ impl Dimensions {
 
     /// The id of an impression's configured dimension values; `overflow`
     /// is told of each label whose value was replaced by
-    /// [`OTHER_DIMENSION`] ([`Closed::DimensionOverflow`]), and of a
-    /// combination past the budget ([`Closed::CombinationOverflow`]).
-    pub fn intern(&mut self, impression: &Impression, overflow: &mut impl FnMut(Closed<'static>)) -> DimsId {
+    /// [`OTHER_DIMENSION`] ([`Notice::DimensionOverflow`]), and of a
+    /// combination past the budget ([`Notice::CombinationOverflow`]).
+    pub fn intern(&mut self, impression: &Impression, overflow: &mut impl FnMut(Notice<'static>)) -> DimsId {
         // Dimension labels are few; a small stack array avoids a Vec.
         let mut values: [&str; MAX_DIMENSION_LABELS] = [""; MAX_DIMENSION_LABELS];
         let n = self.labels.len().min(values.len());
@@ -231,13 +231,13 @@ impl Dimensions {
             for (i, v) in values[..n].iter_mut().enumerate() {
                 if !budget.admit(i, v) {
                     *v = OTHER_DIMENSION;
-                    overflow(Closed::DimensionOverflow(i));
+                    overflow(Notice::DimensionOverflow(i));
                     replaced = true;
                 }
             }
             if !budget.admit_combination(&values[..n]) {
                 values[..n].fill(OTHER_DIMENSION);
-                overflow(Closed::CombinationOverflow);
+                overflow(Notice::CombinationOverflow);
                 replaced = true;
             }
             if replaced {
@@ -443,7 +443,7 @@ impl FinalBuffers {
 
 /// What the assembler hands to the metric engine and the counters.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Closed<'a> {
+pub enum Notice<'a> {
     /// A list became final (its gap elapsed, or shutdown).
     Final(FinalList<'a>),
     /// Finalized before its gap because `session.max_open_lists` was reached.
@@ -452,7 +452,7 @@ pub enum Closed<'a> {
     Orphan,
     /// A final list is about to take late judgments (`late.policy =
     /// "amend"`): take its values out of the windows. It comes back as
-    /// [`Closed::Reinstated`] at the next sweep, with every late judgment
+    /// [`Notice::Reinstated`] at the next sweep, with every late judgment
     /// that came meanwhile: a burst of them on one list costs two scorings,
     /// not two per judgment.
     Withdrawn(FinalList<'a>),
@@ -486,7 +486,8 @@ pub enum Closed<'a> {
 /// What the assembler reports about one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
-    Applied,
+    /// Added to its list (a new list, or one still open).
+    Added,
     /// Same event id already applied to this list.
     Duplicate,
     /// A judgment for a final list, handled by the late policy.
@@ -588,7 +589,7 @@ pub struct Assembler {
     /// two ticks open, and the outcome would depend on the tick.
     next_sweep_ms: i64,
     /// Final lists withdrawn from the windows for late judgments, put back
-    /// at the next sweep (see [`Closed::Withdrawn`]).
+    /// at the next sweep (see [`Notice::Withdrawn`]).
     withdrawn: FxHashSet<ListKey>,
 }
 
@@ -789,14 +790,14 @@ impl Assembler {
         lane: &str,
         arrival_ms: i64,
         source: Option<Source>,
-        sink: &mut impl FnMut(Closed),
+        sink: &mut impl FnMut(Notice),
     ) -> Applied {
         self.resume_clock(arrival_ms);
         let (session, query, ts, event_id) = match event {
             Event::Impression(i) => (&i.session_id, &i.query_id, i.timestamp_ms, &i.event_id),
             Event::Judgment(j) => (&j.session_id, &j.query_id, j.timestamp_ms, &j.event_id),
             // The pipeline counts these; they belong to no list.
-            Event::Ignored(_) => return Applied::Applied,
+            Event::Ignored(_) => return Applied::Added,
         };
         let key = list_key(session, query.as_deref());
         let event_hash = xxh3_64(event_id.as_bytes());
@@ -886,7 +887,7 @@ impl Assembler {
         ts: i64,
         arrival_ms: i64,
         source: Option<Source>,
-        sink: &mut impl FnMut(Closed),
+        sink: &mut impl FnMut(Notice),
     ) -> Applied {
         let max_events = self.limits.max_events_per_list;
         if let (Some(start), Event::Judgment(j)) = (at, event) {
@@ -911,7 +912,7 @@ impl Assembler {
                     let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
                     let held = self.open_lists.note_impression(start, impression_rank(i), dims, i.randomized);
                     if self.dimensions.disagree(held, i, dims) {
-                        sink(Closed::DimensionConflict);
+                        sink(Notice::DimensionConflict);
                     }
                     if let Some(big) = self.open_lists.big_mut(key) {
                         for r in &i.results {
@@ -921,11 +922,11 @@ impl Assembler {
                                 r.score.unwrap_or(f64::NAN),
                                 team_code(r.team),
                             ) {
-                                sink(Closed::PositionTaken);
+                                sink(Notice::PositionTaken);
                             }
                         }
                     }
-                    return Applied::Applied;
+                    return Applied::Added;
                 }
                 None => {}
             }
@@ -962,10 +963,10 @@ impl Assembler {
             Event::Impression(i) => {
                 let dims = self.dimensions.intern(i, &mut |overflow| sink(overflow));
                 if self.dimensions.disagree(list.impression, i, dims) {
-                    sink(Closed::DimensionConflict);
+                    sink(Notice::DimensionConflict);
                 }
                 for _ in 0..apply_impression(list, i, dims) {
-                    sink(Closed::PositionTaken);
+                    sink(Notice::PositionTaken);
                 }
             }
             Event::Judgment(j) => apply_judgment(list, j),
@@ -978,7 +979,7 @@ impl Assembler {
             self.open_lists.remove(key);
             self.close(key, list, true, sink);
         }
-        Applied::Applied
+        Applied::Added
     }
 
     /// A judgment or an impression stamped `ts` whose list is final: within the horizon, the late policy decides; `None` when it
@@ -990,7 +991,7 @@ impl Assembler {
         ts: i64,
         event_hash: u64,
         arrival_ms: i64,
-        sink: &mut impl FnMut(Closed),
+        sink: &mut impl FnMut(Notice),
     ) -> Option<Applied> {
         let (gap, horizon) = (self.limits.gap_ms, self.limits.late_horizon_ms);
         let watermark = self.watermark_ms;
@@ -1020,7 +1021,7 @@ impl Assembler {
         event: &Event,
         event_hash: u64,
         arrival_ms: i64,
-        sink: &mut impl FnMut(Closed),
+        sink: &mut impl FnMut(Notice),
     ) -> Applied {
         let Some(start) = self.closed_lists.locate(key) else { return Applied::Late };
         let max_events = self.limits.max_events_per_list;
@@ -1037,7 +1038,7 @@ impl Assembler {
             if finalize(list, buffers)
                 && let Some(old) = buffers.view(&self.dimensions, key)
             {
-                sink(Closed::Withdrawn(old));
+                sink(Notice::Withdrawn(old));
             }
             self.withdrawn.insert(key);
         }
@@ -1049,8 +1050,8 @@ impl Assembler {
             _ => self.late_dropped(key, start, list, event_hash, arrival_ms),
         };
         match applied {
-            Applied::Applied => {
-                sink(if amend { Closed::LateAmended } else { Closed::LateDropped });
+            Applied::Added => {
+                sink(if amend { Notice::LateAmended } else { Notice::LateDropped });
                 Applied::Late
             }
             other => other,
@@ -1067,7 +1068,7 @@ impl Assembler {
         judgment: &Judgment,
         event_hash: u64,
         arrival_ms: i64,
-        sink: &mut impl FnMut(Closed),
+        sink: &mut impl FnMut(Notice),
     ) -> Applied {
         let max_events = self.limits.max_events_per_list;
         let edit = JudgmentEdit {
@@ -1093,9 +1094,9 @@ impl Assembler {
                     list.event_ids.push(event_hash);
                     list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
                     apply_judgment(list, judgment);
-                    Applied::Applied
+                    Applied::Added
                 };
-                if applied == Applied::Applied && self.closed_lists.store_at(key, Some(start), list).is_err() {
+                if applied == Applied::Added && self.closed_lists.store_at(key, Some(start), list).is_err() {
                     // The arena is full: the list takes no more.
                     self.forget_closed(key, sink);
                 }
@@ -1116,7 +1117,7 @@ impl Assembler {
         shown: &Impression,
         event_hash: u64,
         arrival_ms: i64,
-        sink: &mut impl FnMut(Closed),
+        sink: &mut impl FnMut(Notice),
     ) -> Applied {
         let bounds = ListBounds { events: self.limits.max_events_per_list, results: self.limits.max_results_per_list };
         match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, bounds) {
@@ -1125,17 +1126,17 @@ impl Assembler {
                 let dims = self.dimensions.intern(shown, &mut |overflow| sink(overflow));
                 let held = self.closed_lists.note_impression(start, impression_rank(shown), dims, shown.randomized);
                 if self.dimensions.disagree(held, shown, dims) {
-                    sink(Closed::DimensionConflict);
+                    sink(Notice::DimensionConflict);
                 }
                 if let Some(big) = self.closed_lists.big_mut(key) {
                     for r in &shown.results {
                         let score = r.score.unwrap_or(f64::NAN);
                         if !big.show(doc_hash(&r.doc_id), r.position, score, team_code(r.team)) {
-                            sink(Closed::PositionTaken);
+                            sink(Notice::PositionTaken);
                         }
                     }
                 }
-                return Applied::Applied;
+                return Applied::Added;
             }
             None => {}
         }
@@ -1150,16 +1151,16 @@ impl Assembler {
         list.last_arrival_ms = list.last_arrival_ms.max(arrival_ms);
         let dims = self.dimensions.intern(shown, &mut |overflow| sink(overflow));
         if self.dimensions.disagree(list.impression, shown, dims) {
-            sink(Closed::DimensionConflict);
+            sink(Notice::DimensionConflict);
         }
         for _ in 0..apply_impression(list, shown, dims) {
-            sink(Closed::PositionTaken);
+            sink(Notice::PositionTaken);
         }
         if self.closed_lists.store_at(key, Some(start), list).is_err() {
             // The arena is full: the list takes no more.
             self.forget_closed(key, sink);
         }
-        Applied::Applied
+        Applied::Added
     }
 
     /// A late event under `late.policy = "drop"`: not applied, but
@@ -1175,7 +1176,7 @@ impl Assembler {
         let max_events = self.limits.max_events_per_list;
         let bounds = ListBounds { events: max_events, results: usize::MAX };
         match self.closed_lists.big_event(start, event_hash, i64::MIN, arrival_ms, None, bounds) {
-            Some(Ok(_)) => Applied::Applied,
+            Some(Ok(_)) => Applied::Added,
             Some(Err(refused)) => refused,
             None => {
                 self.closed_lists.load_at(start, list);
@@ -1188,16 +1189,16 @@ impl Assembler {
                     if self.closed_lists.store_at(key, Some(start), list).is_err() {
                         self.closed_lists.remove(key);
                     }
-                    Applied::Applied
+                    Applied::Added
                 }
             }
         }
     }
 
     /// Puts every withdrawn list back into the windows, with the late
-    /// judgments it took (see [`Closed::Withdrawn`]): before the lists are
+    /// judgments it took (see [`Notice::Withdrawn`]): before the lists are
     /// dropped, or the windows would lack them for good.
-    pub fn reinstate_withdrawn(&mut self, sink: &mut impl FnMut(Closed)) {
+    pub fn reinstate_withdrawn(&mut self, sink: &mut impl FnMut(Notice)) {
         if self.withdrawn.is_empty() {
             return;
         }
@@ -1208,14 +1209,14 @@ impl Assembler {
         }
     }
 
-    fn reinstate(&mut self, key: ListKey, sink: &mut impl FnMut(Closed)) {
+    fn reinstate(&mut self, key: ListKey, sink: &mut impl FnMut(Notice)) {
         let mut list = self.scratch.take().unwrap_or_default();
         if self.closed_lists.load(key, &mut list) {
             let buffers = &mut self.finals[0];
             if finalize(&mut list, buffers)
                 && let Some(new) = buffers.view(&self.dimensions, key)
             {
-                sink(Closed::Reinstated(new));
+                sink(Notice::Reinstated(new));
             }
         }
         self.scratch = Some(list);
@@ -1231,7 +1232,7 @@ impl Assembler {
 
     /// Forgets a final list, putting it back into the windows first if it
     /// was withdrawn.
-    fn forget_closed(&mut self, key: ListKey, sink: &mut impl FnMut(Closed)) {
+    fn forget_closed(&mut self, key: ListKey, sink: &mut impl FnMut(Notice)) {
         if self.withdrawn.remove(&key) {
             self.reinstate(key, sink);
         }
@@ -1240,7 +1241,7 @@ impl Assembler {
 
     /// Finalizes the lists with the oldest last event, a batch at a time so
     /// that the scan is amortized over many insertions.
-    fn evict_oldest(&mut self, sink: &mut impl FnMut(Closed)) {
+    fn evict_oldest(&mut self, sink: &mut impl FnMut(Notice)) {
         let mut list = self.scratch.take().unwrap_or_default();
         for (key, _) in oldest(&self.open_lists) {
             if self.open_lists.take(key, &mut list) {
@@ -1255,7 +1256,7 @@ impl Assembler {
     /// older than that processing time (idle partitions; checked at most
     /// every eighth of the gap, at most 5 s). Final lists past the late
     /// horizon are forgotten.
-    pub fn finalize_expired(&mut self, now_ms: Option<i64>, sink: &mut impl FnMut(Closed)) {
+    pub fn finalize_expired(&mut self, now_ms: Option<i64>, sink: &mut impl FnMut(Notice)) {
         // Before any final list is forgotten below.
         self.reinstate_withdrawn(sink);
         let gap = self.limits.gap_ms;
@@ -1315,7 +1316,7 @@ impl Assembler {
     }
 
     /// Finalizes every open list (shutdown without checkpoints, end of replay).
-    pub fn finalize_all(&mut self, sink: &mut impl FnMut(Closed)) {
+    pub fn finalize_all(&mut self, sink: &mut impl FnMut(Notice)) {
         self.reinstate_withdrawn(sink);
         let mut list = self.scratch.take().unwrap_or_default();
         for key in self.open_lists.keys() {
@@ -1326,17 +1327,17 @@ impl Assembler {
         self.scratch = Some(list);
     }
 
-    fn close(&mut self, key: ListKey, list: &mut OpenList, evicted: bool, sink: &mut impl FnMut(Closed)) {
+    fn close(&mut self, key: ListKey, list: &mut OpenList, evicted: bool, sink: &mut impl FnMut(Notice)) {
         let buffers = &mut self.finals[0];
         match finalize(list, buffers).then(|| buffers.view(&self.dimensions, key)).flatten() {
             Some(f) => {
-                sink(if evicted { Closed::Evicted(f) } else { Closed::Final(f) });
+                sink(if evicted { Notice::Evicted(f) } else { Notice::Final(f) });
                 if self.limits.late_horizon_ms > 0 {
                     if self.closed_lists.len() >= self.limits.max_open_lists {
                         // Bounded like the open lists: forget the oldest.
                         for (k, _) in oldest(&self.closed_lists) {
                             self.forget_closed(k, sink);
-                            sink(Closed::Forgotten);
+                            sink(Notice::Forgotten);
                         }
                     }
                     list.offsets.clear();
@@ -1344,7 +1345,7 @@ impl Assembler {
                     let _ = self.closed_lists.store(key, list);
                 }
             }
-            None => sink(Closed::Orphan),
+            None => sink(Notice::Orphan),
         }
     }
 }
@@ -1487,7 +1488,7 @@ mod tests {
             e: &Event,
             arrival: i64,
             source: Option<Source>,
-            sink: &mut impl FnMut(Closed),
+            sink: &mut impl FnMut(Notice),
         ) -> Applied {
             self.ingest(e, "t", arrival, source, sink)
         }
@@ -1517,7 +1518,7 @@ mod tests {
         }
     }
 
-    /// [`Closed`], owned.
+    /// [`Notice`], owned.
     #[derive(Debug, Clone, PartialEq)]
     enum Got {
         Final(Fin),
@@ -1534,21 +1535,21 @@ mod tests {
         Forgotten,
     }
 
-    impl From<Closed<'_>> for Got {
-        fn from(c: Closed<'_>) -> Got {
+    impl From<Notice<'_>> for Got {
+        fn from(c: Notice<'_>) -> Got {
             match c {
-                Closed::Final(f) => Got::Final(f.into()),
-                Closed::Evicted(f) => Got::Evicted(f.into()),
-                Closed::Orphan => Got::Orphan,
-                Closed::Withdrawn(f) => Got::Withdrawn(f.into()),
-                Closed::Reinstated(f) => Got::Reinstated(f.into()),
-                Closed::LateAmended => Got::LateAmended,
-                Closed::LateDropped => Got::LateDropped,
-                Closed::DimensionOverflow(label) => Got::DimensionOverflow(label),
-                Closed::CombinationOverflow => Got::CombinationOverflow,
-                Closed::PositionTaken => Got::PositionTaken,
-                Closed::DimensionConflict => Got::DimensionConflict,
-                Closed::Forgotten => Got::Forgotten,
+                Notice::Final(f) => Got::Final(f.into()),
+                Notice::Evicted(f) => Got::Evicted(f.into()),
+                Notice::Orphan => Got::Orphan,
+                Notice::Withdrawn(f) => Got::Withdrawn(f.into()),
+                Notice::Reinstated(f) => Got::Reinstated(f.into()),
+                Notice::LateAmended => Got::LateAmended,
+                Notice::LateDropped => Got::LateDropped,
+                Notice::DimensionOverflow(label) => Got::DimensionOverflow(label),
+                Notice::CombinationOverflow => Got::CombinationOverflow,
+                Notice::PositionTaken => Got::PositionTaken,
+                Notice::DimensionConflict => Got::DimensionConflict,
+                Notice::Forgotten => Got::Forgotten,
             }
         }
     }
@@ -1632,12 +1633,12 @@ mod tests {
         let mut asm = Assembler::with_limits(AssemblyLimits::default(), vec!["ranker".into()], None);
         let mut out = Vec::new();
         let mut ingest = |asm: &mut Assembler, e: &str| asm.ingest_t(&ev(e), 0, None, &mut |c| out.push(c.into()));
-        assert_eq!(ingest(&mut asm, &imp("i1", "s", 1_000, &[("d1", 1), ("d2", 2)])), Applied::Applied);
-        assert_eq!(ingest(&mut asm, &judg("j1", "s", 3_000, "d2", 2)), Applied::Applied);
+        assert_eq!(ingest(&mut asm, &imp("i1", "s", 1_000, &[("d1", 1), ("d2", 2)])), Applied::Added);
+        assert_eq!(ingest(&mut asm, &judg("j1", "s", 3_000, "d2", 2)), Applied::Added);
         assert_eq!(ingest(&mut asm, &imp("i1", "s", 61_000, &[("d1", 1), ("d2", 2)])), Applied::Duplicate);
         assert_eq!(ingest(&mut asm, &judg("j1", "s", 62_000, "d2", 2)), Applied::Duplicate);
         // Another event of the key that late: a list of its own, as before.
-        assert_eq!(ingest(&mut asm, &imp("i2", "s", 63_000, &[("d3", 1)])), Applied::Applied);
+        assert_eq!(ingest(&mut asm, &imp("i2", "s", 63_000, &[("d3", 1)])), Applied::Added);
         asm.finalize_all(&mut |c| out.push(c.into()));
         let finals: Vec<&Fin> = out.iter().filter_map(final_of).collect();
         assert_eq!(finals.len(), 2, "{out:?}");
@@ -1658,10 +1659,10 @@ mod tests {
         let mut ingest =
             |asm: &mut Assembler, e: &str, lane: &str| asm.ingest(&ev(e), lane, 100, None, &mut |c| out.push(c.into()));
         let i1 = imp("i1", "s", 1_000, &[("d1", 1), ("d2", 2)]);
-        assert_eq!(ingest(&mut asm, &i1, "impressions"), Applied::Applied);
+        assert_eq!(ingest(&mut asm, &i1, "impressions"), Applied::Added);
         let again = imp("i1", "s", 40_000, &[("d1", 1), ("d2", 2)]);
         assert_eq!(ingest(&mut asm, &again, "impressions"), Applied::Duplicate);
-        assert_eq!(ingest(&mut asm, &judg("j1", "s", 2_000, "d2", 3), "judgments"), Applied::Applied);
+        assert_eq!(ingest(&mut asm, &judg("j1", "s", 2_000, "d2", 3), "judgments"), Applied::Added);
         asm.finalize_all(&mut |c| out.push(c.into()));
         assert_eq!(out.len(), 1, "one final list, nothing late: {out:?}");
         let f = final_of(&out[0]).unwrap();
@@ -2079,7 +2080,7 @@ mod tests {
         let kept = asm.ingest_t(&ev(&judg("j5", "s5", 5, "d", 2)), 0, None, &mut |c| out.push(c.into()));
         assert_eq!((kept, amended(&out)), (Applied::Late, 1));
         let forgotten = asm.ingest_t(&ev(&judg("j0", "s0", 0, "d", 2)), 0, None, &mut |c| out.push(c.into()));
-        assert_eq!((forgotten, amended(&out)), (Applied::Applied, 1), "s0 was forgotten: a list of its own");
+        assert_eq!((forgotten, amended(&out)), (Applied::Added, 1), "s0 was forgotten: a list of its own");
     }
 
     /// `input.max_events_per_list`, on a list small enough for its compact
@@ -2135,7 +2136,7 @@ mod tests {
                 asm.ingest_t(&ev(&imp(&format!("i{n}"), "s", n as i64, &docs)), 0, None, &mut |c| out.push(c.into())),
             );
         }
-        assert_eq!(applied[..5], [Applied::Applied; 5]);
+        assert_eq!(applied[..5], [Applied::Added; 5]);
         assert_eq!(applied[5..], [Applied::TooLarge; 2]);
         let docs = page(0);
         let docs: Vec<(&str, u32)> = docs.iter().map(|(d, p)| (d.as_str(), *p)).collect();
@@ -2143,7 +2144,7 @@ mod tests {
         assert_eq!(again, Applied::Duplicate);
         // Judgments are not results: still taken.
         let judged = asm.ingest_t(&ev(&judg("j", "s", 8, "d0-0", 3)), 0, None, &mut |c| out.push(c.into()));
-        assert_eq!(judged, Applied::Applied);
+        assert_eq!(judged, Applied::Added);
         asm.ingest_t(&ev(&imp("x", "other", 20_000, &[("d", 1)])), 0, None, &mut |c| out.push(c.into()));
         asm.finalize_expired(None, &mut |c| out.push(c.into()));
         let docs = page(9);

@@ -28,6 +28,33 @@
 //! - [`eval`]: `rankpulse eval`, trec_eval-compatible.
 //! - [`interleave`]: team-draft interleaving of two rankers and the credit
 //!   of one interleaved list's clicks to either.
+//!
+//! # Glossary
+//!
+//! Words the code uses in one sense each (the binary crate's too):
+//!
+//! - **list**: one search's ranked results with their judgments, keyed by
+//!   (session, query); open while events may still come, then final.
+//! - **session**: a user's run of searches (`session_id`), the unit of the
+//!   session-clustered statistics ([`sessions`]).
+//! - **shard**: one [`pipeline::Pipeline`]: the open lists and the
+//!   accumulators of one partition number (the daemon keeps one per
+//!   partition it holds, so a partition moves between instances whole).
+//! - **source**: where events come from within a shard, a topic-partition
+//!   (or a replayed file), numbered densely; the assembler orders what it
+//!   applies per source.
+//! - **lane**: the daemon's read queue of one assigned topic-partition,
+//!   which can be held back when its topic runs ahead in event time.
+//! - **series**: one combination of dimension label values (`ranker`,
+//!   `market`, …): what a gauge's labels name.
+//! - **bucket**: a fixed span of impression time (`windows.bucket`) of one
+//!   series' mergeable sums ([`accumulate`]).
+//! - **window**: the buckets from now − span to now, merged at read time
+//!   ([`window`]).
+//! - **slot** means three things, always qualified: an *expiry slot* of
+//!   the open-list store (a span of event time whose lists are due
+//!   together), a *state slot* (A or B) of a checkpoint in the state topic,
+//!   an HTTP *connection slot* (of the server's bounded connections).
 
 /// Serializes a unit enum by its stable name (strum's), not by its
 /// variant index: checkpoints hold these as map keys, and a name survives a

@@ -9,7 +9,7 @@
 //! accumulations taken and merged through the whole stage chain.
 
 use crate::accumulate::{Accumulators, BucketRange};
-use crate::assemble::{Applied, Assembler, AssemblerState, AssemblyLimits, Closed, DimensionBudget, FinalList, Source};
+use crate::assemble::{Applied, Assembler, AssemblerState, AssemblyLimits, DimensionBudget, FinalList, Notice, Source};
 use crate::event::{DecodeLimits, Event, EventKind, Format, IgnoreReason, RejectReason, decode_as};
 use crate::metrics::Conventions;
 use crate::metrics::list::{ListScore, ListScorer};
@@ -179,16 +179,16 @@ pub struct OpsCounters {
     /// Impressions of a new combination past `dimensions.max_combinations`.
     pub combination_overflow: u64,
     /// Results dropped because their list showed another document at
-    /// their position ([`Closed::PositionTaken`]). Since the process
+    /// their position ([`Notice::PositionTaken`]). Since the process
     /// started: not in checkpoints, whose format it would change.
     #[serde(skip)]
     pub positions_taken: u64,
     /// Impressions whose dimension values differed from an earlier one of
-    /// their list ([`Closed::DimensionConflict`]). Since the process
+    /// their list ([`Notice::DimensionConflict`]). Since the process
     /// started, as `positions_taken`.
     #[serde(skip)]
     pub dimension_conflicts: u64,
-    /// Final lists forgotten before `late.horizon` ([`Closed::Forgotten`]).
+    /// Final lists forgotten before `late.horizon` ([`Notice::Forgotten`]).
     /// Since the process started, as `positions_taken`.
     #[serde(skip)]
     pub forgotten: u64,
@@ -522,7 +522,7 @@ impl Pipeline {
         match applied {
             Applied::Duplicate => *self.counters.duplicates.entry(kind).or_default() += 1,
             Applied::TooLarge => return Err(RejectReason::ListTooLarge),
-            Applied::Applied | Applied::Late => {}
+            Applied::Added | Applied::Late => {}
         }
         // Looked up by borrowed parts: no String per event.
         match self.counters.events.iter_mut().find(|((t, k), _)| *k == kind && t == topic) {
@@ -622,7 +622,7 @@ fn fold(
     accumulators: &mut Accumulators,
     counters: &mut OpsCounters,
     sessions: &mut Sessions,
-    closed: Closed,
+    closed: Notice,
 ) {
     let mut score_list = |list: &FinalList, score: &mut ListScore| {
         scorer.score(list.shown, list.scores, list.judged, score);
@@ -633,12 +633,12 @@ fn fold(
         score.results_unknown = list.results_unknown;
     };
     match closed {
-        Closed::Final(list) => {
+        Notice::Final(list) => {
             score_list(&list, score);
             let clusters = accumulators.fold(list.dims, list.impression_ms, score);
             sessions.add(&list, score, clusters, counters);
         }
-        Closed::Evicted(list) => {
+        Notice::Evicted(list) => {
             counters.evicted += 1;
             score_list(&list, score);
             let clusters = accumulators.fold(list.dims, list.impression_ms, score);
@@ -647,22 +647,22 @@ fn fold(
         // The withdrawn values are recomputed from the same list as when it
         // was folded in: the engine is deterministic, so the retraction is
         // exact.
-        Closed::Withdrawn(old) => {
+        Notice::Withdrawn(old) => {
             score_list(&old, score);
             accumulators.amend_window(old.dims, old.impression_ms, score, -1);
         }
-        Closed::Reinstated(new) => {
+        Notice::Reinstated(new) => {
             score_list(&new, score);
             accumulators.amend_window(new.dims, new.impression_ms, score, 1);
         }
-        Closed::LateAmended => counters.late_amended += 1,
-        Closed::Orphan => counters.orphans += 1,
-        Closed::LateDropped => counters.late_dropped += 1,
-        Closed::DimensionOverflow(label) => *counters.dimension_overflow.entry(label).or_default() += 1,
-        Closed::CombinationOverflow => counters.combination_overflow += 1,
-        Closed::PositionTaken => counters.positions_taken += 1,
-        Closed::DimensionConflict => counters.dimension_conflicts += 1,
-        Closed::Forgotten => counters.forgotten += 1,
+        Notice::LateAmended => counters.late_amended += 1,
+        Notice::Orphan => counters.orphans += 1,
+        Notice::LateDropped => counters.late_dropped += 1,
+        Notice::DimensionOverflow(label) => *counters.dimension_overflow.entry(label).or_default() += 1,
+        Notice::CombinationOverflow => counters.combination_overflow += 1,
+        Notice::PositionTaken => counters.positions_taken += 1,
+        Notice::DimensionConflict => counters.dimension_conflicts += 1,
+        Notice::Forgotten => counters.forgotten += 1,
     }
 }
 

@@ -6,7 +6,7 @@
 //! assigned to this instance are committed.
 
 use super::Daemon;
-use super::publisher::Done;
+use super::publisher::JobOutcome;
 use crate::kafka::{Consumer, Hold};
 use rankpulse_core::assemble::Source;
 use rankpulse_core::assemble::store::fold_source;
@@ -41,7 +41,7 @@ impl Daemon {
     /// tick once the dead-letter copies they cover settled, then notes the
     /// current point (every [`COMMIT_INTERVAL`]). Never waits.
     pub(super) fn commit(&mut self, consumer: &Consumer) {
-        let written = matches!(self.unhandled_done.take(), Some(Done::Written { .. }));
+        let written = matches!(self.unhandled_done.take(), Some(JobOutcome::Written { .. }));
         let tracker = self.dead_letters.as_ref().map(|dl| dl.tracker.clone());
         let settled = |barrier: &Option<u64>| match (barrier, &tracker) {
             (Some(b), Some(t)) => t.settled_before(*b),

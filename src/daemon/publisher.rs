@@ -82,7 +82,7 @@ pub(super) struct ShardSnapshot {
 
 /// What became of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Done {
+pub(super) enum JobOutcome {
     Published,
     /// The checkpoint is durable (written at `written_ms`) and published.
     Written {
@@ -101,7 +101,7 @@ pub(super) enum Done {
 /// The consumer's end of the publisher.
 pub(super) struct Publisher {
     jobs: Option<Sender<Job>>,
-    done: Receiver<Done>,
+    done: Receiver<JobOutcome>,
     thread: Option<JoinHandle<Accumulators>>,
     /// A job was sent and its [`Done`] not yet received.
     busy: bool,
@@ -118,7 +118,7 @@ impl Publisher {
     }
 
     /// Whether a job may be sent now; collects what finished meanwhile.
-    pub fn poll(&mut self) -> Option<Done> {
+    pub fn poll(&mut self) -> Option<JobOutcome> {
         match self.done.try_recv() {
             Ok(done) => {
                 self.busy = false;
@@ -151,7 +151,7 @@ impl Publisher {
 
     /// Waits for the job in flight (shutdown, and a revoke with
     /// `state.dir`, which must not read a checkpoint being written).
-    pub fn wait(&mut self) -> Option<Done> {
+    pub fn wait(&mut self) -> Option<JobOutcome> {
         if !self.busy {
             return None;
         }
@@ -201,7 +201,7 @@ impl Worker {
         }
     }
 
-    fn run(mut self, inbox: Receiver<Job>, outbox: Sender<Done>) -> Accumulators {
+    fn run(mut self, inbox: Receiver<Job>, outbox: Sender<JobOutcome>) -> Accumulators {
         while let Ok(job) = inbox.recv() {
             let done = match job {
                 Job::Publish { taken, view } => {
@@ -214,7 +214,7 @@ impl Worker {
                         self.durable_view = Some(view.clone());
                     }
                     self.publish(view);
-                    Done::Published
+                    JobOutcome::Published
                 }
                 Job::Checkpoint { checkpoint, shards, barrier, view } => {
                     self.checkpoint(*checkpoint, shards, barrier, view)
@@ -222,7 +222,7 @@ impl Worker {
                 Job::Unwritable { view } => {
                     self.checkpoint_failures += 1;
                     self.publish_health(view);
-                    Done::NotWritten
+                    JobOutcome::NotWritten
                 }
             };
             if outbox.send(done).is_err() {
@@ -238,8 +238,8 @@ impl Worker {
         shards: Vec<ShardSnapshot>,
         barrier: Option<(Arc<DeliveryTracker>, u64)>,
         view: View,
-    ) -> Done {
-        let Some(store) = &self.store else { return Done::NotWritten };
+    ) -> JobOutcome {
+        let Some(store) = &self.store else { return JobOutcome::NotWritten };
         // A checkpoint covers the offsets of invalid messages: their
         // dead-letter copies must be settled first.
         if let Some((tracker, seq)) = barrier
@@ -248,7 +248,7 @@ impl Worker {
             tracing::warn!("dead-letter copies not acknowledged; checkpoint postponed");
             self.checkpoint_failures += 1;
             self.publish_health(view);
-            return Done::NotWritten;
+            return JobOutcome::NotWritten;
         }
         let mut total = Accumulators::new(self.total.cutoffs, self.total.bucket_ms);
         total.range = self.total.range;
@@ -270,12 +270,12 @@ impl Worker {
         match store.write(&checkpoint) {
             Ok(_) => {}
             // Logged by the store.
-            Err(StateError::Fenced { partitions, .. }) => return Done::Fenced { partitions },
+            Err(StateError::Fenced { partitions, .. }) => return JobOutcome::Fenced { partitions },
             Err(e) => {
                 tracing::error!("{e}");
                 self.checkpoint_failures += 1;
                 self.publish_health(view);
-                return Done::NotWritten;
+                return JobOutcome::NotWritten;
             }
         }
         self.checkpoints += 1;
@@ -283,7 +283,7 @@ impl Worker {
         self.total = total;
         self.durable_view = Some(view.clone());
         self.publish(view);
-        Done::Written { written_ms: checkpoint.written_ms }
+        JobOutcome::Written { written_ms: checkpoint.written_ms }
     }
 
     /// After a checkpoint that was not written: the exposition keeps what

@@ -704,15 +704,15 @@ mod tests {
     /// A holds partition 0 up to 5, checkpoints and gives it up; B takes
     /// it over, gets to 10 and checkpoints.
     fn a_to_5_then_b_to_10(a: &mut Daemon, b: &mut Daemon) {
-        use super::super::publisher::Done;
+        use super::super::publisher::JobOutcome;
         let p0 = [(IMPRESSIONS.to_string(), 0)];
         a.assign(&p0);
         feed(a, 0..5);
-        assert!(matches!(checkpoint(a), Done::Written { .. }));
+        assert!(matches!(checkpoint(a), JobOutcome::Written { .. }));
         a.revoke(BTreeSet::from([0])).unwrap();
         b.assign(&p0);
         feed(b, 0..10);
-        assert!(matches!(checkpoint(b), Done::Written { .. }));
+        assert!(matches!(checkpoint(b), JobOutcome::Written { .. }));
     }
 
     /// One impression per offset of partition 0, each its own list.
@@ -723,7 +723,7 @@ mod tests {
     }
 
     /// A checkpoint now, waited for and settled.
-    fn checkpoint(d: &mut Daemon) -> super::super::publisher::Done {
+    fn checkpoint(d: &mut Daemon) -> super::super::publisher::JobOutcome {
         d.request_checkpoint();
         let done = d.publisher.wait().expect("a job was sent");
         d.settle(done.clone()).unwrap();
@@ -738,7 +738,7 @@ mod tests {
     /// A's and B's counters add up to the 10 events, each counted once.
     #[test]
     fn a_fenced_zombie_gives_the_partition_up_where_its_new_owner_took_it() {
-        use super::super::publisher::Done;
+        use super::super::publisher::JobOutcome;
         let cluster = state_cluster("rankpulse-state-fencing");
         let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-fencing", instance);
         let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
@@ -746,12 +746,12 @@ mod tests {
         let (mut a, mut b) = (daemon("a"), daemon("b"));
         a.assign(&p0);
         feed(&mut a, 0..5);
-        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+        assert!(matches!(checkpoint(&mut a), JobOutcome::Written { .. }));
         b.assign(&p0);
         assert_eq!(b.shards[&0].next_offsets[IMPRESSIONS], 5, "B takes over at X");
         feed(&mut a, 5..10);
         assert_eq!(total(&a), 10);
-        assert_eq!(checkpoint(&mut a), Done::Fenced { partitions: vec![0] });
+        assert_eq!(checkpoint(&mut a), JobOutcome::Fenced { partitions: vec![0] });
         assert_eq!(a.health.state_fenced, 1);
         assert!(!a.shards[&0].owned, "given up");
         assert_eq!(total(&a), 5, "back at X");
@@ -760,7 +760,7 @@ mod tests {
         feed(&mut b, 0..10);
         assert_eq!(b.health.skipped_covered, 5);
         assert_eq!(total(&a) + total(&b), 10, "each event counted once");
-        assert!(matches!(checkpoint(&mut b), Done::Written { .. }));
+        assert!(matches!(checkpoint(&mut b), JobOutcome::Written { .. }));
         assert_eq!(b.shards[&0].pipeline.open_lists(), 10);
     }
 
@@ -798,7 +798,7 @@ mod tests {
     /// would count 0..5 again (15 events in all).
     #[test]
     fn a_failed_hand_over_holds_the_partition_until_a_retry_takes_it_over() {
-        use super::super::publisher::Done;
+        use super::super::publisher::JobOutcome;
         let cluster = state_cluster("rankpulse-state-held");
         let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-held", instance);
         let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
@@ -806,7 +806,7 @@ mod tests {
         let (mut a, mut b) = (daemon("a"), daemon("b"));
         a.assign(&p0);
         feed(&mut a, 0..5);
-        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+        assert!(matches!(checkpoint(&mut a), JobOutcome::Written { .. }));
         a.revoke(BTreeSet::from([0])).unwrap();
         kafka_store(&b).fail_hand_overs(2);
         b.assign(&p0);
@@ -826,7 +826,7 @@ mod tests {
         assert_eq!((ops.resume, ops.seek), (p0.to_vec(), vec![(IMPRESSIONS.to_string(), 0, 5)]));
         feed(&mut b, 5..10);
         assert_eq!(total(&a) + total(&b), 10, "each event counted once");
-        assert!(matches!(checkpoint(&mut b), Done::Written { .. }));
+        assert!(matches!(checkpoint(&mut b), JobOutcome::Written { .. }));
         assert_eq!(b.shards[&0].pipeline.open_lists(), 10);
     }
 
@@ -839,21 +839,21 @@ mod tests {
     /// before the hand-over, not on from its frozen state.
     #[test]
     fn a_revoke_that_cannot_read_the_checkpoint_back_waits_for_it() {
-        use super::super::publisher::Done;
+        use super::super::publisher::JobOutcome;
         let p0 = [(IMPRESSIONS.to_string(), 0)];
         for assigned_again in [false, true] {
             let cluster = state_cluster("rankpulse-state-unreadable");
             let mut a = kafka_daemon(&cluster, "rankpulse-state-unreadable", "a");
             a.assign(&p0);
             feed(&mut a, 0..5);
-            assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+            assert!(matches!(checkpoint(&mut a), JobOutcome::Written { .. }));
             feed(&mut a, 5..8);
             // The revoke's read fails, and the first retry's.
             kafka_store(&a).fail_scans(if assigned_again { 1 } else { 2 });
             a.revoke(BTreeSet::from([0])).expect("an unreachable state topic is not fatal");
             assert!(!a.shards[&0].owned);
             assert_eq!(events(&a.shards[&0]), 8, "frozen as it was");
-            assert!(matches!(checkpoint(&mut a), Done::NotWritten), "nothing written while it waits");
+            assert!(matches!(checkpoint(&mut a), JobOutcome::NotWritten), "nothing written while it waits");
             if assigned_again {
                 // Back to the checkpoint first, then taken from the
                 // hand-over: 5 durable events, going on from offset 5.
@@ -880,7 +880,7 @@ mod tests {
                 assert!(!a.shards[&0].owned);
             }
             assert!(a.restore_pending.is_empty());
-            assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+            assert!(matches!(checkpoint(&mut a), JobOutcome::Written { .. }));
         }
     }
 
@@ -890,7 +890,7 @@ mod tests {
     /// the next owner's hand-over.
     #[test]
     fn a_read_that_fails_after_the_claim_leaves_the_stale_shard_its_old_epoch() {
-        use super::super::publisher::Done;
+        use super::super::publisher::JobOutcome;
         let cluster = state_cluster("rankpulse-state-failed-read");
         let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-failed-read", instance);
         let p0 = [(IMPRESSIONS.to_string(), 0)];
@@ -900,7 +900,7 @@ mod tests {
         kafka_store(&a).fail_scans(1);
         a.assign(&p0);
         assert!(a.taking_over.contains(0), "held");
-        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+        assert!(matches!(checkpoint(&mut a), JobOutcome::Written { .. }));
         c.assign(&p0);
         assert_eq!(c.shards[&0].next_offsets[IMPRESSIONS], 10, "B's, not A's stale 5");
     }
@@ -913,7 +913,7 @@ mod tests {
     /// frozen, it would count nothing until the next rebalance.
     #[test]
     fn a_partition_fenced_while_still_assigned_is_claimed_again() {
-        use super::super::publisher::Done;
+        use super::super::publisher::JobOutcome;
         let cluster = state_cluster("rankpulse-state-reclaim");
         let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-reclaim", instance);
         let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
@@ -922,7 +922,7 @@ mod tests {
         a.assign(&p0);
         a.assigned = [(IMPRESSIONS.to_string(), 0), (JUDGMENTS.to_string(), 0)].into_iter().collect();
         feed(&mut a, 0..5);
-        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
+        assert!(matches!(checkpoint(&mut a), JobOutcome::Written { .. }));
         b.assign(&p0);
         b.revoke(BTreeSet::from([0])).unwrap();
         feed(&mut a, 5..8);
@@ -933,7 +933,7 @@ mod tests {
             }
         };
         judge(&mut a);
-        assert_eq!(checkpoint(&mut a), Done::Fenced { partitions: vec![0] });
+        assert_eq!(checkpoint(&mut a), JobOutcome::Fenced { partitions: vec![0] });
         assert!(!a.shards[&0].owned && a.taking_over.contains(0), "held, not frozen for good");
         assert_eq!(total(&a), 5, "back at its checkpoint");
         assert_eq!(a.taking_over.consumer_ops().pause.len(), 2, "both topics paused");
@@ -949,7 +949,7 @@ mod tests {
         feed(&mut a, 5..10);
         judge(&mut a);
         assert_eq!(total(&a) + total(&b), 12);
-        assert!(matches!(checkpoint(&mut a), Done::Written { .. }), "its new claim is the newest");
+        assert!(matches!(checkpoint(&mut a), JobOutcome::Written { .. }), "its new claim is the newest");
     }
 
     /// With checkpoints, a message of a partition not assigned here (a
@@ -958,7 +958,7 @@ mod tests {
     /// fenced. Counted and claimed, it would be counted twice.
     #[test]
     fn a_message_of_a_partition_not_assigned_here_is_neither_counted_nor_claimed() {
-        use super::super::publisher::Done;
+        use super::super::publisher::JobOutcome;
         let cluster = state_cluster("rankpulse-state-stray");
         let daemon = |instance: &str| kafka_daemon(&cluster, "rankpulse-state-stray", instance);
         let total = |d: &Daemon| d.shards.values().map(events).sum::<u64>();
@@ -967,8 +967,8 @@ mod tests {
         feed(&mut b, 0..3);
         feed(&mut a, 0..3);
         assert_eq!(total(&a), 0, "not counted");
-        assert!(matches!(checkpoint(&mut a), Done::Written { .. }));
-        assert!(matches!(checkpoint(&mut b), Done::Written { .. }), "the owner is not fenced");
+        assert!(matches!(checkpoint(&mut a), JobOutcome::Written { .. }));
+        assert!(matches!(checkpoint(&mut b), JobOutcome::Written { .. }), "the owner is not fenced");
         assert_eq!(total(&b), 3);
     }
 

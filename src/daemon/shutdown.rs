@@ -3,7 +3,7 @@
 //! group. Each step waits for the one before, bounded in time, so that
 //! what is committed is always published (or durable) first.
 
-use super::publisher::{Done, Publisher};
+use super::publisher::{JobOutcome, Publisher};
 use super::{CONSUMER_CLOSE_TIMEOUT, Daemon, DaemonError, RunSummary};
 use crate::http::Published;
 use crate::kafka::Consumer;
@@ -60,7 +60,7 @@ pub(super) async fn shut_down(
     let durable = if daemon.store.is_some() {
         daemon.request_checkpoint();
         let done = daemon.publisher.wait();
-        let durable = matches!(done, Some(Done::Written { .. }));
+        let durable = matches!(done, Some(JobOutcome::Written { .. }));
         if let Some(done) = done {
             daemon.note_done(done);
         }

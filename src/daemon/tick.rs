@@ -4,7 +4,7 @@
 //! prunes old buckets, commits what became safe (`commit`) and hands the
 //! publisher (`publisher`) a view or a checkpoint, never waiting on I/O.
 
-use super::publisher::{Done, Job, View};
+use super::publisher::{Job, JobOutcome, View};
 use super::{Daemon, DaemonError, wall_ms};
 use crate::http::Published;
 use crate::kafka::Consumer;
@@ -135,7 +135,7 @@ impl Daemon {
     /// Acts on what a publisher job reported ([`Self::note_done`]: a
     /// durable checkpoint releases its offsets for commit, a failed one
     /// drops them), then gives up the partitions found fenced.
-    pub(super) fn settle(&mut self, done: Done) -> Result<(), DaemonError> {
+    pub(super) fn settle(&mut self, done: JobOutcome) -> Result<(), DaemonError> {
         self.note_done(done);
         if !self.fenced.is_empty() {
             // Given up as revoked ones are (held again if still assigned).
@@ -144,20 +144,20 @@ impl Daemon {
         Ok(())
     }
 
-    pub(super) fn note_done(&mut self, done: Done) {
+    pub(super) fn note_done(&mut self, done: JobOutcome) {
         match done {
-            Done::Published => {}
-            Done::Written { written_ms } => {
+            JobOutcome::Published => {}
+            JobOutcome::Written { written_ms } => {
                 self.health.checkpoints += 1;
                 self.health.last_checkpoint_seconds = Some(written_ms as f64 / 1000.0);
             }
-            Done::NotWritten => {
+            JobOutcome::NotWritten => {
                 self.health.checkpoint_failures += 1;
                 self.pending_commit = None;
             }
             // Given up like a revoked partition, by the caller
             // ([`Self::revoke`]).
-            Done::Fenced { ref partitions } => {
+            JobOutcome::Fenced { ref partitions } => {
                 self.health.state_fenced += partitions.len() as u64;
                 self.pending_commit = None;
                 self.fenced.extend(partitions.iter().copied());
@@ -266,12 +266,12 @@ mod tests {
     fn note_done_drops_the_pending_commit_of_a_checkpoint_not_written() {
         let mut d = Daemon::for_tests(Config::default());
         d.pending_commit = Some((TopicPartitionList::new(), Vec::new(), None));
-        d.note_done(Done::NotWritten);
+        d.note_done(JobOutcome::NotWritten);
         assert!(d.pending_commit.is_none());
         assert_eq!(d.health.checkpoint_failures, 1);
-        assert_eq!(d.unhandled_done, Some(Done::NotWritten));
+        assert_eq!(d.unhandled_done, Some(JobOutcome::NotWritten));
         d.pending_commit = Some((TopicPartitionList::new(), Vec::new(), None));
-        d.note_done(Done::Written { written_ms: 1_500 });
+        d.note_done(JobOutcome::Written { written_ms: 1_500 });
         assert!(d.pending_commit.is_some());
         assert_eq!((d.health.checkpoints, d.health.checkpoint_failures), (1, 1));
         assert_eq!(d.health.last_checkpoint_seconds, Some(1.5));
@@ -310,9 +310,9 @@ mod tests {
         list(&mut d, 1, "s2");
         d.publish();
         assert_eq!(d.lists_finalized(), one, "kept while the publisher is busy");
-        assert_eq!(d.publisher.wait(), Some(Done::Published));
+        assert_eq!(d.publisher.wait(), Some(JobOutcome::Published));
         d.publish();
-        assert_eq!(d.publisher.wait(), Some(Done::Published));
+        assert_eq!(d.publisher.wait(), Some(JobOutcome::Published));
         let total = std::mem::replace(&mut d.publisher, Publisher::stopped()).finish();
         assert_eq!(total.series.values().map(|s| s.lists()).sum::<i64>(), 2 * one);
     }

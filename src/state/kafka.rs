@@ -411,7 +411,7 @@ impl Slots {
 
 /// The topic read up to its end.
 #[derive(Debug, Default)]
-struct Scan {
+struct SlotScan {
     /// The group whose claims count (others' are skipped).
     group: String,
     instances: BTreeMap<String, Slots>,
@@ -423,7 +423,7 @@ struct Scan {
     foreign: u64,
 }
 
-impl Scan {
+impl SlotScan {
     /// Takes one record into the scan; records of instances other than
     /// `only` (when given) are passed over without keeping their bytes.
     fn add(&mut self, key: Option<&[u8]>, value: Option<&[u8]>, offset: i64, only: Option<&str>) {
@@ -893,7 +893,7 @@ impl KafkaStore {
         }
     }
 
-    fn checkpoints(&self, scan: &Scan) -> Vec<(Checkpoint, Epochs)> {
+    fn checkpoints(&self, scan: &SlotScan) -> Vec<(Checkpoint, Epochs)> {
         let mut out = Vec::new();
         for (instance, slots) in &scan.instances {
             match self.checkpoint_of(instance, slots, &scan.claims) {
@@ -1059,7 +1059,7 @@ impl KafkaStore {
 
     /// Reads the topic from its start to `to` (exclusive), else to its end
     /// (the high watermark when the read starts): the scan, and that end.
-    fn scan(&self, only: Option<&str>, to: Option<i64>) -> Result<(Scan, i64), StateError> {
+    fn scan(&self, only: Option<&str>, to: Option<i64>) -> Result<(SlotScan, i64), StateError> {
         #[cfg(test)]
         if self.failing_scans.load(Ordering::Relaxed) > 0 {
             self.failing_scans.fetch_sub(1, Ordering::Relaxed);
@@ -1069,7 +1069,7 @@ impl KafkaStore {
             .reader
             .create_with_context(self.context.clone())
             .map_err(|e| self.kafka_error(crate::kafka::error_text(&e)))?;
-        let mut scan = Scan { group: self.group.clone(), ..Scan::default() };
+        let mut scan = SlotScan { group: self.group.clone(), ..SlotScan::default() };
         let (low, high) =
             consumer.fetch_watermarks(&self.topic, 0, TIMEOUT).map_err(|e| self.reader_error(&consumer, &e))?;
         let high = to.map_or(high, |to| to.min(high));

@@ -745,7 +745,7 @@ impl ListStore {
             return Some(match big {
                 Ok(big) => {
                     big.judge(edit.doc, edit.grade);
-                    Applied::Applied
+                    Applied::Added
                 }
                 Err(refused) => refused,
             });
@@ -829,7 +829,7 @@ impl ListStore {
         if moved {
             self.maybe_compact();
         }
-        Some(Applied::Applied)
+        Some(Applied::Added)
     }
 
     /// Copies the run at `start` (`size` words) to a new run sized for
@@ -1496,7 +1496,7 @@ mod tests {
             None => l.judged.push((e.doc, e.grade)),
         }
         store.store_at(key, at, &mut l).unwrap();
-        Applied::Applied
+        Applied::Added
     }
 
     /// Judgments applied in place leave every run word for word as the
@@ -1644,7 +1644,7 @@ mod tests {
             source: Some(Source { id: 4, offset: 3 }),
         };
         assert_eq!(store.refusal(start, e.event, usize::MAX), None);
-        assert_eq!(store.judge_at(start, &e), Some(Applied::Applied));
+        assert_eq!(store.judge_at(start, &e), Some(Applied::Added));
         assert_eq!(store.refusal(start, e.event, usize::MAX), Some(Applied::Duplicate));
         assert_eq!(store.refusal(start, l.event_ids[9], usize::MAX), Some(Applied::Duplicate));
         assert_eq!(store.judge_at(start, &e), Some(Applied::Duplicate));
