@@ -53,7 +53,6 @@ use rebalance::HandOverQuery;
 use shard::Shard;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
@@ -349,7 +348,7 @@ pub async fn run_with(
             // A rebalance is applied between two batches; a message read
             // from a partition queue before it belongs to the assignment
             // before it, and is handled first.
-            if daemon.signals.rebalance_pending.load(Ordering::Relaxed) {
+            if daemon.signals.rebalance_pending() {
                 if let Some(m) = carried_lane.take() {
                     batch.push(m);
                     handle_batch(&mut daemon, &mut batch, &mut stream_errors, false);
@@ -374,7 +373,7 @@ pub async fn run_with(
                     // belong to a partition it changed (revoked, or
                     // assigned without a queue of its own), and is handled
                     // once that is applied.
-                    if daemon.signals.rebalance_pending.load(Ordering::Relaxed) {
+                    if daemon.signals.rebalance_pending() {
                         carried = Some(message);
                         continue;
                     }
@@ -413,7 +412,7 @@ pub async fn run_with(
                         // Its poll ran a rebalance callback: the message
                         // may concern the new assignment, and is handled
                         // once that is applied.
-                        Some(m) if daemon.signals.rebalance_pending.load(Ordering::Relaxed) => {
+                        Some(m) if daemon.signals.rebalance_pending() => {
                             carried = Some(m);
                             break;
                         }
@@ -433,13 +432,13 @@ pub async fn run_with(
                 }
                 drained += batch.len();
                 handle_batch(&mut daemon, &mut batch, &mut stream_errors, true);
-                if carried.is_some() || daemon.signals.rebalance_pending.load(Ordering::Relaxed) {
+                if carried.is_some() || daemon.signals.rebalance_pending() {
                     daemon.loop_gaps.batch_ended(std::time::Instant::now(), carried.is_some());
                     break;
                 }
                 if drained >= DRAIN_BATCH {
                     carried = ready_now(messages.next()).flatten();
-                    if carried.is_none() && !daemon.signals.rebalance_pending.load(Ordering::Relaxed) {
+                    if carried.is_none() && !daemon.signals.rebalance_pending() {
                         fill_from_lanes(&daemon, &lanes, &mut streams, &mut tried, &mut batch, 1);
                         carried_lane = batch.pop();
                     }

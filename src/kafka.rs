@@ -49,11 +49,13 @@ pub enum RebalanceEvent {
 #[derive(Debug, Default)]
 pub struct KafkaSignals {
     pub lag: LagTable,
-    /// Rebalances not yet handled by the consuming task.
-    pub rebalances: Mutex<Vec<RebalanceEvent>>,
+    /// Rebalances not yet handled by the consuming task. Private with
+    /// `rebalance_pending`: the flag is set after each event is queued and
+    /// cleared before the queue is taken, which only the methods below do.
+    rebalances: Mutex<Vec<RebalanceEvent>>,
     /// Set after a rebalance is queued: the task checks this before every
     /// message instead of taking the lock.
-    pub rebalance_pending: AtomicBool,
+    rebalance_pending: AtomicBool,
     /// Whether a broker connection is up (statistics, and the all-brokers-down error).
     pub connected: AtomicBool,
     /// Set by the first statistics report: before it, "not connected" is
@@ -66,6 +68,46 @@ pub struct KafkaSignals {
     /// delivers nothing is idle up to that moment only: what a frozen
     /// broker still holds cannot have been missed before it.
     pub answered_mono_us: AtomicI64,
+}
+
+impl KafkaSignals {
+    /// Queues a rebalance for the consuming task (from librdkafka's
+    /// callback: short, and a poisoned lock drops the event rather than
+    /// panic in C's stack). False when it could not be queued.
+    pub fn queue_rebalance(&self, event: RebalanceEvent) -> bool {
+        let Ok(mut q) = self.rebalances.lock() else { return false };
+        q.push(event);
+        self.rebalance_pending.store(true, Ordering::Release);
+        true
+    }
+
+    /// Whether a rebalance is queued: a plain load, cheap before every
+    /// message.
+    pub fn rebalance_pending(&self) -> bool {
+        self.rebalance_pending.load(Ordering::Relaxed)
+    }
+
+    /// The queued rebalances, oldest first; `None` when none is pending.
+    /// The flag is cleared before the queue is taken, so an event queued
+    /// meanwhile is seen at the next call.
+    pub fn take_rebalances(&self) -> Option<Vec<RebalanceEvent>> {
+        if !self.rebalance_pending() || !self.rebalance_pending.swap(false, Ordering::Acquire) {
+            return None;
+        }
+        self.rebalances.lock().ok().map(|mut q| std::mem::take(&mut *q))
+    }
+
+    /// Whether the rebalance queue can still take events (its lock is not
+    /// poisoned).
+    pub fn can_queue_rebalances(&self) -> bool {
+        !self.rebalances.is_poisoned()
+    }
+
+    /// Whether an assignment is queued and not yet taken.
+    #[cfg(test)]
+    pub fn assignment_queued(&self) -> bool {
+        self.rebalances.lock().is_ok_and(|q| q.iter().any(|e| matches!(e, RebalanceEvent::Assigned(_))))
+    }
 }
 
 impl KafkaSignals {
@@ -338,12 +380,9 @@ impl ConsumerContext for RankpulseContext {
     fn pre_rebalance(&self, consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(tpl) => {
-                if let Ok(mut q) = self.signals.rebalances.lock() {
-                    q.push(RebalanceEvent::Revoked(partitions_of(tpl)));
-                    self.signals.rebalance_pending.store(true, Ordering::Release);
-                }
+                self.signals.queue_rebalance(RebalanceEvent::Revoked(partitions_of(tpl)));
             }
-            Rebalance::Assign(tpl) if !self.signals.rebalances.is_poisoned() => {
+            Rebalance::Assign(tpl) if self.signals.can_queue_rebalances() => {
                 for (topic, partition) in partitions_of(tpl) {
                     keep_apart(consumer, &topic, partition);
                 }
@@ -353,11 +392,8 @@ impl ConsumerContext for RankpulseContext {
     }
 
     fn post_rebalance(&self, _consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(tpl) = rebalance
-            && let Ok(mut q) = self.signals.rebalances.lock()
-        {
-            q.push(RebalanceEvent::Assigned(partitions_of(tpl)));
-            self.signals.rebalance_pending.store(true, Ordering::Release);
+        if let Rebalance::Assign(tpl) = rebalance {
+            self.signals.queue_rebalance(RebalanceEvent::Assigned(partitions_of(tpl)));
         }
     }
 }
@@ -643,7 +679,10 @@ pub struct Sources {
     /// Topic → partition → id: looked up by `&str`, so that a message
     /// costs no allocation.
     ids: rustc_hash::FxHashMap<String, rustc_hash::FxHashMap<i32, u32>>,
-    pub entries: Vec<SourceState>,
+    /// Indexed by id. Private with `ids`: an entry is only ever added with
+    /// its id (never removed or reordered), which is what keeps the two
+    /// in step; callers get the entries as a slice.
+    entries: Vec<SourceState>,
     /// The id returned last: librdkafka hands out a fetched batch of one
     /// topic-partition at a time, so most messages are from the same one
     /// as the previous message (a comparison instead of two hash lookups).
@@ -692,6 +731,16 @@ pub struct PartitionState {
 }
 
 impl Sources {
+    /// Every source's state, indexed by id.
+    pub fn states(&self) -> &[SourceState] {
+        &self.entries
+    }
+
+    /// The same, to update positions; adding a source goes through `id`.
+    pub fn states_mut(&mut self) -> &mut [SourceState] {
+        &mut self.entries
+    }
+
     pub fn id(&mut self, topic: &str, partition: i32) -> u32 {
         if let Some(last) = self.last
             && let Some(s) = self.entries.get(last as usize)

@@ -43,7 +43,7 @@ use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
 pub mod store;
 
-/// Interned dimension values of a list: index into [`Dimensions::values`].
+/// Interned dimension values of a list: index into [`Dimensions::values()`].
 pub type DimsId = u32;
 
 /// Value used for a configured dimension label an impression did not send.
@@ -60,18 +60,18 @@ pub const OTHER_DIMENSION: &str = "__other__";
 /// within its cap still multiplies out: 100 rankers × 100 markets).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct DimensionBudget {
-    pub max_values: usize,
+    max_values: usize,
     /// Admitted values, per label position.
-    pub admitted: Vec<FxHashSet<String>>,
-    pub max_combinations: usize,
+    admitted: Vec<FxHashSet<String>>,
+    max_combinations: usize,
     /// Admitted combinations, as 128-bit hashes of the value tuples.
-    pub combinations: FxHashSet<u128>,
+    combinations: FxHashSet<u128>,
     /// Longer values are never admitted (0: no bound): a label value is
     /// repeated on every series of its combination, and one of a megabyte
     /// would make each scrape hundreds of megabytes. Not checkpointed: the
     /// bound is the configuration's.
     #[serde(skip)]
-    pub max_value_bytes: usize,
+    max_value_bytes: usize,
 }
 
 impl DimensionBudget {
@@ -88,6 +88,16 @@ impl DimensionBudget {
     /// With values longer than `bytes` never admitted (0: no bound).
     pub fn with_max_value_bytes(mut self, bytes: usize) -> Self {
         self.max_value_bytes = bytes;
+        self
+    }
+
+    /// This budget's bounds with what `restored` had admitted: a restart
+    /// keeps the series it had, under the configuration it restarts with
+    /// (admitted beyond a smaller bound stay; nothing new is admitted
+    /// until there is room).
+    pub fn with_admitted_from(mut self, restored: DimensionBudget) -> Self {
+        self.admitted = restored.admitted;
+        self.combinations = restored.combinations;
         self
     }
 
@@ -146,13 +156,25 @@ impl DimensionBudget {
 /// allocation per impression.
 #[derive(Debug, Default)]
 pub struct Dimensions {
-    pub labels: Vec<String>,
+    labels: Vec<String>,
+    /// Private with `values`: an id is an index into `values`, found
+    /// through `by_hash`; only interning adds to both.
     by_hash: FxHashMap<u64, Vec<DimsId>>,
-    pub values: Vec<Arc<[String]>>,
+    values: Vec<Arc<[String]>>,
     budget: Option<Arc<Mutex<DimensionBudget>>>,
 }
 
 impl Dimensions {
+    /// The configured dimension labels, in order.
+    pub fn labels(&self) -> &[String] {
+        &self.labels
+    }
+
+    /// Every tuple interned, indexed by its id.
+    pub fn values(&self) -> &[Arc<[String]>] {
+        &self.values
+    }
+
     pub fn new(labels: Vec<String>) -> Self {
         Dimensions { labels, by_hash: FxHashMap::default(), values: Vec::new(), budget: None }
     }

@@ -579,7 +579,7 @@ impl Pipeline {
         assembler.reinstate_withdrawn(&mut |closed| fold(scorer, score, accumulators, counters, &mut sessions, closed));
         self.assembler = Assembler::with_limits(
             self.assembler.limits,
-            self.assembler.dimensions.labels.clone(),
+            self.assembler.dimensions.labels().to_vec(),
             Some(self.budget.clone()),
         );
         // Their sessions go too: the partition's new owner has them.

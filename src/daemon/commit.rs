@@ -114,7 +114,7 @@ impl Daemon {
             let walked;
             let floor: &[Source] = match &shard.commit_floor {
                 Some(floor) if !all => {
-                    for (id, s) in self.sources.entries.iter().enumerate() {
+                    for (id, s) in self.sources.states().iter().enumerate() {
                         let id = id as u32;
                         if s.partition == *p && !floor.iter().any(|f| f.id == id) {
                             unknown.insert(id);
@@ -141,7 +141,7 @@ impl Daemon {
         let moved = moved
             .into_iter()
             .filter_map(|(id, point)| {
-                self.sources.entries.get(id as usize).map(|s| ((s.topic.clone(), s.partition), point))
+                self.sources.states().get(id as usize).map(|s| ((s.topic.clone(), s.partition), point))
             })
             .collect();
         Some((tpl, moved))
@@ -150,7 +150,7 @@ impl Daemon {
     pub(super) fn mark_committed(&mut self, moved: &[CommitPoint]) {
         for (tp, point) in moved {
             self.committed.insert(tp.clone(), *point);
-            if let Some(s) = self.sources.entries.iter_mut().find(|s| s.topic == tp.0 && s.partition == tp.1) {
+            if let Some(s) = self.sources.states_mut().iter_mut().find(|s| s.topic == tp.0 && s.partition == tp.1) {
                 s.committed = Some(*point);
             }
         }
@@ -169,7 +169,7 @@ impl Daemon {
         for (p, shard) in self.shards.iter_mut().filter(|(_, s)| s.owned) {
             let slice = (shard.pipeline.open_lists() / COMMIT_WALK_TICKS).max(MIN_COMMIT_WALK_SLICE);
             if let Some(mut floor) = shard.pipeline.scan_min_open_offsets(slice) {
-                for (id, source) in self.sources.entries.iter().enumerate() {
+                for (id, source) in self.sources.states().iter().enumerate() {
                     if source.partition == *p
                         && let Some(next) = source.next_offset
                     {
@@ -223,7 +223,7 @@ mod tests {
         assert_eq!(moved, [(tp(0), 12)]);
         d.mark_committed(&moved);
         assert_eq!(d.committed[&tp(0)], 12);
-        assert_eq!(d.sources.entries[0].committed, Some(12));
+        assert_eq!(d.sources.states()[0].committed, Some(12));
         assert!(d.commit_points(false).is_none(), "nothing moved since the last commit");
         let (_, all) = d.commit_points(true).unwrap();
         assert_eq!(all, [(tp(0), 12)], "the final commit repeats every point");

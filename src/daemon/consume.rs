@@ -90,7 +90,7 @@ impl Daemon {
         if let (Err(reason), Some(dl)) = (result, self.dead_letters.as_mut()) {
             dl.send(key, payload, reason.as_str(), topic, partition, offset);
         }
-        if let Some(s) = self.sources.entries.get_mut(id as usize) {
+        if let Some(s) = self.sources.states_mut().get_mut(id as usize) {
             s.next_offset = Some(offset + 1);
             s.messages += 1;
             if result.is_ok() {
@@ -283,7 +283,7 @@ mod tests {
         d.revoke(BTreeSet::from([1])).unwrap();
         d.handle(&message(JUDGMENTS, 1, 1, &judgment("s3", "d2", 1)), None, NOW_MS);
         let counted: Vec<(&str, i32, u64)> =
-            d.sources.entries.iter().map(|s| (s.topic.as_str(), s.partition, s.messages)).collect();
+            d.sources.states().iter().map(|s| (s.topic.as_str(), s.partition, s.messages)).collect();
         assert_eq!(counted, [(IMPRESSIONS, 0, 3), (JUDGMENTS, 1, 1)]);
         assert_eq!(d.health.skipped_covered, 1);
         let rejected: u64 = d.shards[&0].pipeline.counters().rejected.values().sum();
@@ -306,7 +306,7 @@ mod tests {
         assert_eq!(shard.pipeline.open_lists(), 1);
         assert_eq!(events(&d, 0), 1);
         assert_eq!(d.health.skipped_covered, 0);
-        assert_eq!(d.sources.entries[0].next_offset, Some(1), "the position to commit did not move");
+        assert_eq!(d.sources.states()[0].next_offset, Some(1), "the position to commit did not move");
     }
 
     /// Freshness is about data arriving: a skipped re-delivery or a

@@ -121,7 +121,7 @@ mod tests {
         let consumer = Arc::new(crate::kafka::create_consumer(&config, signals.clone()).unwrap());
         consumer.subscribe(&["apart"]).unwrap();
         let mut stream = consumer.stream();
-        let assigned = || signals.rebalances.lock().unwrap().iter().any(|e| matches!(e, RebalanceEvent::Assigned(_)));
+        let assigned = || signals.assignment_queued();
         // The consumer queue is polled (which runs the rebalance callback)
         // as a daemon busy with a hand-over would leave it, until the
         // partition's own queue holds every message: fetched, and not

@@ -18,7 +18,6 @@ use rdkafka::consumer::Consumer as _;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Committed offsets of the group, asked for off the consumer task.
@@ -40,15 +39,7 @@ impl Daemon {
         // after this check is seen by the next one.
         // Checked before every message: a plain load first, the swap (a
         // locked instruction) only when a rebalance is pending.
-        if !self.signals.rebalance_pending.load(Ordering::Relaxed)
-            || !self.signals.rebalance_pending.swap(false, Ordering::Acquire)
-        {
-            return Ok(());
-        }
-        let events = match self.signals.rebalances.lock() {
-            Ok(mut q) => std::mem::take(&mut *q),
-            Err(_) => return Ok(()),
-        };
+        let Some(events) = self.signals.take_rebalances() else { return Ok(()) };
         // Offsets may go back (the group's committed ones): a floor found
         // before is no longer known to hold.
         for shard in self.shards.values_mut() {
@@ -335,7 +326,7 @@ impl Daemon {
             // Kept, a partition given back later would commit its old next
             // offset before reading again, past the lists its owner left
             // open meanwhile.
-            for s in self.sources.entries.iter_mut() {
+            for s in self.sources.states_mut().iter_mut() {
                 if s.partition != RETIRED
                     && !partitions.contains(&s.partition)
                     && self.shards.get(&s.partition).is_none_or(|shard| !shard.owned)
@@ -477,10 +468,7 @@ impl Daemon {
             // The values admitted are the checkpoint's; every bound is this
             // configuration's, whatever the checkpoint's were: the budget
             // is built as at start, then given what was admitted.
-            let mut budget = self.config.pipeline_settings().dimension_budget();
-            budget.admitted = checkpoint.budget.admitted;
-            budget.combinations = checkpoint.budget.combinations;
-            *b = budget;
+            *b = self.config.pipeline_settings().dimension_budget().with_admitted_from(checkpoint.budget);
         }
         for c in checkpoint.shards {
             let mut shard = Shard::new(&self.config, &self.budget);
@@ -662,20 +650,18 @@ mod tests {
         d.handle(&message(IMPRESSIONS, 0, 0, &impression("s1")), None, NOW_MS);
         d.shards.get_mut(&0).unwrap().commit_floor = Some(Vec::new());
         let revoked = RebalanceEvent::Revoked(vec![(IMPRESSIONS.to_string(), 0)]);
-        d.signals.rebalances.lock().unwrap().push(revoked.clone());
+        assert!(d.signals.queue_rebalance(revoked.clone()));
         d.apply_rebalances().unwrap();
         assert!(d.shards[&0].owned, "not flagged yet");
-        d.signals.rebalance_pending.store(true, Ordering::Release);
         d.apply_rebalances().unwrap();
         assert!(!d.shards[&0].owned);
         assert!(d.shards[&0].commit_floor.is_none());
         assert_eq!(d.lane_events, [revoked]);
-        assert!(!d.signals.rebalance_pending.load(Ordering::Relaxed));
-        assert!(d.signals.rebalances.lock().unwrap().is_empty());
+        assert!(!d.signals.rebalance_pending());
+        assert_eq!(d.signals.take_rebalances(), None);
         assert_eq!((d.health.partitions_assigned, d.health.partitions_revoked), (0, 1));
         let assigned = RebalanceEvent::Assigned(vec![(IMPRESSIONS.to_string(), 0), (JUDGMENTS.to_string(), 0)]);
-        d.signals.rebalances.lock().unwrap().push(assigned);
-        d.signals.rebalance_pending.store(true, Ordering::Release);
+        assert!(d.signals.queue_rebalance(assigned));
         d.apply_rebalances().unwrap();
         assert_eq!((d.health.partitions_assigned, d.health.partitions_revoked), (2, 1));
     }

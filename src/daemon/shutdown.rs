@@ -102,7 +102,7 @@ pub(super) async fn shut_down(
             _ => tracing::error!("final commit timed out"),
         }
     }
-    for s in &daemon.sources.entries {
+    for s in daemon.sources.states() {
         if let Some(c) = s.committed {
             summary.committed.insert((s.topic.clone(), s.partition), c);
         }
