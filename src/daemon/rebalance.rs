@@ -641,18 +641,18 @@ mod tests {
         assert!(d.pending_commit.is_none());
     }
 
-    /// The callback only queues; the loop applies the events once flagged,
-    /// forgets commit floors (offsets may go back) and passes the events
-    /// on to the partition queues.
+    /// The callback only queues (the queue and its flag together); the
+    /// loop applies the events, forgets commit floors (offsets may go back)
+    /// and passes the events on to the partition queues, each once.
     #[test]
-    fn rebalances_are_applied_once_flagged_and_passed_on_to_the_lanes() {
+    fn queued_rebalances_are_applied_once_and_passed_on_to_the_lanes() {
         let mut d = Daemon::for_tests(Config::default());
         d.handle(&message(IMPRESSIONS, 0, 0, &impression("s1")), None, NOW_MS);
         d.shards.get_mut(&0).unwrap().commit_floor = Some(Vec::new());
         let revoked = RebalanceEvent::Revoked(vec![(IMPRESSIONS.to_string(), 0)]);
+        assert!(d.shards[&0].owned);
         assert!(d.signals.queue_rebalance(revoked.clone()));
-        d.apply_rebalances().unwrap();
-        assert!(d.shards[&0].owned, "not flagged yet");
+        assert!(d.signals.rebalance_pending());
         d.apply_rebalances().unwrap();
         assert!(!d.shards[&0].owned);
         assert!(d.shards[&0].commit_floor.is_none());
@@ -662,6 +662,9 @@ mod tests {
         assert_eq!((d.health.partitions_assigned, d.health.partitions_revoked), (0, 1));
         let assigned = RebalanceEvent::Assigned(vec![(IMPRESSIONS.to_string(), 0), (JUDGMENTS.to_string(), 0)]);
         assert!(d.signals.queue_rebalance(assigned));
+        d.apply_rebalances().unwrap();
+        assert_eq!((d.health.partitions_assigned, d.health.partitions_revoked), (2, 1));
+        // Applied once: nothing is left to apply again.
         d.apply_rebalances().unwrap();
         assert_eq!((d.health.partitions_assigned, d.health.partitions_revoked), (2, 1));
     }
