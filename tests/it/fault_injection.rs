@@ -106,7 +106,7 @@ fn config_with_gap() -> Config {
 
 /// A killed member is noticed after the session timeout: the broker's
 /// minimum, 6 s.
-fn spawn_daemon(broker: &str, http: &str, group: &str, env: &[(&str, &str)]) -> Guard {
+fn spawn_daemon_noticed_in_6s(broker: &str, http: &str, group: &str, env: &[(&str, &str)]) -> Guard {
     let env = [&[("RANKPULSE__KAFKA__PROPERTIES__SESSION_TIMEOUT_MS", "6000")], env].concat();
     crate::common::spawn_daemon(broker, http, group, GAP, &env)
 }
@@ -118,7 +118,7 @@ fn kafka_backend_daemon(broker: &Broker, group: &str, instance: &str, http: &str
         ("RANKPULSE__STATE__INSTANCE", instance),
         ("RANKPULSE__STATE__INTERVAL", "300ms"),
     ];
-    spawn_daemon(&broker.bootstrap, http, group, &env)
+    spawn_daemon_noticed_in_6s(&broker.bootstrap, http, group, &env)
 }
 
 /// Waits until the two instances' counters add up exactly to the single
@@ -194,7 +194,7 @@ fn kill_9_twice_mid_stream(backend: Backend) {
         Backend::Kafka => ("RANKPULSE__STATE__BACKEND", "kafka"),
     };
     let env = [location, ("RANKPULSE__STATE__INSTANCE", "solo"), ("RANKPULSE__STATE__INTERVAL", "300ms")];
-    let mut daemon = spawn_daemon(&broker.bootstrap, &http, &group, &env);
+    let mut daemon = spawn_daemon_noticed_in_6s(&broker.bootstrap, &http, &group, &env);
     wait_until("the daemon to join its group", Duration::from_secs(60), || ready(&http));
 
     // 4,000 lists produced over about 24 s; the daemon is killed twice
@@ -223,7 +223,7 @@ fn kill_9_twice_mid_stream(backend: Backend) {
         daemon.0.kill().unwrap(); // SIGKILL
         daemon.0.wait().unwrap();
         last_start_ms = now_ms();
-        daemon = spawn_daemon(&broker.bootstrap, &http, &group, &env);
+        daemon = spawn_daemon_noticed_in_6s(&broker.bootstrap, &http, &group, &env);
         wait_until("the restarted daemon to serve /metrics", Duration::from_secs(20), || !metrics(&http).is_empty());
         // What was published came from a checkpoint: it is all still there.
         let after = metrics(&http);
@@ -522,7 +522,7 @@ fn broker_outage_turns_readyz_false_and_consumption_resumes_without_loss() {
     let broker = Broker::start(&tansu, broker_port, proxy_port, &[]);
     let http = format!("127.0.0.1:{}", free_port());
     let group = format!("outage-{}", std::process::id());
-    let mut daemon = spawn_daemon(&broker.bootstrap, &http, &group, &[]);
+    let mut daemon = spawn_daemon_noticed_in_6s(&broker.bootstrap, &http, &group, &[]);
 
     let evs = events(2_000, now_ms() - 120_000, 31);
     let halves = split_at_lists(&evs, 2);
@@ -818,7 +818,7 @@ fn a_session_flood_keeps_memory_flat() {
     const CAP: usize = 20_000;
     let cap = CAP.to_string();
     // A gap of an hour: without the cap every list would stay open.
-    let mut daemon = spawn_daemon(
+    let mut daemon = spawn_daemon_noticed_in_6s(
         &broker.bootstrap,
         &http,
         &group,

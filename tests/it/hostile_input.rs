@@ -46,7 +46,7 @@ const YEAR_1970_MS: i64 = 1_000;
 const YEAR_2001_MS: i64 = 1_000_000_000_000;
 
 /// Fetches return within 10 ms, so the tests' small batches flow at once.
-fn spawn_daemon(broker: &str, http: &str, group: &str, env: &[(&str, &str)]) -> Guard {
+fn spawn_fast_fetch_daemon(broker: &str, http: &str, group: &str, env: &[(&str, &str)]) -> Guard {
     let env = [&[("RANKPULSE__KAFKA__PROPERTIES__FETCH_WAIT_MAX_MS", "10")], env].concat();
     crate::common::spawn_daemon(broker, http, group, GAP, &env)
 }
@@ -163,7 +163,7 @@ fn broken_clocks_change_nothing_then_restart_with_state() {
     produce_skewed(&producer, &middle);
     produce(&producer, second, None);
 
-    let mut daemon = spawn_daemon(&bootstrap, &http, &group, &env);
+    let mut daemon = spawn_fast_fetch_daemon(&bootstrap, &http, &group, &env);
     let total = (normal.len() + hostile.len() + middle.len()) as f64;
     let m = settle(&http, total);
     let cfg = config(&[]);
@@ -192,7 +192,7 @@ fn broken_clocks_change_nothing_then_restart_with_state() {
         .into_iter()
         .map(|(s, j)| (format!("later-{s}"), j.replace(r#""session_id":"s"#, r#""session_id":"later-s"#)))
         .collect::<Vec<_>>();
-    let mut daemon = spawn_daemon(&bootstrap, &http, &group, &env);
+    let mut daemon = spawn_fast_fetch_daemon(&bootstrap, &http, &group, &env);
     wait_until("the restarted daemon to be ready", Duration::from_secs(90), || ready(&http));
     produce(&producer, &later, None);
     let m = settle(&http, total + later.len() as f64);
@@ -256,7 +256,7 @@ fn a_hot_key_among_normal_traffic_is_exact() {
     evs.extend(tail);
     let producer = producer(&bootstrap);
     produce(&producer, &evs, None);
-    let mut daemon = spawn_daemon(&bootstrap, &http, &group, &env);
+    let mut daemon = spawn_fast_fetch_daemon(&bootstrap, &http, &group, &env);
     let started = std::time::Instant::now();
     let m = settle(&http, evs.len() as f64);
     eprintln!("hot key tier: {} events consumed and settled in {:?}", evs.len(), started.elapsed());
@@ -292,7 +292,7 @@ fn a_flood_of_dimension_combinations_is_capped() {
     let bootstrap = format!("127.0.0.1:{port}");
     let http = format!("127.0.0.1:{}", free_port());
     let group = format!("hostile-combinations-{}", std::process::id());
-    let mut daemon = spawn_daemon(&bootstrap, &http, &group, &[]);
+    let mut daemon = spawn_fast_fetch_daemon(&bootstrap, &http, &group, &[]);
     let base = now_ms() - 60_000;
     // Normal traffic first (its combinations admitted), then the flood.
     let normal = events(2_000, base - 30_000, 53);
@@ -379,7 +379,7 @@ fn frozen_broker(env: &[(&str, &str)], group: &str, freeze: Duration) {
     let bootstrap = format!("127.0.0.1:{port}");
     let http = format!("127.0.0.1:{}", free_port());
     let group = format!("{group}-{}", std::process::id());
-    let mut daemon = spawn_daemon(&bootstrap, &http, &group, env);
+    let mut daemon = spawn_fast_fetch_daemon(&bootstrap, &http, &group, env);
     wait_until("the daemon to join its group", Duration::from_secs(90), || ready(&http));
     let evs = events(3_000, now_ms() - 120_000, 53);
     // The broker freezes right after an impression whose judgments it has

@@ -35,7 +35,7 @@ async fn daemon_consumes_counts_commits_and_matches_replay() {
     let evs = events(200, base, 7);
     let producer: FutureProducer =
         ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
-    produce(&producer, &evs).await;
+    produce_by_type(&producer, &evs).await;
     producer.send(FutureRecord::to(JUDGMENTS).key("x").payload("{not json"), Duration::from_secs(5)).await.unwrap();
     let total = evs.len() as f64 + 1.0;
 
@@ -98,7 +98,7 @@ async fn daemon_consumes_counts_commits_and_matches_replay() {
 /// Produces `(session, json)` events to their topic (by type), keyed by session.
 /// Every send is queued before the first delivery is awaited: awaiting
 /// each in turn takes a linger per message.
-async fn produce(producer: &FutureProducer, evs: &[(String, String)]) {
+async fn produce_by_type(producer: &FutureProducer, evs: &[(String, String)]) {
     let routed = evs.iter().map(|(session, json)| {
         let topic = if json.contains(r#""type":"impression""#) { IMPRESSIONS } else { JUDGMENTS };
         (topic, session, json)
@@ -176,7 +176,7 @@ async fn held_back_topics_lose_and_repeat_nothing() {
     // 4,000 lists 10 ms apart: 40 s of event time in each partition (keys
     // spread the lists over the partitions).
     let evs = events(4000, 1_700_000_000_000, 11);
-    produce(&producer, &evs).await;
+    produce_by_type(&producer, &evs).await;
     let total = evs.len() as f64;
 
     let (config, addr, stop, daemon) = start(&bootstrap, "1s").await;
@@ -223,13 +223,13 @@ async fn a_drift_of_zero_holds_no_topic_back() {
     let evs = events(6000, 1_700_000_000_000, 13);
     let (first, judgments, rest) = stalled_impressions(&evs);
     let (config, addr, stop, daemon) = start(&bootstrap, "0s").await;
-    produce(&producer, &first).await;
+    produce_by_type(&producer, &first).await;
     wait_consumed(&addr, first.len() as f64, 60).await;
-    produce(&producer, &judgments).await;
+    produce_by_type(&producer, &judgments).await;
     let body = wait_consumed(&addr, (first.len() + judgments.len()) as f64, 60).await;
     assert_eq!(sum_of(&body, "rankpulse_topic_pauses_total"), 0.0, "a topic was held back:\n{body}");
     assert!(body.contains("rankpulse_topic_pauses_total"), "the counter is exposed, at 0:\n{body}");
-    produce(&producer, &rest).await;
+    produce_by_type(&producer, &rest).await;
     wait_consumed(&addr, evs.len() as f64, 60).await;
     stop.send(()).unwrap();
     let summary =
@@ -254,17 +254,17 @@ async fn a_stalled_topic_does_not_hold_the_other_back() {
     let (first, judgments, rest) = stalled_impressions(&evs);
 
     let (config, addr, stop, daemon) = start(&bootstrap, "30s").await;
-    produce(&producer, &first).await;
+    produce_by_type(&producer, &first).await;
     wait_consumed(&addr, first.len() as f64, 60).await;
     // The judgments pass 31 s of event time halfway: held back there,
     // with the rest unconsumed until the hold times out.
     let produced = Instant::now();
-    produce(&producer, &judgments).await;
+    produce_by_type(&producer, &judgments).await;
     let body = wait_consumed(&addr, (first.len() + judgments.len()) as f64, 60).await;
     assert!(sum_of(&body, "rankpulse_topic_pauses_total") >= 1.0, "the judgments were not held back:\n{body}");
     let took = produced.elapsed();
     assert!(took >= Duration::from_millis(rankpulse::align::MAX_HOLD_MS as u64), "held back for only {took:?}");
-    produce(&producer, &rest).await;
+    produce_by_type(&producer, &rest).await;
     wait_consumed(&addr, evs.len() as f64, 60).await;
     stop.send(()).unwrap();
     let summary =
@@ -377,7 +377,7 @@ async fn invalid_first(bootstrap: &str, lists: usize, group: &str) -> (Config, V
         producer.send(record, Duration::from_secs(5)).await.unwrap_or_else(|(e, _)| panic!("invalid message {i}: {e}"));
     }
     let evs = events(lists, 1_700_000_000_000, 17);
-    produce(&producer, &evs).await;
+    produce_by_type(&producer, &evs).await;
     let mut config = Config::default();
     config.kafka.brokers = bootstrap.to_string();
     config.kafka.group_id = format!("{group}-{}", std::process::id());
@@ -527,7 +527,7 @@ async fn no_offset_is_committed_past_an_open_list_of_a_burst() {
     let evs = events(6_000, 1_700_000_000_000, 13);
     let producer: FutureProducer =
         ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
-    produce(&producer, &evs).await;
+    produce_by_type(&producer, &evs).await;
     let body = wait_consumed(&addr, evs.len() as f64, 120).await;
     // Twenty ticks (10 s: five commit intervals, past a whole walk) after
     // everything was read, each topic's committed offset checked
@@ -573,7 +573,7 @@ async fn readyz_turns_503_as_soon_as_shutdown_begins() {
     let evs = events(50, 1_700_000_000_000, 11);
     let producer: FutureProducer =
         ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().unwrap();
-    produce(&producer, &evs).await;
+    produce_by_type(&producer, &evs).await;
     let (_config, addr, stop, daemon) = start(&bootstrap, "30s").await;
     wait_consumed(&addr, evs.len() as f64, 60).await;
     let a = addr.clone();

@@ -244,7 +244,7 @@ fn sasl_properties(stack: &Stack, mechanism: &str, password: &str) -> Properties
 /// `properties`, and waits for every acknowledgement. A failure shows what
 /// the producer's librdkafka logged and the tail of the gateway's and
 /// stunnel's logs: a stalled handshake is otherwise a bare timeout.
-fn produce(stack: &Stack, properties: &Properties, compression: &str, evs: &[(String, String)]) {
+fn produce_through(stack: &Stack, properties: &Properties, compression: &str, evs: &[(String, String)]) {
     if let Err(e) = produce_to(&stack.bootstrap, properties, compression, evs) {
         let tail = |file: &str| {
             let text = std::fs::read_to_string(stack.dir.join(file)).unwrap_or_default();
@@ -349,7 +349,7 @@ fn tagged_events(n: usize, base_ms: i64, seed: u64, tag: &str) -> Vec<(String, S
 
 /// A `rankpulse run` process whose stderr goes to `stack.dir/<name>.log`;
 /// properties are given through the environment, as a container would.
-fn spawn_daemon(
+fn spawn_secured_daemon(
     stack: &Stack,
     name: &str,
     properties: &Properties,
@@ -465,10 +465,10 @@ fn tls_and_scram_read_a_zstd_topic_exactly() {
     let stack = Stack::start("scram", Tls::Server, true);
     let properties = sasl_properties(&stack, "SCRAM-SHA-512", PASSWORD);
     let evs = events(400, now_ms() - 60_000, 7);
-    produce(&stack, &properties, "zstd", &evs);
-    produce(&stack, &properties, "zstd", &[("bad".into(), "\u{1}not json".into())]);
+    produce_through(&stack, &properties, "zstd", &evs);
+    produce_through(&stack, &properties, "zstd", &[("bad".into(), "\u{1}not json".into())]);
     let (mut daemon, http, log) =
-        spawn_daemon(&stack, "scram", &properties, &[("RANKPULSE__KAFKA__DEAD_LETTER_TOPIC", DEAD_LETTERS)]);
+        spawn_secured_daemon(&stack, "scram", &properties, &[("RANKPULSE__KAFKA__DEAD_LETTER_TOPIC", DEAD_LETTERS)]);
     assert_exact(&mut daemon, &http, &log, &evs, 1.0);
     // Counted as sent once the broker acknowledges the copy.
     wait_until("the dead-letter copy acknowledged", Duration::from_secs(30), || {
@@ -492,10 +492,10 @@ fn every_compression_codec_is_read_exactly() {
     for (i, codec) in ["none", "gzip", "snappy", "lz4", "zstd"].iter().enumerate() {
         // Disjoint event times per batch: each batch's lists close on their own.
         let evs = tagged_events(200, now_ms() - 600_000 + i as i64 * 60_000, 11 + i as u64, codec);
-        produce(&stack, &Vec::new(), codec, &evs);
+        produce_through(&stack, &Vec::new(), codec, &evs);
         all.extend(evs);
     }
-    let (mut daemon, http, log) = spawn_daemon(&stack, "codecs", &Vec::new(), &[]);
+    let (mut daemon, http, log) = spawn_secured_daemon(&stack, "codecs", &Vec::new(), &[]);
     assert_exact(&mut daemon, &http, &log, &all, 0.0);
     sigterm(&mut daemon);
 }
@@ -510,12 +510,12 @@ fn mutual_tls_reads_exactly_and_refuses_a_client_without_certificate() {
     properties.push(("ssl.certificate.location", stack.path("client.pem")));
     properties.push(("ssl.key.location", stack.path("client.key")));
     let evs = events(300, now_ms() - 60_000, 13);
-    produce(&stack, &properties, "lz4", &evs);
-    let (mut daemon, http, log) = spawn_daemon(&stack, "mtls", &properties, &[]);
+    produce_through(&stack, &properties, "lz4", &evs);
+    let (mut daemon, http, log) = spawn_secured_daemon(&stack, "mtls", &properties, &[]);
     assert_exact(&mut daemon, &http, &log, &evs, 0.0);
     sigterm(&mut daemon);
 
-    let (mut daemon, http, log) = spawn_daemon(&stack, "mtls-nocert", &tls_properties(&stack, "ca.pem"), &[]);
+    let (mut daemon, http, log) = spawn_secured_daemon(&stack, "mtls-nocert", &tls_properties(&stack, "ca.pem"), &[]);
     // TLS 1.3: the server's alert comes when the client first reads.
     assert_refused(&mut daemon, &http, &log, "alert certificate required");
 }
@@ -526,7 +526,8 @@ fn mutual_tls_reads_exactly_and_refuses_a_client_without_certificate() {
 #[ignore = "secured-broker tier: needs RANKPULSE_TANSU, stunnel4, python3 and openssl; .ci/run runs it"]
 fn an_untrusted_broker_certificate_is_a_clear_error_and_not_ready() {
     let stack = Stack::start("wrong-ca", Tls::Server, false);
-    let (mut daemon, http, log) = spawn_daemon(&stack, "wrong-ca", &tls_properties(&stack, "other-ca.pem"), &[]);
+    let (mut daemon, http, log) =
+        spawn_secured_daemon(&stack, "wrong-ca", &tls_properties(&stack, "other-ca.pem"), &[]);
     assert_refused(&mut daemon, &http, &log, "certificate verify failed");
 }
 
@@ -539,7 +540,8 @@ fn bad_credentials_name_the_mechanism_and_never_the_password() {
     for mechanism in ["SCRAM-SHA-256", "PLAIN"] {
         let wrong = format!("{PASSWORD}-wrong");
         let name = format!("bad-{}", mechanism.to_lowercase());
-        let (mut daemon, http, log) = spawn_daemon(&stack, &name, &sasl_properties(&stack, mechanism, &wrong), &[]);
+        let (mut daemon, http, log) =
+            spawn_secured_daemon(&stack, &name, &sasl_properties(&stack, mechanism, &wrong), &[]);
         assert_refused(&mut daemon, &http, &log, &format!("invalid credentials with SASL mechanism {mechanism}"));
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(!text.contains(&wrong), "the log shows the password:\n{text}");
@@ -575,14 +577,14 @@ fn plain_scram_256_and_oauthbearer_oidc_read_exactly() {
     .enumerate()
     {
         let evs = tagged_events(150, now_ms() - 600_000 + i as i64 * 60_000, 17 + i as u64, name);
-        produce(&stack, &properties, "gzip", &evs);
+        produce_through(&stack, &properties, "gzip", &evs);
         produced.extend(evs);
         // Each daemon is a new group: it reads everything produced so far.
-        let (mut daemon, http, log) = spawn_daemon(&stack, name, &properties, &[]);
+        let (mut daemon, http, log) = spawn_secured_daemon(&stack, name, &properties, &[]);
         assert_exact(&mut daemon, &http, &log, &produced, 0.0);
         sigterm(&mut daemon);
     }
-    let (mut daemon, http, log) = spawn_daemon(&stack, "oidc-bad", &oidc("wrong-secret"), &[]);
+    let (mut daemon, http, log) = spawn_secured_daemon(&stack, "oidc-bad", &oidc("wrong-secret"), &[]);
     assert_refused(&mut daemon, &http, &log, "invalid_client");
 }
 
@@ -662,8 +664,8 @@ fn kafka_state_backend_over_mutual_tls_scram_and_oauthbearer_restarts_exactly() 
         ("RANKPULSE__STATE__INTERVAL", "300ms"),
     ];
     let first = tagged_events(300, now_ms() - 600_000, 31, "first");
-    produce(&stack, &properties, "lz4", &first);
-    let (mut daemon, http, log) = spawn_daemon(&stack, "state-1", &properties, &env);
+    produce_through(&stack, &properties, "lz4", &first);
+    let (mut daemon, http, log) = spawn_secured_daemon(&stack, "state-1", &properties, &env);
     // With checkpoints, /metrics shows what the last durable checkpoint
     // holds: counting all of `first` means a checkpoint in the topic does.
     wait_until("the first batch checkpointed", Duration::from_secs(120), || {
@@ -704,13 +706,13 @@ fn kafka_state_backend_over_mutual_tls_scram_and_oauthbearer_restarts_exactly() 
     daemon.0.wait().unwrap();
     assert_no_secret(&log);
 
-    let (mut daemon, http, log) = spawn_daemon(&stack, "state-2", &properties, &env);
+    let (mut daemon, http, log) = spawn_secured_daemon(&stack, "state-2", &properties, &env);
     wait_until("the restarted daemon to serve /metrics", Duration::from_secs(60), || !metrics(&http).is_empty());
     let after = metrics(&http);
     assert!(consumed(&after) >= progress, "counters went back across kill -9: {progress} then {}", consumed(&after));
     feeder.join().unwrap();
     let third = tagged_events(200, now_ms() - 60_000, 41, "third");
-    produce(&stack, &properties, "lz4", &third);
+    produce_through(&stack, &properties, "lz4", &third);
     let all: Vec<(String, String)> = [first, second, third].concat();
     assert_exact(&mut daemon, &http, &log, &all, 0.0);
     let text = std::fs::read_to_string(&log).unwrap();
@@ -736,7 +738,7 @@ fn kafka_state_backend_over_mutual_tls_scram_and_oauthbearer_restarts_exactly() 
         ("sasl.oauthbearer.client.secret", OAUTH_SECRET.into()),
     ];
     oidc.push(("sasl.oauthbearer.token.endpoint.url", token_url));
-    let (mut daemon, http, log) = spawn_daemon(&stack, "state-3", &oidc, &env);
+    let (mut daemon, http, log) = spawn_secured_daemon(&stack, "state-3", &oidc, &env);
     // The restored counters are already the final ones: wait for the
     // group too, which /readyz reports.
     wait_until("the third daemon to get its partitions", Duration::from_secs(60), || ready(&http));
@@ -771,7 +773,7 @@ fn bad_credentials_with_the_kafka_backend_name_the_state_topic_and_the_mechanism
     let wrong = format!("{PASSWORD}-wrong");
     let env = [("RANKPULSE__STATE__BACKEND", "kafka"), ("RANKPULSE__STATE__INSTANCE", "solo")];
     let properties = sasl_properties(&stack, "SCRAM-SHA-256", &wrong);
-    let (mut daemon, _http, log) = spawn_daemon(&stack, "state-bad", &properties, &env);
+    let (mut daemon, _http, log) = spawn_secured_daemon(&stack, "state-bad", &properties, &env);
     let started = Instant::now();
     let status = loop {
         if let Some(status) = daemon.0.try_wait().unwrap() {
