@@ -40,8 +40,9 @@ pub const ENV_PREFIX: &str = "RANKPULSE__";
 
 use rankpulse_core::assemble::AssemblyLimits;
 /// Most dimension labels (the assembler keeps a tuple of them on the stack).
-pub use rankpulse_core::assemble::{LatePolicy, MAX_DIMENSION_LABELS};
+pub use rankpulse_core::assemble::LatePolicy;
 use rankpulse_core::event::DecodeLimits;
+pub use rankpulse_core::event::MAX_DIMENSION_LABELS;
 use rankpulse_core::pipeline::PipelineSettings;
 
 #[derive(Debug, Error)]

@@ -32,7 +32,7 @@
 //! read apart from the others hides the order they run in per event. The
 //! storage itself is in [`store`].
 
-use crate::event::{Event, Impression, Judgment};
+use crate::event::{Event, Impression, Judgment, MAX_DIMENSION_LABELS};
 use crate::interleave::Team;
 use crate::metrics::Grade;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -517,10 +517,6 @@ pub enum Applied {
     /// The list already holds `input.max_events_per_list` events: rejected.
     TooLarge,
 }
-
-/// Dimension labels a configuration may declare: each multiplies the
-/// series count, and an impression's values are gathered on the stack.
-pub const MAX_DIMENSION_LABELS: usize = 16;
 
 /// What happens to a judgment for a list that is already final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]

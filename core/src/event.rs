@@ -21,6 +21,12 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// Dimension labels a configuration may declare. Defined by the events,
+/// which carry at most this many values each (the decoders gather them on
+/// the stack), and read by the assembler and the configuration: each
+/// label also multiplies the series count.
+pub const MAX_DIMENSION_LABELS: usize = 16;
+
 mod cursor;
 mod iso;
 pub mod mapped;

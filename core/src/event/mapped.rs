@@ -201,7 +201,7 @@ enum Target {
 /// Fixed slots of the message's targets (dimensions after them).
 const MESSAGE_SLOTS: usize = 7;
 /// Dimension labels a mapping may read (the assembler's limit).
-const MAX_DIMENSIONS: usize = crate::assemble::MAX_DIMENSION_LABELS;
+const MAX_DIMENSIONS: usize = super::MAX_DIMENSION_LABELS;
 /// Slots of a result: doc, position, score.
 const RESULT_SLOTS: usize = 3;
 /// Members the paths of one trie may name (its nodes): each message keeps

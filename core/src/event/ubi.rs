@@ -36,11 +36,11 @@
 //! inside, about 250 lines that serve only this schema) and the tests that
 //! walk it field by field against the native twin.
 
+use super::MAX_DIMENSION_LABELS;
 use super::{
     DecodeLimits, Event, Format, IgnoreReason, Impression, Judgment, RawTimestamp, RejectReason, ScalarText, Shown,
     classify, message_text,
 };
-use crate::assemble::MAX_DIMENSION_LABELS;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use std::borrow::Cow;
