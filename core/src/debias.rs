@@ -61,6 +61,26 @@ fn bump(n: &mut u64, sign: i64) {
     *n = if sign >= 0 { n.wrapping_add(1) } else { n.wrapping_sub(1) };
 }
 
+/// One list's clicks (the bits of `mask`, rank r at bit r − 1, within the
+/// counters' depth) counted up or down: `clicks[j]` and the co-clicks S_jk
+/// of every clicked k ≥ j, j included; `each(j)` for the caller's own
+/// per-rank counters. O(c²) for c clicked ranks.
+fn bump_clicks(clicks: &mut [u64], co_clicks: &mut [u64], mask: u64, sign: i64, mut each: impl FnMut(usize)) {
+    let mut rows = mask;
+    while rows != 0 {
+        let j = rows.trailing_zeros() as usize;
+        bump(&mut clicks[j], sign);
+        each(j);
+        let mut cols = rows;
+        while cols != 0 {
+            let k = cols.trailing_zeros() as usize;
+            bump(&mut co_clicks[packed(j, k)], sign);
+            cols &= cols - 1;
+        }
+        rows &= rows - 1;
+    }
+}
+
 /// `a += b` (or `a -= b`) elementwise with wrapping, growing `a` to `b`'s
 /// length so that the empty (default) value is the identity of merge.
 fn fold_into(a: &mut Vec<u64>, b: &[u64], subtract: bool) {
@@ -146,21 +166,12 @@ impl PositionCounts {
         for n in &mut self.lists[..depth] {
             bump(n, sign);
         }
-        let mut rows = mask & depth_mask(depth);
-        while rows != 0 {
-            let j = rows.trailing_zeros() as usize;
-            bump(&mut self.clicks[j], sign);
+        let reach = &mut self.reach_clicks;
+        bump_clicks(&mut self.clicks, &mut self.co_clicks, mask & depth_mask(depth), sign, |j| {
             for k in j..depth {
-                bump(&mut self.reach_clicks[packed(j, k)], sign);
+                bump(&mut reach[packed(j, k)], sign);
             }
-            let mut cols = rows;
-            while cols != 0 {
-                let k = cols.trailing_zeros() as usize;
-                bump(&mut self.co_clicks[packed(j, k)], sign);
-                cols &= cols - 1;
-            }
-            rows &= rows - 1;
-        }
+        });
     }
 
     /// Adds another shard's counts.
@@ -387,19 +398,8 @@ impl ClickMoments {
     /// the bits of `mask` (bit r − 1 for rank r; bits beyond K ignored).
     pub fn apply_mask(&mut self, mask: u64, sign: i64) {
         bump(&mut self.lists, sign);
-        let mut rows = mask & depth_mask(self.max_rank());
-        while rows != 0 {
-            let j = rows.trailing_zeros() as usize;
-            bump(&mut self.clicks[j], sign);
-            // Columns k ≥ j among this list's clicks, j itself included.
-            let mut cols = rows;
-            while cols != 0 {
-                let k = cols.trailing_zeros() as usize;
-                bump(&mut self.co_clicks[packed(j, k)], sign);
-                cols &= cols - 1;
-            }
-            rows &= rows - 1;
-        }
+        let mask = mask & depth_mask(self.max_rank());
+        bump_clicks(&mut self.clicks, &mut self.co_clicks, mask, sign, |_| {});
     }
 
     /// Adds another shard's moments.
