@@ -1216,6 +1216,10 @@ impl Config {
             ));
         }
         let mut seen = std::collections::BTreeSet::new();
+        // Every label of rankpulse's own series (crate::series): one of the
+        // same name would duplicate it, and Prometheus refuses the whole
+        // scrape.
+        let reserved = crate::series::reserved_labels();
         for label in &self.dimensions.labels {
             let valid = label.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                 && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -1226,12 +1230,8 @@ impl Config {
                     format!("{label:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)"),
                 ));
             }
-            // Every label of rankpulse's own series (crate::series): one of
-            // the same name would duplicate it, and Prometheus refuses the
-            // whole scrape.
-            let reserved = crate::series::reserved_labels();
             if reserved.contains(label.as_str()) {
-                let names: Vec<&str> = reserved.into_iter().collect();
+                let names: Vec<&str> = reserved.iter().copied().collect();
                 return Err(ConfigError::key(
                     "dimensions.labels",
                     format!("{label:?} is reserved for rankpulse's own labels ({})", names.join(", ")),

@@ -180,9 +180,9 @@ impl Outages {
             Some(since) if self.counted => (now_ms - since).max(0) / 1000,
             _ => return None,
         };
-        (lasted >= self.due_after(self.reminded)).then(|| {
+        (lasted >= Self::due_after(self.reminded)).then(|| {
             // Past several milestones at once (a stalled loop): one line.
-            while self.due_after(self.reminded) <= lasted {
+            while Self::due_after(self.reminded) <= lasted {
                 self.reminded += 1;
             }
             lasted
@@ -190,7 +190,7 @@ impl Outages {
     }
 
     /// When reminder number `reminded` (0-based) is due, in seconds.
-    fn due_after(&self, reminded: usize) -> i64 {
+    fn due_after(reminded: usize) -> i64 {
         match REMINDERS_S.get(reminded) {
             Some(&at) => at,
             None => REMINDERS_S[REMINDERS_S.len() - 1] + REMINDER_EVERY_S * (reminded + 1 - REMINDERS_S.len()) as i64,
