@@ -368,22 +368,9 @@ fn samples<'a>(exposition: &'a str, name: &str) -> Vec<(BTreeMap<&'a str, &'a st
     exposition
         .lines()
         .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (metric, labels) = series.split_once('{').unwrap_or((series, "}"));
-            if metric != name {
-                return None;
-            }
-            let labels = labels.trim_end_matches('}');
-            let map = labels
-                .split("\",")
-                .filter_map(|kv| {
-                    let (k, v) = kv.split_once('=')?;
-                    Some((k, v.trim_matches('"')))
-                })
-                .collect();
-            Some((map, value.parse().ok()?))
-        })
+        .filter_map(crate::series::sample)
+        .filter(|(metric, _, _)| *metric == name)
+        .filter_map(|(_, labels, value)| Some((labels.into_iter().collect(), value.parse().ok()?)))
         .collect()
 }
 

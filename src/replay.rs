@@ -827,9 +827,8 @@ mod tests {
         }
         let mut names_seen = std::collections::BTreeSet::new();
         for line in text.lines().filter(|l| !l.starts_with('#') && l.contains(r#"ranker=""#)) {
-            let labels = line.split_once('{').unwrap().1.rsplit_once('}').unwrap().0;
-            names_seen
-                .extend(labels.split("\",").filter_map(|p| p.split_once('=')).map(|(n, _)| n.trim_start_matches(',')));
+            let (_, labels, _) = crate::series::sample(line).unwrap();
+            names_seen.extend(labels.into_iter().map(|(n, _)| n));
         }
         // The input did reach the series that carry labels of their own.
         for name in ["k", "window", "metric", "reason", "rank", "outcome", "kind"] {

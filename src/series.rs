@@ -280,9 +280,9 @@ pub fn check(exposition: &str, dimensions: &[&str], arm: Option<&str>) -> Result
         if line.starts_with('#') || line.is_empty() {
             continue;
         }
-        let (name, labels) = match line.split_once('{') {
-            Some((name, rest)) => (name, rest.rsplit_once('}').map_or("", |(l, _)| l)),
-            None => (line.split_whitespace().next().unwrap_or(""), ""),
+        let Some((name, labels, _)) = sample(line) else {
+            problems.push(format!("{line}: not a sample line"));
+            continue;
         };
         let (family, extra) = match get(name) {
             Some(s) => (s, None),
@@ -296,11 +296,7 @@ pub fn check(exposition: &str, dimensions: &[&str], arm: Option<&str>) -> Result
                 }
             }
         };
-        let mut have: Vec<&str> = labels
-            .split("\",")
-            .filter(|p| !p.is_empty())
-            .filter_map(|pair| pair.split_once('=').map(|(n, _)| n.trim_start_matches(',')))
-            .collect();
+        let mut have: Vec<&str> = labels.iter().map(|(n, _)| *n).collect();
         have.sort_unstable();
         let then: Vec<&str> = match family.then {
             Then::None => Vec::new(),
@@ -320,6 +316,30 @@ pub fn check(exposition: &str, dimensions: &[&str], arm: Option<&str>) -> Result
         }
     }
     if problems.is_empty() { Ok(()) } else { Err(problems) }
+}
+
+/// A sample line's name, labels (name, value) and value text.
+pub type Sample<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
+
+/// One sample line of a text exposition as (name, labels, value text):
+/// `name{a="x",b="y"} 1.5` gives `("name", [("a", "x"), ("b", "y")], "1.5")`.
+/// Label values are rankpulse's own or dimension values, which the
+/// configuration keeps free of quotes and backslashes.
+pub fn sample(line: &str) -> Option<Sample<'_>> {
+    let (series, value) = line.rsplit_once(' ')?;
+    let (name, labels) = match series.split_once('{') {
+        Some((name, rest)) => (name, rest.strip_suffix('}')?),
+        None => (series, ""),
+    };
+    let labels = labels
+        .split("\",")
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (n, v) = pair.split_once('=')?;
+            Some((n.trim_start_matches(','), v.trim_matches('"')))
+        })
+        .collect::<Option<_>>()?;
+    Some((name, labels, value))
 }
 
 /// Help text as the text exposition escapes it.
@@ -370,6 +390,17 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_sample_line_is_its_name_labels_and_value() {
+        assert_eq!(sample("rankpulse_open_lists 3"), Some(("rankpulse_open_lists", vec![], "3")));
+        assert_eq!(
+            sample(r#"rankpulse_lists{window="1h",ranker="a b"} 2.5"#),
+            Some(("rankpulse_lists", vec![("window", "1h"), ("ranker", "a b")], "2.5"))
+        );
+        assert_eq!(sample("rankpulse_lists{window=\"1h\" 2"), None, "no closing brace");
+        assert_eq!(sample("no_value"), None);
     }
 
     #[test]
