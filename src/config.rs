@@ -710,6 +710,22 @@ impl Default for LogConfig {
 pub struct HttpConfig {
     /// Address of `/metrics`, `/healthz`, `/readyz` and the status page.
     pub listen: String,
+    /// A web configuration file in the format of Prometheus's
+    /// exporter-toolkit (`--web.config.file`): TLS, client certificates,
+    /// basic-auth users, response headers. Unset: plain HTTP, no password.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub web_config: Option<std::path::PathBuf>,
+    /// With `web_config`: `/healthz` and `/readyz` answer without a
+    /// password (TLS still applies), so that probes need no credentials.
+    pub open_probes: bool,
+    /// bcrypt verifications run at once, off the runtime's workers: a
+    /// flood of wrong passwords costs at most this many threads of CPU.
+    pub max_password_checks: usize,
+    /// A second address serving only `/healthz` and `/readyz` over plain
+    /// HTTP, for probes that cannot meet `web_config` (a kubelet presents
+    /// no client certificate). Unset: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_listen: Option<String>,
 }
 
 /// The least `input.max_results_per_list`: a list is only counted once
@@ -879,7 +895,13 @@ impl Default for WindowsConfig {
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        HttpConfig { listen: "127.0.0.1:9464".into() }
+        HttpConfig {
+            listen: "127.0.0.1:9464".into(),
+            web_config: None,
+            open_probes: true,
+            max_password_checks: 1,
+            probe_listen: None,
+        }
     }
 }
 
@@ -1266,6 +1288,17 @@ impl Config {
                 "http.listen",
                 format!("{:?} is not an address like \"127.0.0.1:9464\"", self.http.listen),
             ));
+        }
+        if let Some(probe) = &self.http.probe_listen
+            && probe.parse::<SocketAddr>().is_err()
+        {
+            return Err(ConfigError::key(
+                "http.probe_listen",
+                format!("{probe:?} is not an address like \"0.0.0.0:9465\""),
+            ));
+        }
+        if !(1..=64).contains(&self.http.max_password_checks) {
+            return Err(ConfigError::key("http.max_password_checks", "must be from 1 to 64"));
         }
         if self.input.max_results == 0 {
             return Err(ConfigError::key("input.max_results", "must be at least 1"));

@@ -94,6 +94,8 @@ pub enum DaemonError {
     State(#[from] StateError),
     #[error("cannot start the publishing thread: {0}")]
     Publisher(std::io::Error),
+    #[error("http.web_config: {0}")]
+    WebConfig(#[from] http::web_config::WebConfigError),
 }
 
 /// What a run did, for logs and tests.
@@ -271,10 +273,29 @@ pub async fn run_with(
     let store = if config.state.enabled() { Some(Arc::new(StateStore::open(&config)?)) } else { None };
     let publisher =
         Publisher::start(config.clone(), published.clone(), store.clone()).map_err(DaemonError::Publisher)?;
+    let web_config = match &config.http.web_config {
+        Some(path) => Some(Arc::new(http::web_config::WebConfig::load(path)?)),
+        None => None,
+    };
+    let scheme = match web_config.as_ref().map(|w| w.current()) {
+        Some(loaded) if loaded.tls.is_some() => "https",
+        _ => "http",
+    };
+    let access = http::Access {
+        web_config,
+        open_probes: config.http.open_probes,
+        max_password_checks: config.http.max_password_checks,
+    };
+    let probes = match &config.http.probe_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|cause| DaemonError::Listen { addr: addr.clone(), cause })?,
+        ),
+        None => None,
+    };
     let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let http = tokio::spawn(http::serve(listener, published.clone(), async move {
-        let _ = http_stopped.await;
-    }));
+    let http = tokio::spawn(http::serve_with_probes(listener, probes, published.clone(), access, http_stopped));
 
     let signals: Arc<KafkaSignals> = Arc::default();
     let consumer: Arc<Consumer> =
@@ -290,7 +311,7 @@ pub async fn run_with(
         .map_err(|cause| DaemonError::Subscribe { topics: config.kafka.topics.clone(), cause })?;
     tracing::info!("{} with {}", env!("CARGO_PKG_VERSION"), kafka::librdkafka_build());
     tracing::info!(
-        "consuming {:?} from {} as group {:?}{}{}; /metrics on http://{}",
+        "consuming {:?} from {} as group {:?}{}{}; /metrics on {scheme}://{}",
         config.kafka.topics,
         config.kafka.brokers,
         config.kafka.group_id,

@@ -446,6 +446,9 @@ fn demo_cluster(traffic: &Traffic) -> anyhow::Result<MockCluster<'static, Defaul
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
     pub listen: String,
+    /// `--web.config.file`: TLS and passwords on the demo's endpoint, to
+    /// try the secured setup (and to test it against a real Prometheus).
+    pub web_config: Option<std::path::PathBuf>,
     pub duration: Option<Duration>,
     pub traffic: Traffic,
     /// How often a summary line is printed.
@@ -474,6 +477,7 @@ pub fn demo(options: DemoOptions, stop: impl Future<Output = ()>) -> anyhow::Res
     // from the randomized searches.
     config.debias.max_rank = SHOWN;
     config.http.listen = options.listen.clone();
+    config.http.web_config = options.web_config.clone();
     // Short gap: demo lists are complete within seconds.
     config.session.gap = "5s".parse().map_err(anyhow::Error::msg)?;
     config.validate()?;

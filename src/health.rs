@@ -103,6 +103,10 @@ pub struct DaemonHealth {
     /// times every connection slot was taken (`http`'s bounds).
     pub http_timed_out: u64,
     pub http_slots_full: u64,
+    /// Clients refused under `http.web_config`, by reason label.
+    pub http_refused: [(&'static str, u64); 5],
+    /// Changes of the web configuration's files that were not taken.
+    pub web_config_reload_failures: u64,
 }
 
 #[cfg(test)]

@@ -76,6 +76,9 @@ struct DemoArgs {
     /// Address of the status page and /metrics.
     #[arg(long, default_value = "127.0.0.1:9464")]
     listen: String,
+    /// Web configuration file (exporter-toolkit format): TLS and basic auth on the endpoint.
+    #[arg(long = "web.config.file", value_name = "PATH")]
+    web_config: Option<PathBuf>,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long, value_name = "SECS")]
     duration: Option<u64>,
@@ -135,6 +138,10 @@ struct RunArgs {
     /// Print the effective configuration (secrets redacted) and exit.
     #[arg(long)]
     print_config: bool,
+    /// Web configuration file (exporter-toolkit format): TLS and basic auth on /metrics and the
+    /// status page. Sets http.web_config.
+    #[arg(long = "web.config.file", value_name = "PATH")]
+    web_config: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -345,6 +352,7 @@ fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     use rankpulse::demo::{DemoOptions, Traffic};
     let options = DemoOptions {
         listen: args.listen,
+        web_config: args.web_config,
         duration: args.duration.map(std::time::Duration::from_secs),
         traffic: if args.format == rankpulse_core::event::Format::Rankpulse {
             Traffic {
@@ -484,12 +492,18 @@ fn state_command(command: StateCommand) -> anyhow::Result<()> {
 }
 
 fn run_command(args: RunArgs) -> anyhow::Result<()> {
-    let config = Config::load(args.config.as_deref())?;
+    let mut config = Config::load(args.config.as_deref())?;
+    if let Some(path) = args.web_config {
+        config.http.web_config = Some(path);
+    }
     if args.print_config {
         // The command offered for checking a configuration: say what it
-        // does not read, too.
+        // does not read, too, and read the web config as the daemon would.
         for warning in lookalike_warnings() {
             eprintln!("rankpulse run: warning: {warning}");
+        }
+        if let Some(path) = &config.http.web_config {
+            rankpulse::http::web_config::WebConfig::load(path).map_err(|e| anyhow::anyhow!("http.web_config: {e}"))?;
         }
         print!("{}", config.redacted_toml());
         return Ok(());

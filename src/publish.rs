@@ -259,6 +259,10 @@ pub fn render(s: &Snapshot) -> String {
         f.counter(&format!("{PREFIX}topic_pauses_total"), &[], h.topic_pauses as f64);
         f.counter(&format!("{PREFIX}http_connections_timed_out_total"), &[], h.http_timed_out as f64);
         f.counter(&format!("{PREFIX}http_connection_slots_full_total"), &[], h.http_slots_full as f64);
+        for (reason, n) in h.http_refused {
+            f.counter(&format!("{PREFIX}http_refused_total"), &[("reason", reason)], n as f64);
+        }
+        f.counter(&format!("{PREFIX}web_config_reload_failures_total"), &[], h.web_config_reload_failures as f64);
         f.histogram(&format!("{PREFIX}ingest_delay_seconds"), &h.ingest_delay);
         f.histogram(&format!("{PREFIX}consumer_loop_gap_seconds"), &h.loop_gaps);
         f.histogram(&format!("{PREFIX}consumer_tick_seconds"), &h.ticks);

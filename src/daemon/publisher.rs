@@ -315,6 +315,9 @@ impl Worker {
         }
         view.health.http_timed_out = self.published.timed_out.load(std::sync::atomic::Ordering::Relaxed);
         view.health.http_slots_full = self.published.slots_full.load(std::sync::atomic::Ordering::Relaxed);
+        view.health.http_refused = crate::http::Refusal::ALL.map(|r| (r.label(), self.published.refused(r)));
+        view.health.web_config_reload_failures =
+            self.published.web_config_reload_failures.load(std::sync::atomic::Ordering::Relaxed);
         self.total.prune(view.now_ms);
         let text = render(&Snapshot {
             config: &self.config,

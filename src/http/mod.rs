@@ -19,11 +19,20 @@
 //! shared by the answers after it; nothing is compressed while no client
 //! asks.
 //!
+//! With `http.web_config` ([`web_config`]) connections are TLS and requests
+//! need a password ([`auth`]); [`Access`] says which. A second, plain
+//! listener (`http.probe_listen`) may answer only `/healthz` and `/readyz`,
+//! for probes that cannot present what the main one asks.
+//!
 //! [`check_health`] is the other end of `/healthz`: `rankpulse healthcheck`,
 //! for container health checks in images without a shell's `/dev/tcp` or
 //! an HTTP client.
 
+pub mod auth;
+pub mod web_config;
+
 use crate::status::{History, render_page};
+use auth::{Authenticator, Verdict};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -37,6 +46,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use thiserror::Error;
+use web_config::{Loaded, WebConfig};
 
 /// What the daemon publishes for the handlers.
 #[derive(Debug, Default)]
@@ -59,6 +69,43 @@ pub struct Published {
     /// Times every connection slot was taken: the next connection waits
     /// in the listen backlog until one is free.
     pub slots_full: AtomicU64,
+    /// Connections and requests refused under `http.web_config`, by
+    /// [`Refusal`].
+    refused: [AtomicU64; Refusal::ALL.len()],
+    /// Changes of the web configuration's files that were not taken.
+    pub web_config_reload_failures: AtomicU64,
+}
+
+/// Why the secured endpoint turned a client away (the `reason` label of
+/// `rankpulse_http_refused_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Plain HTTP to the TLS port: answered 400, as Go's servers do.
+    PlainHttp,
+    /// A TLS handshake that failed: no client certificate where one is
+    /// required, one from another CA, an expired one, no common version.
+    TlsHandshake,
+    /// 401: no `Authorization: Basic` header.
+    NoCredentials,
+    /// 401: an unknown user or a wrong password.
+    BadCredentials,
+    /// 503: every password check stayed busy for 5 s.
+    Busy,
+}
+
+impl Refusal {
+    pub const ALL: [Refusal; 5] =
+        [Refusal::PlainHttp, Refusal::TlsHandshake, Refusal::NoCredentials, Refusal::BadCredentials, Refusal::Busy];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::PlainHttp => "plain_http",
+            Refusal::TlsHandshake => "tls_handshake",
+            Refusal::NoCredentials => "no_credentials",
+            Refusal::BadCredentials => "bad_credentials",
+            Refusal::Busy => "busy",
+        }
+    }
 }
 
 impl Published {
@@ -110,6 +157,15 @@ impl Published {
         gz
     }
 
+    fn refuse(&self, why: Refusal) {
+        self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many clients were refused for `why`.
+    pub fn refused(&self, why: Refusal) -> u64 {
+        self.refused[why as usize].load(Ordering::Relaxed)
+    }
+
     /// Runs `f` on the history (the daemon samples into it as it publishes).
     pub fn with_history<T>(&self, f: impl FnOnce(&mut History) -> T) -> T {
         match self.history.lock() {
@@ -120,6 +176,11 @@ impl Published {
 }
 
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The probes alone, for `http.probe_listen`.
+pub fn probe_router(published: Arc<Published>) -> Router {
+    Router::new().route("/healthz", get(|| async { "ok\n" })).route("/readyz", get(readyz)).with_state(published)
+}
 
 pub fn router(published: Arc<Published>) -> Router {
     Router::new()
@@ -227,23 +288,92 @@ const BOUNDS: Bounds = Bounds {
     max_connections: 256,
 };
 
+/// How the endpoint admits clients: `http.web_config`, `http.open_probes`,
+/// `http.max_password_checks`. The default is the open endpoint.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// TLS and users; `None` serves plain HTTP to anyone.
+    pub web_config: Option<Arc<WebConfig>>,
+    /// `/healthz` and `/readyz` answer without a password: they say only
+    /// whether the process is alive and consuming, and Kubernetes probes
+    /// carry no credentials.
+    pub open_probes: bool,
+    /// bcrypt verifications at once (see [`auth`]).
+    pub max_password_checks: usize,
+}
+
+/// What [`serve`] answers: everything, or only the probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routes {
+    All,
+    /// `/healthz` and `/readyz`, for `http.probe_listen`.
+    Probes,
+}
+
 /// Serves until `shutdown` resolves, then lets requests in flight finish
 /// (the caller bounds how long it waits for that).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     published: Arc<Published>,
+    routes: Routes,
+    access: Access,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_bounded(listener, published, shutdown, BOUNDS).await
+    serve_bounded(listener, published, routes, access, shutdown, BOUNDS).await
+}
+
+/// [`serve`] on `listener` with `access`, and on `probes` (if any) the
+/// probes alone over plain HTTP, until `stop` fires or its sender is gone.
+pub async fn serve_with_probes(
+    listener: tokio::net::TcpListener,
+    probes: Option<tokio::net::TcpListener>,
+    published: Arc<Published>,
+    access: Access,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> std::io::Result<()> {
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let main = serve(listener, published.clone(), Routes::All, access, until_stopped(stopped.clone()));
+    let probes = async {
+        match probes {
+            Some(l) => serve(l, published, Routes::Probes, Access::default(), until_stopped(stopped)).await,
+            None => Ok(()),
+        }
+    };
+    let relay = async {
+        let _ = stop.await;
+        let _ = stopping.send(true);
+        Ok(())
+    };
+    tokio::try_join!(main, probes, relay).map(|_| ())
+}
+
+/// What every connection of one server shares.
+struct Server {
+    router: Router,
+    published: Arc<Published>,
+    access: Access,
+    /// Present when a web config is.
+    auth: Option<Authenticator>,
+    bounds: Bounds,
 }
 
 async fn serve_bounded(
     listener: tokio::net::TcpListener,
     published: Arc<Published>,
+    routes: Routes,
+    access: Access,
     shutdown: impl Future<Output = ()> + Send + 'static,
     bounds: Bounds,
 ) -> std::io::Result<()> {
-    let router = router(published.clone());
+    let router = match routes {
+        Routes::All => router(published.clone()),
+        Routes::Probes => probe_router(published.clone()),
+    };
+    let auth = access.web_config.as_ref().map(|_| Authenticator::new(access.max_password_checks));
+    let server = Arc::new(Server { router, published: published.clone(), access, auth, bounds });
     let permits = Arc::new(tokio::sync::Semaphore::new(bounds.max_connections));
     let (closing, closed) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
@@ -275,7 +405,14 @@ async fn serve_bounded(
                 }
             },
         };
-        connections.spawn(connection(stream, router.clone(), published.clone(), closed.clone(), bounds, permit));
+        // The state in force when the connection came: a rotated
+        // certificate or password serves the connections after it.
+        let loaded = server.access.web_config.as_ref().map(|w| {
+            let loaded = w.current();
+            published.web_config_reload_failures.store(w.reload_failures(), Ordering::Relaxed);
+            loaded
+        });
+        connections.spawn(accepted(stream, server.clone(), loaded, closed.clone(), permit));
         // Reap the finished ones so the set holds only live connections.
         while connections.try_join_next().is_some() {}
     }
@@ -285,36 +422,91 @@ async fn serve_bounded(
     Ok(())
 }
 
-/// Serves one connection within `bounds` until it ends, is too old, or
-/// the server closes; `_permit` is its slot.
-async fn connection(
-    stream: tokio::net::TcpStream,
-    router: Router,
-    published: Arc<Published>,
-    mut closed: tokio::sync::watch::Receiver<bool>,
-    bounds: Bounds,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+/// What Go's servers answer to plain HTTP on a TLS port, so that a
+/// scrape configured with `scheme: http` says why in Prometheus's target
+/// page instead of a bare connection reset.
+const PLAIN_HTTP_ANSWER: &[u8] =
+    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
+
+/// The TLS record type of a handshake: the first byte of every TLS
+/// client's first message.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// Completes a TLS handshake if the web config asks for one, then serves.
+async fn accepted(
+    mut stream: tokio::net::TcpStream,
+    server: Arc<Server>,
+    loaded: Option<Arc<Loaded>>,
+    closed: tokio::sync::watch::Receiver<bool>,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) {
+    let Some(tls) = loaded.as_ref().and_then(|l| l.tls.clone()) else {
+        return connection(stream, server, loaded, closed, permit).await;
+    };
+    // The handshake is bounded like a request head: a client that
+    // connects and says nothing holds its slot no longer.
+    let handshake = async {
+        let mut first = [0u8; 1];
+        match stream.peek(&mut first).await {
+            Ok(1) if first[0] == TLS_HANDSHAKE => {}
+            Ok(1) => {
+                use tokio::io::AsyncWriteExt;
+                let _ = stream.write_all(PLAIN_HTTP_ANSWER).await;
+                let _ = stream.shutdown().await;
+                return Err(Some(Refusal::PlainHttp));
+            }
+            _ => return Err(None),
+        }
+        tokio_rustls::TlsAcceptor::from(tls).accept(stream).await.map_err(|e| {
+            tracing::debug!("TLS handshake refused: {e}");
+            Some(Refusal::TlsHandshake)
+        })
+    };
+    match tokio::time::timeout(server.bounds.header_read, handshake).await {
+        Ok(Ok(stream)) => connection(stream, server, loaded, closed, permit).await,
+        Ok(Err(Some(why))) => server.published.refuse(why),
+        Ok(Err(None)) => {}
+        Err(_) => {
+            server.published.timed_out.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The paths [`Access::open_probes`] opens.
+fn is_probe(path: &str) -> bool {
+    path == "/healthz" || path == "/readyz"
+}
+
+/// Serves one connection within the server's bounds until it ends, is
+/// too old, or the server closes; `_permit` is its slot.
+async fn connection<S>(
+    stream: S,
+    server: Arc<Server>,
+    loaded: Option<Arc<Loaded>>,
+    mut closed: tokio::sync::watch::Receiver<bool>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let bounds = server.bounds;
     // Whether a request came: a keep-alive connection closed idle by the
     // header timeout served its client and is not counted.
     let served = Arc::new(AtomicBool::new(false));
     let service = {
         let served = served.clone();
+        let server = server.clone();
         hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             served.store(true, Ordering::Relaxed);
-            let mut router = router.clone();
+            let server = server.clone();
+            let loaded = loaded.clone();
             async move {
-                // RFC 9112 §3.2: an HTTP/1.1 request without exactly one
-                // Host field gets 400 (hyper leaves that to the server).
-                if request.version() == hyper::Version::HTTP_11
-                    && request.headers().get_all(header::HOST).iter().count() != 1
-                {
-                    let mut bad = Response::new(axum::body::Body::from("HTTP/1.1 requests need one Host header\n"));
-                    *bad.status_mut() = StatusCode::BAD_REQUEST;
-                    return Ok(bad);
+                let mut answer = answer(&server, loaded.as_deref(), request).await;
+                if let Some(loaded) = &loaded {
+                    for (name, value) in &loaded.headers {
+                        answer.headers_mut().insert(name.clone(), value.clone());
+                    }
                 }
-                // Router is always ready: no poll_ready needed before call.
-                tower_service::Service::call(&mut router, request).await
+                Ok::<_, std::convert::Infallible>(answer)
             }
         })
     };
@@ -335,7 +527,49 @@ async fn connection(
         }
     };
     if timed_out {
-        published.timed_out.fetch_add(1, Ordering::Relaxed);
+        server.published.timed_out.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One request's answer: refused for its head or its credentials, else
+/// the router's.
+async fn answer(server: &Server, loaded: Option<&Loaded>, request: hyper::Request<hyper::body::Incoming>) -> Response {
+    // RFC 9112 §3.2: an HTTP/1.1 request without exactly one Host field
+    // gets 400 (hyper leaves that to the server).
+    if request.version() == hyper::Version::HTTP_11 && request.headers().get_all(header::HOST).iter().count() != 1 {
+        return (StatusCode::BAD_REQUEST, "HTTP/1.1 requests need one Host header\n").into_response();
+    }
+    if let (Some(loaded), Some(auth)) = (loaded, &server.auth)
+        && !loaded.users.is_empty()
+        && !(server.access.open_probes && is_probe(request.uri().path()))
+    {
+        let given = request.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes());
+        let refused = match auth.check(&loaded.users, given).await {
+            Verdict::Allowed => None,
+            Verdict::NoCredentials => Some(Refusal::NoCredentials),
+            Verdict::BadCredentials => Some(Refusal::BadCredentials),
+            Verdict::Busy => Some(Refusal::Busy),
+        };
+        if let Some(why) = refused {
+            server.published.refuse(why);
+            return if why == Refusal::Busy {
+                (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "5")], "password checks are busy\n")
+                    .into_response()
+            } else {
+                (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, "Basic realm=\"rankpulse\", charset=\"UTF-8\"")],
+                    "Unauthorized\n",
+                )
+                    .into_response()
+            };
+        }
+    }
+    // Router is always ready: no poll_ready needed before call.
+    let mut router = server.router.clone();
+    match tower_service::Service::call(&mut router, request).await {
+        Ok(answer) => answer,
+        Err(never) => match never {},
     }
 }
 
@@ -459,7 +693,8 @@ mod tests {
             let shutdown = async move {
                 let _ = stopped.await;
             };
-            let server = runtime.spawn(serve_bounded(listener, published, shutdown, bounds));
+            let server =
+                runtime.spawn(serve_bounded(listener, published, Routes::All, Access::default(), shutdown, bounds));
             Running { runtime, addr, stop, server }
         }
 
