@@ -24,6 +24,10 @@
 //!   a second instance joins while every list is open (no `state.dir`);
 //!   the first neither finalizes nor publishes the lists it handed over, so
 //!   the two instances' counters add up to the batch engine's.
+//! - `a_flood_of_wrong_passwords_does_not_slow_consumption`: the endpoint
+//!   behind TLS and basic auth; the same backlog consumed twice, alone and
+//!   while eight clients send wrong passwords as fast as they are
+//!   answered: the consumer loop's gaps and the scraper's answers compared.
 //!
 //! Ignored by a plain `cargo test` (each takes a broker and about a minute);
 //! `.ci/run` runs them with `--ignored`, where a missing broker fails.
@@ -515,4 +519,136 @@ async fn partitions_handed_over_without_state_are_counted_by_their_new_owner_onl
     if let Err(differing) = crate::common::counters_add_up(&union, &single, 10) {
         panic!("the two instances' counters do not add up to the single pass: {differing}");
     }
+}
+
+/// The consumer loop's gap histogram: cumulative counts by bound.
+fn loop_gaps(exposition: &str) -> Vec<(f64, f64)> {
+    exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("rankpulse_consumer_loop_gap_seconds_bucket{le=\""))
+        .filter_map(|l| {
+            let (le, count) = l.split_once("\"} ")?;
+            Some((if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? }, count.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Gaps longer than `bound` seconds (a bucket bound).
+fn gaps_over(histogram: &[(f64, f64)], bound: f64) -> f64 {
+    let total = histogram.last().map_or(0.0, |(_, c)| *c);
+    let within = histogram.iter().find(|(le, _)| *le == bound).map_or(0.0, |(_, c)| *c);
+    total - within
+}
+
+#[test]
+#[ignore = "hostile-input tier: needs RANKPULSE_TANSU, run with --ignored (.ci/run does)"]
+fn a_flood_of_wrong_passwords_does_not_slow_consumption() {
+    use crate::secured_http::{Pki, https_get, temp_dir, web_config};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let tansu = crate::common::tansu_binary();
+    let port = free_port();
+    let _broker = start_tansu(&tansu, port, port, &[IMPRESSIONS, JUDGMENTS], PARTITIONS);
+    let bootstrap = format!("127.0.0.1:{port}");
+    let pki = Pki::new();
+    let dir = temp_dir("password-flood");
+    pki.write(&dir);
+    let web = web_config(&dir, "prometheus", "scrape-secret");
+    let web = web.to_str().unwrap();
+    let evs = events(200_000, now_ms() - 3_600_000, 53);
+    produce(&producer(&bootstrap), &evs, None);
+    let right = Some(("prometheus", "scrape-secret"));
+
+    // One consumption of the whole backlog by a new group: its loop gaps,
+    // how long it took, and the slowest authorized scrape meanwhile.
+    let consume = |group: &str, flood: bool| {
+        let http = format!("127.0.0.1:{}", free_port());
+        // The default bound; RANKPULSE_FLOOD_CHECKS=8 shows what it
+        // prevents (measured: consumption 2.6 times slower, 22 gaps over
+        // 50 ms, and this test fails).
+        let checks = std::env::var("RANKPULSE_FLOOD_CHECKS").unwrap_or("1".into());
+        let env = [("RANKPULSE__HTTP__WEB_CONFIG", web), ("RANKPULSE__HTTP__MAX_PASSWORD_CHECKS", &checks)];
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sent, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let flooders: Vec<_> = (0..if flood { 8 } else { 0 })
+            .map(|t| {
+                let (stop, sent, refused, http, ca) =
+                    (stop.clone(), sent.clone(), refused.clone(), http.clone(), pki.ca.clone());
+                std::thread::spawn(move || {
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        i += 1;
+                        let password = format!("guess-{t}-{i}");
+                        sent.fetch_add(1, Ordering::Relaxed);
+                        match https_get(&http, "/metrics", &ca, None, Some(("prometheus", &password))) {
+                            Ok(a) if a.status == 401 || a.status == 503 => {
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Ok(a) => panic!("a wrong password got {}", a.status),
+                            // Not listening yet.
+                            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let mut daemon = spawn_fast_fetch_daemon(&bootstrap, &http, group, &env);
+        let mut slowest = Duration::ZERO;
+        let mut exposition = String::new();
+        wait_until("the backlog consumed", Duration::from_secs(300), || {
+            let asked = std::time::Instant::now();
+            exposition = match https_get(&http, "/metrics", &pki.ca, None, right) {
+                Ok(a) if a.status == 200 => {
+                    slowest = slowest.max(asked.elapsed());
+                    a.body
+                }
+                _ => String::new(),
+            };
+            consumed(&exposition) >= evs.len() as f64
+        });
+        let took = started.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        for f in flooders {
+            f.join().unwrap();
+        }
+        sigterm(&mut daemon);
+        let gaps = loop_gaps(&exposition);
+        let (sent, refused) = (sent.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
+        eprintln!(
+            "password flood {flood}: {} messages in {took:?}; loop gaps {:.0}, over 50 ms {}, over 100 ms {}, \
+             over 250 ms {}; slowest authorized scrape {slowest:?}; {sent} wrong passwords sent, {refused} refused \
+             (busy {})",
+            evs.len(),
+            gaps.last().map_or(0.0, |(_, c)| *c),
+            gaps_over(&gaps, 0.05),
+            gaps_over(&gaps, 0.1),
+            gaps_over(&gaps, 0.25),
+            sum_of(&exposition, "rankpulse_http_refused_total{reason=\"busy\"}"),
+        );
+        (gaps, took, slowest, refused, exposition)
+    };
+    let (calm, calm_took, _, _, _) = consume(&format!("flood-calm-{}", std::process::id()), false);
+    let (flood, flood_took, slowest, refused, exposition) = consume(&format!("flood-{}", std::process::id()), true);
+
+    // The flood happened while the backlog was consumed, and was refused.
+    assert!(refused >= 20, "only {refused} wrong passwords were answered during consumption");
+    assert!(sum_of(&exposition, "rankpulse_http_refused_total{reason=\"bad_credentials\"}") >= 10.0, "{exposition}");
+    // The loop was not held up: no more long gaps than without the flood,
+    // and the backlog took no longer (bcrypt runs on the blocking pool, one
+    // check at a time: at most one core of two).
+    assert!(
+        gaps_over(&flood, 0.05) <= gaps_over(&calm, 0.05) + 2.0,
+        "gaps over 50 ms: {} with the flood, {} without",
+        gaps_over(&flood, 0.05),
+        gaps_over(&calm, 0.05)
+    );
+    assert!(
+        flood_took.as_secs_f64() <= calm_took.as_secs_f64() * 1.5,
+        "the backlog took {flood_took:?} with the flood, {calm_took:?} without"
+    );
+    // The scraper, whose success is remembered, is answered at once.
+    assert!(slowest < Duration::from_secs(2), "an authorized scrape took {slowest:?} during the flood");
+    eprintln!("password flood: consumption took {flood_took:?} with the flood, {calm_took:?} without");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -28,6 +28,7 @@ mod demo;
 mod kafka_mock;
 mod logs;
 mod mapped_kafka;
+mod secured_http;
 mod ubi_kafka;
 
 // Tiers that need more than cargo: a standalone broker, TLS tools, Prometheus.
