@@ -303,17 +303,19 @@ fn server_config(
     files: &mut Vec<PathBuf>,
     invalid: &dyn Fn(&str, String) -> WebConfigError,
 ) -> Result<ServerConfig, WebConfigError> {
-    for (key, given) in [
-        ("client_allowed_sans", tls.client_allowed_sans.is_some()),
-        ("cipher_suites", tls.cipher_suites.is_some()),
-        ("prefer_server_cipher_suites", tls.prefer_server_cipher_suites.is_some()),
-        ("curve_preferences", tls.curve_preferences.is_some()),
+    const SUITES: &str = "not implemented by rankpulse (rustls offers only its own safe suites and curves); remove it";
+    for (key, given, why) in [
+        (
+            "client_allowed_sans",
+            tls.client_allowed_sans.is_some(),
+            "not implemented by rankpulse; give the clients certificates of their own CA instead",
+        ),
+        ("cipher_suites", tls.cipher_suites.is_some(), SUITES),
+        ("prefer_server_cipher_suites", tls.prefer_server_cipher_suites.is_some(), SUITES),
+        ("curve_preferences", tls.curve_preferences.is_some(), SUITES),
     ] {
         if given {
-            return Err(invalid(
-                &format!("tls_server_config.{key}"),
-                "not implemented by rankpulse (rustls offers only its own safe suites and curves); remove it".into(),
-            ));
+            return Err(invalid(&format!("tls_server_config.{key}"), why.into()));
         }
     }
     let mut pem = |inline: Option<String>, file: Option<PathBuf>, key: &str, required: bool| match (inline, file) {

@@ -49,7 +49,7 @@ fn new_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
 
 /// `expired`: valid in 2020 only.
 fn leaf(issuer: &rcgen::Issuer<'static, rcgen::KeyPair>, server: bool, expired: bool) -> Pair {
-    let names = if server { vec!["localhost".to_string(), "127.0.0.1".to_string()] } else { vec![] };
+    let names = if server { ["localhost", "127.0.0.1", "rankpulse"].map(String::from).to_vec() } else { vec![] };
     let mut params = rcgen::CertificateParams::new(names).unwrap();
     params.distinguished_name.push(rcgen::DnType::CommonName, if server { "rankpulse" } else { "scraper" });
     params.extended_key_usages = vec![if server {
