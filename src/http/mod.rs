@@ -718,6 +718,64 @@ mod tests {
         running.stop();
     }
 
+    /// `http.probe_listen` answers the probes alone, without TLS or a
+    /// password, while the main port asks for both; `http.open_probes =
+    /// false` puts the main port's probes behind the password.
+    #[test]
+    fn probes_have_their_own_plain_port_and_close_with_open_probes_off() {
+        let dir = std::env::temp_dir().join(format!("rankpulse-probes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap().self_signed(&key).unwrap();
+        std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+        std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+        let hash = bcrypt::hash("pw", 4).unwrap();
+        std::fs::write(
+            dir.join("tls.yml"),
+            format!("tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\nbasic_auth_users:\n  u: {hash}\n"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("auth.yml"), format!("basic_auth_users:\n  u: {hash}\n")).unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let serve = |file: &str, open_probes: bool, probes: bool| {
+            let access = Access {
+                web_config: Some(Arc::new(WebConfig::load(&dir.join(file)).unwrap())),
+                open_probes,
+                max_password_checks: 1,
+            };
+            let bind = || runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+            let (main, probe) = (bind(), probes.then(bind));
+            let addrs = (main.local_addr().unwrap(), probe.as_ref().map(|p| p.local_addr().unwrap()));
+            let published = Arc::new(Published::new(&crate::config::Config::default()));
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let server = runtime.spawn(serve_with_probes(main, probe, published, access, stopped));
+            (addrs, stop, server)
+        };
+        let health = |url: String| check_health(&url, Duration::from_secs(5));
+
+        let ((main, probe), stop, server) = serve("tls.yml", true, true);
+        let probe = probe.unwrap();
+        assert_eq!(health(format!("http://{probe}/healthz")).unwrap(), "HTTP/1.1 200 OK");
+        assert!(matches!(health(format!("http://{probe}/readyz")), Err(HealthError::Status { status: 503, .. })));
+        assert!(matches!(health(format!("http://{probe}/metrics")), Err(HealthError::Status { status: 404, .. })));
+        assert!(matches!(health(format!("http://{main}/healthz")), Err(HealthError::Status { status: 400, .. })));
+        let _ = stop.send(());
+        runtime.block_on(server).unwrap().unwrap();
+
+        for (open, want) in [(true, 200), (false, 401)] {
+            let ((main, _), stop, server) = serve("auth.yml", open, false);
+            let got = match health(format!("http://{main}/healthz")) {
+                Ok(_) => 200,
+                Err(HealthError::Status { status, .. }) => status,
+                Err(e) => panic!("{e}"),
+            };
+            assert_eq!(got, want, "open_probes = {open}");
+            let _ = stop.send(());
+            runtime.block_on(server).unwrap().unwrap();
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// RFC 9112 §3.2: HTTP/1.1 without one Host field is a bad request;
     /// HTTP/1.0 has no Host to require.
     #[test]
