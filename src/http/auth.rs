@@ -157,6 +157,11 @@ mod tests {
         assert_eq!(auth.check(&users, Some(b"basic  YWxpY2U6czNjcmV0Ong= ")).await, Verdict::Allowed);
         // A remembered success does not let another password in.
         assert_eq!(auth.check(&users, Some(&basic("alice", "s3cret"))).await, Verdict::BadCredentials);
+        // htpasswd writes `$2y$` hashes: the same algorithm under another name.
+        let y: HashMap<String, String> =
+            [("carol".to_string(), bcrypt::hash("pw", 4).unwrap().replacen("$2b$", "$2y$", 1))].into();
+        assert!(y["carol"].starts_with("$2y$04$"));
+        assert_eq!(auth.check(&y, Some(&basic("carol", "pw"))).await, Verdict::Allowed);
         // A new hash for the user makes the old password fail.
         let changed: HashMap<String, String> = [("alice".to_string(), bcrypt::hash("new", 4).unwrap())].into();
         assert_eq!(auth.check(&changed, Some(&basic("alice", "s3cret:x"))).await, Verdict::BadCredentials);
