@@ -274,7 +274,7 @@ pub async fn run_with(
     let publisher =
         Publisher::start(config.clone(), published.clone(), store.clone()).map_err(DaemonError::Publisher)?;
     let web_config = match &config.http.web_config {
-        Some(path) => Some(Arc::new(http::web_config::WebConfig::load(path)?)),
+        Some(path) => Some(http::web_config::WebConfig::watch(path)?),
         None => None,
     };
     let scheme = match web_config.as_ref().map(|w| w.current()) {

@@ -13,9 +13,9 @@
 //! in constant time. Failures are not remembered, so an attacker cannot
 //! fill the memory; the next change of the hash forgets the success.
 //!
-//! An unknown user is checked against a fixed hash of the same cost as a
-//! known one would be, so the answer's timing does not tell which user
-//! names exist.
+//! An unknown user's password is hashed at the highest cost among the
+//! configured users, as much work as checking a known user's, so the
+//! answer's timing does not tell which user names exist.
 
 use base64::Engine;
 use sha2::{Digest, Sha256};
@@ -48,9 +48,6 @@ pub struct Authenticator {
     /// The last success per user: the digest of user, hash and password.
     /// Bounded by the number of configured users (a success needs one).
     successes: Mutex<HashMap<String, [u8; 32]>>,
-    /// Checked for unknown users: a hash of cost 10, the cost exporter
-    /// tools suggest.
-    decoy: String,
     /// [`QUEUE_WAIT`], shorter in tests.
     queue_wait: Duration,
 }
@@ -60,40 +57,48 @@ impl Authenticator {
         Authenticator {
             slots: Arc::new(Semaphore::new(max_checks.max(1))),
             successes: Mutex::default(),
-            // Its password does not matter: an unknown user fails whatever
-            // it sends. Hashing takes one bcrypt time, once per server.
-            decoy: bcrypt::hash("decoy", 10).unwrap_or_default(),
             queue_wait: QUEUE_WAIT,
         }
     }
 
     /// Whether `authorization` (the header's value) names a user of `users`
-    /// with its password.
-    pub async fn check(&self, users: &HashMap<String, String>, authorization: Option<&[u8]>) -> Verdict {
+    /// with its password; an unknown user costs bcrypt at `decoy_cost`.
+    pub async fn check(
+        &self,
+        users: &HashMap<String, String>,
+        decoy_cost: u32,
+        authorization: Option<&[u8]>,
+    ) -> Verdict {
         let Some((user, password)) = authorization.and_then(credentials) else {
             return Verdict::NoCredentials;
         };
-        let (hash, known) = match users.get(&user) {
-            Some(hash) => (hash.clone(), true),
-            None => (self.decoy.clone(), false),
-        };
-        let digest = digest(&user, &hash, &password);
-        if known && self.remembered(&user, &digest) {
+        let hash = users.get(&user).cloned();
+        let digest = hash.as_ref().map(|hash| digest(&user, hash, &password));
+        if let Some(digest) = &digest
+            && self.remembered(&user, digest)
+        {
             return Verdict::Allowed;
         }
         let permit = match tokio::time::timeout(self.queue_wait, self.slots.clone().acquire_owned()).await {
             Ok(Ok(permit)) => permit,
             _ => return Verdict::Busy,
         };
+        let known = hash.is_some();
         let verified = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            bcrypt::verify(password.as_bytes(), &hash).unwrap_or(false)
+            match hash {
+                Some(hash) => bcrypt::verify(password.as_bytes(), &hash).unwrap_or(false),
+                None => {
+                    let _ = bcrypt::hash(password.as_bytes(), decoy_cost);
+                    false
+                }
+            }
         })
         .await
         .unwrap_or(false);
-        if !(verified && known) {
+        let (true, Some(digest)) = (verified && known, digest) else {
             return Verdict::BadCredentials;
-        }
+        };
         if let Ok(mut successes) = self.successes.lock() {
             // Only configured users get here, so the map stays as small as
             // the file; entries of users removed from it go too.
@@ -145,26 +150,26 @@ mod tests {
     async fn credentials_are_checked_and_successes_remembered() {
         let users: HashMap<String, String> = [("alice".to_string(), bcrypt::hash("s3cret:x", 4).unwrap())].into();
         let auth = Authenticator::new(1);
-        assert_eq!(auth.check(&users, None).await, Verdict::NoCredentials);
-        assert_eq!(auth.check(&users, Some(b"Bearer abc")).await, Verdict::NoCredentials);
-        assert_eq!(auth.check(&users, Some(b"Basic !!!")).await, Verdict::NoCredentials);
-        assert_eq!(auth.check(&users, Some(&basic("alice", "wrong"))).await, Verdict::BadCredentials);
-        assert_eq!(auth.check(&users, Some(&basic("bob", "s3cret:x"))).await, Verdict::BadCredentials);
+        assert_eq!(auth.check(&users, 4, None).await, Verdict::NoCredentials);
+        assert_eq!(auth.check(&users, 4, Some(b"Bearer abc")).await, Verdict::NoCredentials);
+        assert_eq!(auth.check(&users, 4, Some(b"Basic !!!")).await, Verdict::NoCredentials);
+        assert_eq!(auth.check(&users, 4, Some(&basic("alice", "wrong"))).await, Verdict::BadCredentials);
+        assert_eq!(auth.check(&users, 4, Some(&basic("bob", "s3cret:x"))).await, Verdict::BadCredentials);
         assert!(auth.successes.lock().unwrap().is_empty(), "failures are not remembered");
         // A password may hold a colon (RFC 7617: the user name may not).
-        assert_eq!(auth.check(&users, Some(&basic("alice", "s3cret:x"))).await, Verdict::Allowed);
+        assert_eq!(auth.check(&users, 4, Some(&basic("alice", "s3cret:x"))).await, Verdict::Allowed);
         assert_eq!(auth.successes.lock().unwrap().len(), 1);
-        assert_eq!(auth.check(&users, Some(b"basic  YWxpY2U6czNjcmV0Ong= ")).await, Verdict::Allowed);
+        assert_eq!(auth.check(&users, 4, Some(b"basic  YWxpY2U6czNjcmV0Ong= ")).await, Verdict::Allowed);
         // A remembered success does not let another password in.
-        assert_eq!(auth.check(&users, Some(&basic("alice", "s3cret"))).await, Verdict::BadCredentials);
+        assert_eq!(auth.check(&users, 4, Some(&basic("alice", "s3cret"))).await, Verdict::BadCredentials);
         // htpasswd writes `$2y$` hashes: the same algorithm under another name.
         let y: HashMap<String, String> =
             [("carol".to_string(), bcrypt::hash("pw", 4).unwrap().replacen("$2b$", "$2y$", 1))].into();
         assert!(y["carol"].starts_with("$2y$04$"));
-        assert_eq!(auth.check(&y, Some(&basic("carol", "pw"))).await, Verdict::Allowed);
+        assert_eq!(auth.check(&y, 4, Some(&basic("carol", "pw"))).await, Verdict::Allowed);
         // A new hash for the user makes the old password fail.
         let changed: HashMap<String, String> = [("alice".to_string(), bcrypt::hash("new", 4).unwrap())].into();
-        assert_eq!(auth.check(&changed, Some(&basic("alice", "s3cret:x"))).await, Verdict::BadCredentials);
+        assert_eq!(auth.check(&changed, 4, Some(&basic("alice", "s3cret:x"))).await, Verdict::BadCredentials);
     }
 
     /// With every slot taken, a request is told the server is busy after
@@ -174,13 +179,24 @@ mod tests {
         let users: HashMap<String, String> = [("alice".to_string(), bcrypt::hash("pw", 4).unwrap())].into();
         let auth = Authenticator { queue_wait: Duration::from_millis(20), ..Authenticator::new(1) };
         let _taken = auth.slots.clone().acquire_owned().await.unwrap();
-        assert_eq!(auth.check(&users, Some(&basic("alice", "pw"))).await, Verdict::Busy);
+        assert_eq!(auth.check(&users, 4, Some(&basic("alice", "pw"))).await, Verdict::Busy);
     }
 
-    #[test]
-    fn the_decoy_is_a_bcrypt_hash_of_cost_10() {
+    /// An unknown user takes as long as a known one with a wrong password
+    /// (bcrypt at the same cost), not a hash lookup's microseconds.
+    #[tokio::test]
+    async fn an_unknown_user_costs_a_bcrypt() {
+        let users: HashMap<String, String> = [("alice".to_string(), bcrypt::hash("pw", 8).unwrap())].into();
         let auth = Authenticator::new(1);
-        let parts: bcrypt::HashParts = auth.decoy.parse().unwrap();
-        assert_eq!(parts.get_cost(), 10);
+        let time = |user: &'static str| {
+            let (auth, users) = (&auth, &users);
+            async move {
+                let started = std::time::Instant::now();
+                assert_eq!(auth.check(users, 8, Some(&basic(user, "nope"))).await, Verdict::BadCredentials);
+                started.elapsed()
+            }
+        };
+        let (known, unknown) = (time("alice").await, time("mallory").await);
+        assert!(unknown * 3 > known && known * 3 > unknown, "known {known:?}, unknown {unknown:?}");
     }
 }

@@ -405,14 +405,13 @@ async fn serve_bounded(
                 }
             },
         };
-        // The state in force when the connection came: a rotated
-        // certificate or password serves the connections after it.
-        let loaded = server.access.web_config.as_ref().map(|w| {
-            let loaded = w.current();
+        // The certificate in force when the connection came serves it; a
+        // rotated one serves the connections after it.
+        let tls = server.access.web_config.as_ref().and_then(|w| {
             published.web_config_reload_failures.store(w.reload_failures(), Ordering::Relaxed);
-            loaded
+            w.current().tls.clone()
         });
-        connections.spawn(accepted(stream, server.clone(), loaded, closed.clone(), permit));
+        connections.spawn(accepted(stream, server.clone(), tls, closed.clone(), permit));
         // Reap the finished ones so the set holds only live connections.
         while connections.try_join_next().is_some() {}
     }
@@ -436,12 +435,12 @@ const TLS_HANDSHAKE: u8 = 0x16;
 async fn accepted(
     mut stream: tokio::net::TcpStream,
     server: Arc<Server>,
-    loaded: Option<Arc<Loaded>>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     closed: tokio::sync::watch::Receiver<bool>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
-    let Some(tls) = loaded.as_ref().and_then(|l| l.tls.clone()) else {
-        return connection(stream, server, loaded, closed, permit).await;
+    let Some(tls) = tls else {
+        return connection(stream, server, closed, permit).await;
     };
     // The handshake is bounded like a request head: a client that
     // connects and says nothing holds its slot no longer.
@@ -463,7 +462,7 @@ async fn accepted(
         })
     };
     match tokio::time::timeout(server.bounds.header_read, handshake).await {
-        Ok(Ok(stream)) => connection(stream, server, loaded, closed, permit).await,
+        Ok(Ok(stream)) => connection(stream, server, closed, permit).await,
         Ok(Err(Some(why))) => server.published.refuse(why),
         Ok(Err(None)) => {}
         Err(_) => {
@@ -482,7 +481,6 @@ fn is_probe(path: &str) -> bool {
 async fn connection<S>(
     stream: S,
     server: Arc<Server>,
-    loaded: Option<Arc<Loaded>>,
     mut closed: tokio::sync::watch::Receiver<bool>,
     _permit: tokio::sync::OwnedSemaphorePermit,
 ) where
@@ -498,7 +496,9 @@ async fn connection<S>(
         hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             served.store(true, Ordering::Relaxed);
             let server = server.clone();
-            let loaded = loaded.clone();
+            // Users and headers as they are now: a removed password stops
+            // working on open keep-alive connections too.
+            let loaded = server.access.web_config.as_ref().map(|w| w.current());
             async move {
                 let mut answer = answer(&server, loaded.as_deref(), request).await;
                 if let Some(loaded) = &loaded {
@@ -544,7 +544,7 @@ async fn answer(server: &Server, loaded: Option<&Loaded>, request: hyper::Reques
         && !(server.access.open_probes && is_probe(request.uri().path()))
     {
         let given = request.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes());
-        let refused = match auth.check(&loaded.users, given).await {
+        let refused = match auth.check(&loaded.users, loaded.decoy_cost, given).await {
             Verdict::Allowed => None,
             Verdict::NoCredentials => Some(Refusal::NoCredentials),
             Verdict::BadCredentials => Some(Refusal::BadCredentials),

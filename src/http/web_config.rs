@@ -32,8 +32,8 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
 use thiserror::Error;
 
 /// How often the files' modification times are looked at: often enough
@@ -105,34 +105,46 @@ struct HttpFormat {
 }
 
 /// What the file says, ready to serve with.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Loaded {
     /// Present when `tls_server_config` is: every connection is TLS.
     pub tls: Option<Arc<ServerConfig>>,
     /// User name → bcrypt hash; empty means no authentication.
     pub users: HashMap<String, String>,
-    /// Added to every answer.
+    /// Added to every answer to a request.
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The highest bcrypt cost among the users: an unknown user costs as
+    /// much as a known one, so the timing does not tell which exist.
+    pub decoy_cost: u32,
+    mode: Mode,
 }
 
 /// The web configuration in force, re-read when its files change.
 #[derive(Debug)]
 pub struct WebConfig {
     path: PathBuf,
-    watched: Mutex<Watched>,
+    /// What connections and requests are served with: a clone of the
+    /// `Arc` is all they take, so a slow disk never holds a connection.
+    loaded: RwLock<Arc<Loaded>>,
+    /// The files and what they looked like when last read (or when a read
+    /// failed, so that a broken file is reported once, not every second).
+    /// Only the watcher touches them.
+    stamps: Mutex<Vec<(PathBuf, Option<Stamp>)>>,
     /// Changes that were not taken: the file or a certificate did not
-    /// read, or the change would turn TLS on or off (a restart does that).
+    /// read, or the change would weaken the mode (see [`Mode`]).
     reload_failures: AtomicU64,
 }
 
-#[derive(Debug)]
-struct Watched {
-    loaded: Arc<Loaded>,
-    /// The files the state was read from, with what they looked like then
-    /// (or at the last attempt that failed, so that a broken file is
-    /// reported once, not every second).
-    stamps: Vec<(PathBuf, Option<Stamp>)>,
-    checked: Instant,
+/// What a running server does not change on a re-read: whether it speaks
+/// TLS, how it treats client certificates, whether it asks for a
+/// password. A file caught half-written can parse (cut after
+/// `basic_auth_users:`, or before `client_auth_type:`), and taking it
+/// would open the endpoint; a restart takes a deliberate change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mode {
+    tls: bool,
+    client_auth: ClientAuth,
+    passwords: bool,
 }
 
 /// What tells a file changed: its modification time and length, read
@@ -145,12 +157,38 @@ fn stamp(path: &Path) -> Option<Stamp> {
 }
 
 impl WebConfig {
+    /// Reads the file and starts a thread that looks for changes every
+    /// [`RECHECK`] while the returned `Arc` lives. Its stat calls and
+    /// re-reads never run on the runtime: a hung mount delays a rotation,
+    /// not an accept.
+    pub fn watch(path: &Path) -> Result<Arc<WebConfig>, WebConfigError> {
+        let config = Arc::new(WebConfig::load(path)?);
+        let weak = Arc::downgrade(&config);
+        let spawned = std::thread::Builder::new().name("rankpulse-web-config".into()).spawn(move || {
+            loop {
+                std::thread::sleep(RECHECK);
+                match weak.upgrade() {
+                    Some(config) => config.check(),
+                    None => break,
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!("web config {}: no thread to watch it ({e}); changes take a restart", path.display());
+        }
+        Ok(config)
+    }
+
+    /// Reads the file once, without watching it.
     pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
+        // Stamps before reading: a change during the read is seen again.
+        let before = stamp(path);
         let (loaded, files) = read(path)?;
-        let stamps = files.into_iter().map(|f| (f.clone(), stamp(&f))).collect();
+        let stamps = files.into_iter().map(|f| (f.clone(), if f == path { before } else { stamp(&f) })).collect();
         Ok(WebConfig {
             path: path.to_path_buf(),
-            watched: Mutex::new(Watched { loaded: Arc::new(loaded), stamps, checked: Instant::now() }),
+            loaded: RwLock::new(Arc::new(loaded)),
+            stamps: Mutex::new(stamps),
             reload_failures: AtomicU64::new(0),
         })
     }
@@ -159,44 +197,73 @@ impl WebConfig {
         &self.path
     }
 
-    /// The state to serve a new connection with.
+    /// The state to serve with.
     pub fn current(&self) -> Arc<Loaded> {
-        let mut watched = match self.watched.lock() {
+        match self.loaded.read() {
+            Ok(loaded) => loaded.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Re-reads everything if any watched file changed since it was read.
+    pub(crate) fn check(&self) {
+        let mut stamps = match self.stamps.lock() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
         };
-        if watched.checked.elapsed() >= RECHECK {
-            watched.checked = Instant::now();
-            if watched.stamps.iter().any(|(file, seen)| stamp(file) != *seen) {
-                self.reload(&mut watched);
-            }
+        let now: Vec<Option<Stamp>> = stamps.iter().map(|(file, _)| stamp(file)).collect();
+        if stamps.iter().zip(&now).all(|((_, seen), now)| seen == now) {
+            return;
         }
-        watched.loaded.clone()
-    }
-
-    fn reload(&self, watched: &mut Watched) {
+        // Recorded before reading: whatever changes after this is seen by
+        // the next check, so a renewal that lands mid-read is not lost.
+        for ((_, seen), now) in stamps.iter_mut().zip(now) {
+            *seen = now;
+        }
+        let mode = self.current().mode;
         let outcome = read(&self.path).and_then(|(loaded, files)| {
-            if loaded.tls.is_some() != watched.loaded.tls.is_some() {
+            if loaded.mode != mode {
+                let key = if loaded.mode.tls != mode.tls {
+                    "tls_server_config"
+                } else if loaded.mode.client_auth != mode.client_auth {
+                    "tls_server_config.client_auth_type"
+                } else {
+                    "basic_auth_users"
+                };
                 return Err(WebConfigError::Invalid {
                     path: self.path.clone(),
-                    key: "tls_server_config".into(),
-                    message: "turning TLS on or off takes a restart; the file in force is kept".into(),
+                    key: key.into(),
+                    message: format!(
+                        "a re-read may not change whether TLS is on ({} → {}), the client_auth_type ({:?} → {:?}) \
+                         or whether a password is asked ({} → {}): a file caught half-written would open the \
+                         endpoint; restart to change them. The file in force is kept",
+                        mode.tls,
+                        loaded.mode.tls,
+                        mode.client_auth,
+                        loaded.mode.client_auth,
+                        mode.passwords,
+                        loaded.mode.passwords
+                    ),
                 });
             }
             Ok((loaded, files))
         });
         match outcome {
             Ok((loaded, files)) => {
-                watched.stamps = files.into_iter().map(|f| (f.clone(), stamp(&f))).collect();
-                watched.loaded = Arc::new(loaded);
+                // A file named anew (another cert_file) is watched from now.
+                for file in files {
+                    if !stamps.iter().any(|(f, _)| *f == file) {
+                        let seen = stamp(&file);
+                        stamps.push((file, seen));
+                    }
+                }
+                match self.loaded.write() {
+                    Ok(mut guard) => *guard = Arc::new(loaded),
+                    Err(poisoned) => *poisoned.into_inner() = Arc::new(loaded),
+                }
                 tracing::info!("web config {} re-read: its files changed", self.path.display());
             }
             Err(e) => {
-                // Remember what the files look like now: the next attempt
-                // waits for the next change instead of failing every second.
-                for (file, seen) in &mut watched.stamps {
-                    *seen = stamp(file);
-                }
                 self.reload_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("{e}; serving with the web config read before");
             }
@@ -232,20 +299,26 @@ fn read(path: &Path) -> Result<(Loaded, Vec<PathBuf>), WebConfigError> {
     // exporter-toolkit: the file and its certificates move together.
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut files = vec![path.to_path_buf()];
-    let tls = match format.tls_server_config {
-        Some(tls) => Some(Arc::new(server_config(tls, dir, &mut files, &invalid)?)),
-        None => None,
+    let (tls, client_auth) = match format.tls_server_config {
+        Some(tls) => {
+            let (config, client_auth) = server_config(tls, dir, &mut files, &invalid)?;
+            (Some(Arc::new(config)), client_auth)
+        }
+        None => (None, ClientAuth::NoClientCert),
     };
     let mut users = HashMap::new();
+    let mut decoy_cost = None;
     for (user, hash) in format.basic_auth_users.unwrap_or_default() {
-        if hash.parse::<bcrypt::HashParts>().is_err() {
+        let Ok(parts) = hash.parse::<bcrypt::HashParts>() else {
             return Err(invalid(
                 &format!("basic_auth_users.{user}"),
                 "not a bcrypt hash (make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`)".into(),
             ));
-        }
+        };
+        decoy_cost = decoy_cost.max(Some(parts.get_cost()));
         users.insert(user, hash);
     }
+    let mode = Mode { tls: tls.is_some(), client_auth, passwords: !users.is_empty() };
     let mut headers = Vec::new();
     for (name, value) in format.http_server_config.and_then(|h| h.headers).unwrap_or_default() {
         let key = format!("http_server_config.headers.{name}");
@@ -265,7 +338,7 @@ fn read(path: &Path) -> Result<(Loaded, Vec<PathBuf>), WebConfigError> {
             HeaderValue::from_str(&value).map_err(|_| invalid(&key, format!("{value:?} is not a header value")))?;
         headers.push((HeaderName::from_static(lowercase(known)), value));
     }
-    Ok((Loaded { tls, users, headers }, files))
+    Ok((Loaded { tls, users, headers, decoy_cost: decoy_cost.unwrap_or(10), mode }, files))
 }
 
 /// The header names of [`HEADERS`] as `HeaderName::from_static` takes them.
@@ -302,7 +375,7 @@ fn server_config(
     dir: &Path,
     files: &mut Vec<PathBuf>,
     invalid: &dyn Fn(&str, String) -> WebConfigError,
-) -> Result<ServerConfig, WebConfigError> {
+) -> Result<(ServerConfig, ClientAuth), WebConfigError> {
     const SUITES: &str = "not implemented by rankpulse (rustls offers only its own safe suites and curves); remove it";
     for (key, given, why) in [
         (
@@ -396,7 +469,7 @@ fn server_config(
         .with_single_cert(chain, key)
         .map_err(|e| invalid("tls_server_config.key_file", format!("does not go with the certificate: {e}")))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+    Ok((config, auth))
 }
 
 /// The protocol versions between `min_version` (default TLS12, as in
@@ -586,26 +659,31 @@ mod tests {
         assert_eq!(loaded.headers[0].0.as_str(), "x-frame-options");
     }
 
-    /// A changed password file is in force after the recheck interval; a
-    /// broken one is counted and the state before it kept.
+    /// A changed password file is in force after a check; a broken one,
+    /// or one that would drop the passwords, is counted and the state
+    /// before it kept.
     #[test]
-    fn changes_are_read_and_broken_files_keep_the_state_in_force() {
+    fn changes_are_read_and_broken_or_weakening_files_keep_the_state_in_force() {
         let dir = temp_dir("reload");
         let path = write(&dir, "web.yml", &format!("basic_auth_users:\n  alice: {}\n", bcrypt::hash("a", 4).unwrap()));
         let config = WebConfig::load(&path).unwrap();
         assert!(config.current().users.contains_key("alice"));
-        let bob = bcrypt::hash("b", 4).unwrap();
+        config.check();
+        assert_eq!(config.reload_failures(), 0, "nothing changed, nothing read");
+        let bob = bcrypt::hash("b", 5).unwrap();
         std::fs::write(&path, format!("basic_auth_users:\n  bob: {bob}\n  carol: {bob}\n")).unwrap();
-        config.watched.lock().unwrap().checked -= RECHECK;
+        config.check();
         let now = config.current();
         assert!(now.users.contains_key("bob") && !now.users.contains_key("alice"));
-        std::fs::write(&path, "basic_auth_users: [").unwrap();
-        config.watched.lock().unwrap().checked -= RECHECK;
-        assert!(config.current().users.contains_key("bob"));
-        assert_eq!(config.reload_failures(), 1);
-        // The broken file is not re-read until it changes again.
-        config.watched.lock().unwrap().checked -= RECHECK;
-        let _ = config.current();
-        assert_eq!(config.reload_failures(), 1);
+        assert_eq!(now.decoy_cost, 5);
+        for (broken, failures) in [("basic_auth_users: [", 1), ("basic_auth_users:\n", 2), ("", 3)] {
+            std::fs::write(&path, broken).unwrap();
+            config.check();
+            assert!(config.current().users.contains_key("bob"), "{broken:?}");
+            assert_eq!(config.reload_failures(), failures, "{broken:?}");
+            // Not re-read until it changes again.
+            config.check();
+            assert_eq!(config.reload_failures(), failures);
+        }
     }
 }
