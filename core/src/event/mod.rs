@@ -765,7 +765,7 @@ mod tests {
     /// docs/formats.md, derived here from the variant names.
     #[test]
     fn reject_reason_labels_are_the_documented_ones() {
-        let formats = include_str!("../../docs/formats.md");
+        let formats = include_str!("../../../docs/formats.md");
         let documented: Vec<&str> = formats
             .split("The reasons, in every format:")
             .nth(1)
