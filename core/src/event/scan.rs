@@ -25,8 +25,9 @@
 //! every member) and the `decode_assemble` fuzz target compare the two on
 //! every input they make.
 
-use super::cursor::Scan;
-use super::{DimValue, RawEvent, RawGrade, RawShown, Text};
+use super::toolkit::cursor::Scan;
+use super::toolkit::{RESULTS_CAPACITY, Text};
+use super::{DimValue, RawEvent, RawGrade, RawShown};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -148,7 +149,7 @@ impl<'a> Scan<'a> {
     /// `results`: an array of result objects.
     fn results(&mut self) -> Option<Vec<RawShown<'a>>> {
         self.eat(b'[')?;
-        let mut results = Vec::with_capacity(super::RESULTS_CAPACITY);
+        let mut results = Vec::with_capacity(RESULTS_CAPACITY);
         if !self.eat_if(b']') {
             loop {
                 results.push(self.result()?);
@@ -280,7 +281,7 @@ impl<'a> Scan<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::cursor::strategies;
+    use super::super::toolkit::cursor::strategies;
     use super::super::{DecodeLimits, Event, decode, decode_by_serde};
     use super::*;
     use proptest::prelude::*;

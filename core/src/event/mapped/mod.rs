@@ -33,8 +33,8 @@
 //! visitor that walks it belong together. It passes 600 lines only with
 //! the tests that walk every path form and every reject reason.
 
-use super::{DecodeLimits, Event, IgnoreReason, Impression, Judgment, RawTimestamp, RejectReason, Shown, Text};
-use super::{classify, message_text};
+use super::toolkit::{RawTimestamp, Text, classify, message_text};
+use super::{DecodeLimits, Event, IgnoreReason, Impression, Judgment, RejectReason, Shown};
 use crate::metrics::Grade;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;

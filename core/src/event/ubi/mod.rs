@@ -36,10 +36,9 @@
 //! inside, about 250 lines that serve only this schema) and the tests that
 //! walk it field by field against the native twin.
 
-use super::MAX_DIMENSION_LABELS;
+use super::toolkit::{RESULTS_CAPACITY, RawTimestamp, ScalarText, Text, classify, message_text};
 use super::{
-    DecodeLimits, Event, Format, IgnoreReason, Impression, Judgment, RawTimestamp, RejectReason, ScalarText, Shown,
-    classify, message_text,
+    DecodeLimits, Event, Format, IgnoreReason, Impression, Judgment, MAX_DIMENSION_LABELS, RejectReason, Shown,
 };
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -301,7 +300,7 @@ impl<'de> Visitor<'de> for Capture<'_, '_, 'de> {
         Ok(())
     }
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<super::Text<'de>>()? {
+        while let Some(key) = map.next_key::<Text<'de>>()? {
             self.entry(&mut map, &key.0)?;
         }
         Ok(())
@@ -453,7 +452,7 @@ impl<'de, K: Known<'de>> Visitor<'de> for Holder<'_, '_, 'de, K> {
     }
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Option<K>, A::Error> {
         let mut known: Option<K> = None;
-        while let Some(key) = map.next_key::<super::Text<'de>>()? {
+        while let Some(key) = map.next_key::<Text<'de>>()? {
             if key.0 != K::NAME {
                 self.capture.entry(&mut map, &key.0)?;
                 continue;
@@ -504,7 +503,7 @@ impl<'de> Visitor<'de> for EventAttributesSeed<'_, '_, 'de> {
     }
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut out = RawEventAttributes::default();
-        while let Some(key) = map.next_key::<super::Text<'de>>()? {
+        while let Some(key) = map.next_key::<Text<'de>>()? {
             let key = key.0.as_ref();
             match key {
                 "object" | "position" => {
@@ -526,7 +525,7 @@ impl<'de> Visitor<'de> for EventAttributesSeed<'_, '_, 'de> {
 /// reported as `missing_field`; unknown fields are ignored.
 #[derive(Default)]
 struct RawUbi<'a> {
-    action_name: Option<super::Text<'a>>,
+    action_name: Option<Text<'a>>,
     /// `action_name` is there, even as `null`: the message is an event.
     action_key: bool,
     /// A `user_query` that is not `null` (required of a UBI query): with
@@ -574,7 +573,7 @@ struct Settings<'l> {
 impl Settings<'_> {
     /// Whether `action` (an `action_name`) makes the message one to ignore
     /// unread: an event naming an action rankpulse does not score.
-    fn ignores(&self, action: &super::Text<'_>) -> bool {
+    fn ignores(&self, action: &Text<'_>) -> bool {
         let a = action.0.as_ref();
         self.stop_unless_in.is_some_and(|actions| !a.is_empty() && a != "impression" && !actions.contains_key(a))
     }
@@ -588,7 +587,7 @@ impl<'de> de::DeserializeSeed<'de> for RawUbiSeed<'_, 'de> {
 }
 
 /// A member of an open object read as a dimension value
-/// ([`super::ScalarText`], objects and arrays as absent).
+/// ([`ScalarText`], objects and arrays as absent).
 struct OpenScalar;
 
 impl<'de> de::DeserializeSeed<'de> for OpenScalar {
@@ -626,7 +625,7 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut raw = RawUbi::default();
         let mut seen = 0u16;
-        while let Some(key) = map.next_key::<super::Text<'de>>()? {
+        while let Some(key) = map.next_key::<Text<'de>>()? {
             match key.0.as_ref() {
                 "action_name" => {
                     raw.action_key = true;
@@ -702,7 +701,7 @@ impl<'de> Visitor<'de> for HitsSeed {
         d.deserialize_seq(self)
     }
     fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let capacity = seq.size_hint().unwrap_or(super::RESULTS_CAPACITY).min(super::RESULTS_CAPACITY);
+        let capacity = seq.size_hint().unwrap_or(RESULTS_CAPACITY).min(RESULTS_CAPACITY);
         let mut results = Vec::with_capacity(capacity.min(self.max));
         let (mut count, mut fault) = (0usize, None);
         while let Some(hit) = seq.next_element::<Id<'de>>()? {
@@ -930,7 +929,7 @@ impl BulkTarget {
 #[derive(Deserialize)]
 struct BulkMeta<'a> {
     #[serde(borrow, default)]
-    _index: Option<super::Text<'a>>,
+    _index: Option<Text<'a>>,
 }
 
 /// A `_bulk` action line: exactly one of the action keys, nothing else.

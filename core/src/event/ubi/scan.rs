@@ -31,7 +31,8 @@
 //! compare the two on every input they make.
 
 use super::{Capture, Id, Known, Ordinal, RawEventAttributes, RawUbi, Settings, Slots};
-use crate::event::cursor::{MAX_NESTING, Scan};
+use crate::event::toolkit::RESULTS_CAPACITY;
+use crate::event::toolkit::cursor::{MAX_NESTING, Scan};
 use crate::event::{RejectReason, Shown};
 use std::borrow::Cow;
 
@@ -184,7 +185,7 @@ impl<'a> Scan<'a> {
     /// `query_response_hit_ids` as [`super::HitsSeed`] reads it.
     fn hits(&mut self, max: usize) -> Option<Result<Vec<Shown<'a>>, RejectReason>> {
         self.eat(b'[')?;
-        let mut results = Vec::with_capacity(crate::event::RESULTS_CAPACITY.min(max));
+        let mut results = Vec::with_capacity(RESULTS_CAPACITY.min(max));
         let (mut count, mut fault) = (0usize, None);
         if !self.eat_if(b']') {
             loop {
@@ -341,7 +342,7 @@ impl<'a> Scan<'a> {
 mod tests {
     use super::super::{UbiPath, decode, decode_by_serde};
     use super::*;
-    use crate::event::cursor::strategies;
+    use crate::event::toolkit::cursor::strategies;
     use crate::event::{DecodeLimits, Format};
     use proptest::prelude::*;
 

@@ -1,10 +1,11 @@
 //! A cursor over one JSON message for the fast readers that run ahead of
-//! serde: [`super::scan`] (rankpulse's own events) and
-//! [`super::ubi`]'s. Each method reads exactly what serde_json would read
-//! there, or answers `None`, and the reader then leaves the whole message
-//! to serde, which decides (its error, or its value). So a fast reader
-//! built on it is never different from serde (a message it leaves is
-//! read twice, a cost paid by what producers rarely send); each one's
+//! serde in the decode stage (Kafka message → **decode** → assemble → …):
+//! [`crate::event::scan`] (rankpulse's own events) and
+//! [`crate::event::ubi`]'s. Each method reads exactly what serde_json would
+//! read there, or answers `None`, and the reader then leaves the whole
+//! message to serde, which decides (its error, or its value). So a fast
+//! reader built on it is never different from serde (a message it leaves
+//! is read twice, a cost paid by what producers rarely send); each one's
 //! `same_as_serde` proptest and the `decode_assemble` fuzz target hold it
 //! to that.
 
@@ -13,7 +14,7 @@ use std::borrow::Cow;
 
 /// Nesting beyond this is left to serde (which reads 127 levels and skips
 /// any number).
-pub(super) const MAX_NESTING: u32 = 16;
+pub(in crate::event) const MAX_NESTING: u32 = 16;
 
 /// Where the first quote, backslash or control character of `rest` is
 /// (`None`: there is none). Eight bytes at a time, as serde_json's own
@@ -23,7 +24,7 @@ pub(super) const MAX_NESTING: u32 = 16;
 /// word that holds the hit also says where. The last, shorter word is
 /// padded with zero bytes, which count as control characters: a hit there
 /// at or beyond the end is no hit.
-pub(super) fn special_at(rest: &[u8]) -> Option<usize> {
+pub(in crate::event) fn special_at(rest: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_le_bytes([1; 8]);
     const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
     let zero_in = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
@@ -52,39 +53,39 @@ pub(super) fn special_at(rest: &[u8]) -> Option<usize> {
 
 /// A cursor over the message. Every method returns `None` where the serde
 /// reader must decide, and leaves the cursor anywhere then.
-pub(super) struct Scan<'a> {
-    pub(super) text: &'a str,
-    pub(super) at: usize,
+pub(in crate::event) struct Scan<'a> {
+    pub(in crate::event) text: &'a str,
+    pub(in crate::event) at: usize,
 }
 
 impl<'a> Scan<'a> {
-    pub(super) fn byte(&self) -> Option<u8> {
+    pub(in crate::event) fn byte(&self) -> Option<u8> {
         self.text.as_bytes().get(self.at).copied()
     }
 
     /// Skips JSON whitespace (exactly serde_json's four bytes).
-    pub(super) fn ws(&mut self) {
+    pub(in crate::event) fn ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.byte() {
             self.at += 1;
         }
     }
 
-    pub(super) fn peek(&mut self) -> Option<u8> {
+    pub(in crate::event) fn peek(&mut self) -> Option<u8> {
         self.ws();
         self.byte()
     }
 
-    pub(super) fn eat_if(&mut self, c: u8) -> bool {
+    pub(in crate::event) fn eat_if(&mut self, c: u8) -> bool {
         let hit = self.peek() == Some(c);
         self.at += usize::from(hit);
         hit
     }
 
-    pub(super) fn eat(&mut self, c: u8) -> Option<()> {
+    pub(in crate::event) fn eat(&mut self, c: u8) -> Option<()> {
         self.eat_if(c).then_some(())
     }
 
-    pub(super) fn literal(&mut self, word: &str) -> Option<()> {
+    pub(in crate::event) fn literal(&mut self, word: &str) -> Option<()> {
         self.ws();
         let rest = self.text.as_bytes().get(self.at..)?;
         rest.starts_with(word.as_bytes()).then(|| self.at += word.len())
@@ -92,7 +93,7 @@ impl<'a> Scan<'a> {
 
     /// After a member or an element: `true` at `,` (another follows),
     /// `false` at the closing `close`.
-    pub(super) fn next(&mut self, close: u8) -> Option<bool> {
+    pub(in crate::event) fn next(&mut self, close: u8) -> Option<bool> {
         match self.peek()? {
             b',' => {
                 self.at += 1;
@@ -106,12 +107,12 @@ impl<'a> Scan<'a> {
         }
     }
 
-    pub(super) fn next_member(&mut self) -> Option<bool> {
+    pub(in crate::event) fn next_member(&mut self) -> Option<bool> {
         self.next(b'}')
     }
 
     /// A string with neither escapes nor control characters, borrowed.
-    pub(super) fn string(&mut self) -> Option<&'a str> {
+    pub(in crate::event) fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
         let rest = self.text.as_bytes().get(start..)?;
@@ -127,7 +128,7 @@ impl<'a> Scan<'a> {
     /// them when it skips (a `\\u` escape need not make a valid code
     /// point there): producers that write non-ASCII text as `\\u` escapes
     /// (Python's `json.dumps`) are read here too.
-    pub(super) fn skip_string(&mut self) -> Option<()> {
+    pub(in crate::event) fn skip_string(&mut self) -> Option<()> {
         self.eat(b'"')?;
         let bytes = self.text.as_bytes();
         loop {
@@ -158,7 +159,7 @@ impl<'a> Scan<'a> {
     /// compare (inlined, the compare is of a known length). `false` leaves
     /// the cursor where it was.
     #[inline(always)]
-    pub(super) fn is_name(&mut self, name: &'static str) -> bool {
+    pub(in crate::event) fn is_name(&mut self, name: &'static str) -> bool {
         let n = name.len();
         let hit = self
             .text
@@ -174,7 +175,7 @@ impl<'a> Scan<'a> {
     /// A member name and its colon: one of `names` (each compared as
     /// [`Self::is_name`] does), else as [`Self::key`] reads it.
     #[inline(always)]
-    pub(super) fn key_among(&mut self, names: &[&'static str]) -> Option<&'a str> {
+    pub(in crate::event) fn key_among(&mut self, names: &[&'static str]) -> Option<&'a str> {
         self.ws();
         for name in names {
             if self.is_name(name) {
@@ -185,7 +186,7 @@ impl<'a> Scan<'a> {
     }
 
     /// A member's name and its colon.
-    pub(super) fn key(&mut self) -> Option<&'a str> {
+    pub(in crate::event) fn key(&mut self) -> Option<&'a str> {
         let key = self.string()?;
         self.eat(b':')?;
         Some(key)
@@ -194,7 +195,7 @@ impl<'a> Scan<'a> {
     /// A non-negative integer without fraction or exponent that fits a
     /// `u64` (exactly what serde_json visits as a `u64`), as its text and
     /// value.
-    pub(super) fn uint(&mut self) -> Option<(&'a str, u64)> {
+    pub(in crate::event) fn uint(&mut self) -> Option<(&'a str, u64)> {
         self.ws();
         let start = self.at;
         let mut value = 0u64;
@@ -213,7 +214,7 @@ impl<'a> Scan<'a> {
     }
 
     /// `null` as `None`, else what `value` reads (serde's `Option<T>`).
-    pub(super) fn optional<T>(&mut self, value: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+    pub(in crate::event) fn optional<T>(&mut self, value: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
         if self.peek()? == b'n' {
             self.literal("null")?;
             return Some(None);
@@ -223,7 +224,7 @@ impl<'a> Scan<'a> {
 
     /// Any value, validated and dropped (serde's `IgnoredAny`); `nesting`
     /// is the depth of the value.
-    pub(super) fn skip(&mut self, nesting: u32) -> Option<()> {
+    pub(in crate::event) fn skip(&mut self, nesting: u32) -> Option<()> {
         match self.peek()? {
             b'"' => self.skip_string(),
             b'{' => {
@@ -268,7 +269,7 @@ impl<'a> Scan<'a> {
 
     /// A number that is only skipped: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`; one
     /// with an exponent is left to serde.
-    pub(super) fn number(&mut self) -> Option<()> {
+    pub(in crate::event) fn number(&mut self) -> Option<()> {
         if self.byte() == Some(b'-') {
             self.at += 1;
         }
@@ -295,13 +296,13 @@ impl<'a> Scan<'a> {
     }
 
     /// A string as [`Text`], borrowed.
-    pub(super) fn text(&mut self) -> Option<Text<'a>> {
+    pub(in crate::event) fn text(&mut self) -> Option<Text<'a>> {
         self.string().map(|s| Text(Cow::Borrowed(s)))
     }
 
     /// [`RawTimestamp`]: a string, or an unsigned integer (serde visits a
     /// `u64`, taken `as f64`).
-    pub(super) fn timestamp(&mut self) -> Option<RawTimestamp<'a>> {
+    pub(in crate::event) fn timestamp(&mut self) -> Option<RawTimestamp<'a>> {
         match self.peek()? {
             b'"' => self.string().map(|s| RawTimestamp::Text(Cow::Borrowed(s))),
             _ => self.uint().map(|(_, v)| RawTimestamp::Millis(v as f64)),
@@ -312,7 +313,7 @@ impl<'a> Scan<'a> {
 /// Generators of hostile JSON for the fast readers' `same_as_serde`
 /// proptests: each reader's test names its own scalars and member names.
 #[cfg(test)]
-pub(super) mod strategies {
+pub(in crate::event) mod strategies {
     use proptest::prelude::*;
 
     /// Any value: one of `scalars`, or arrays and objects of them (members
