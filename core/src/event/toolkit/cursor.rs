@@ -1,13 +1,12 @@
 //! A cursor over one JSON message for the fast readers that run ahead of
 //! serde in the decode stage (Kafka message → **decode** → assemble → …):
-//! [`crate::event::scan`] (rankpulse's own events) and
-//! [`crate::event::ubi`]'s. Each method reads exactly what serde_json would
-//! read there, or answers `None`, and the reader then leaves the whole
-//! message to serde, which decides (its error, or its value). So a fast
-//! reader built on it is never different from serde (a message it leaves
-//! is read twice, a cost paid by what producers rarely send); each one's
-//! `same_as_serde` proptest and the `decode_assemble` fuzz target hold it
-//! to that.
+//! `native::scan` (rankpulse's own events) and `ubi::scan`. Each method
+//! reads exactly what serde_json would read there, or answers `None`, and
+//! the reader then leaves the whole message to serde, which decides (its
+//! error, or its value). So a fast reader built on it is never different
+//! from serde (a message it leaves is read twice, a cost paid by what
+//! producers rarely send); each one's `same_as_serde` proptest and the
+//! `decode_assemble` fuzz target hold it to that.
 
 use super::{RawTimestamp, Text};
 use std::borrow::Cow;

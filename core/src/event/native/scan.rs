@@ -25,9 +25,9 @@
 //! every member) and the `decode_assemble` fuzz target compare the two on
 //! every input they make.
 
-use super::toolkit::cursor::Scan;
-use super::toolkit::{RESULTS_CAPACITY, Text};
 use super::{DimValue, RawEvent, RawGrade, RawShown};
+use crate::event::toolkit::cursor::Scan;
+use crate::event::toolkit::{RESULTS_CAPACITY, Text};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -281,9 +281,10 @@ impl<'a> Scan<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::toolkit::cursor::strategies;
-    use super::super::{DecodeLimits, Event, decode, decode_by_serde};
+    use super::super::{decode, decode_by_serde};
     use super::*;
+    use crate::event::toolkit::cursor::strategies;
+    use crate::event::{DecodeLimits, Event, RejectReason};
     use proptest::prelude::*;
 
     /// Scalars as producers send them, and the ones this reader leaves to
@@ -410,7 +411,7 @@ mod tests {
 
     /// The scores of an impression's results, as bits (`==` on `f64`
     /// cannot tell -0.0 from 0.0).
-    fn score_bits(event: &Result<Event<'_>, super::super::RejectReason>) -> Vec<Option<u64>> {
+    fn score_bits(event: &Result<Event<'_>, RejectReason>) -> Vec<Option<u64>> {
         match event {
             Ok(Event::Impression(i)) => i.results.iter().map(|r| r.score.map(f64::to_bits)).collect(),
             _ => Vec::new(),
