@@ -30,7 +30,8 @@
 //! hostile variants of every member) and the `decode_assemble` fuzz target
 //! compare the two on every input they make.
 
-use super::{Capture, Id, Known, Ordinal, RawEventAttributes, RawUbi, Settings, Slots};
+use super::attributes::{Capture, Known, Ordinal, RawEventAttributes, Slots};
+use super::read::{Id, RawUbi, Settings, present};
 use crate::event::toolkit::RESULTS_CAPACITY;
 use crate::event::toolkit::cursor::{MAX_NESTING, Scan};
 use crate::event::{RejectReason, Shown};
@@ -182,7 +183,7 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// `query_response_hit_ids` as [`super::HitsSeed`] reads it.
+    /// `query_response_hit_ids` as [`super::read::HitsSeed`] reads it.
     fn hits(&mut self, max: usize) -> Option<Result<Vec<Shown<'a>>, RejectReason>> {
         self.eat(b'[')?;
         let mut results = Vec::with_capacity(RESULTS_CAPACITY.min(max));
@@ -192,7 +193,7 @@ impl<'a> Scan<'a> {
                 let hit = self.id()?;
                 count += 1;
                 if count <= max && fault.is_none() {
-                    match (super::present(Some(hit)), u32::try_from(count)) {
+                    match (present(Some(hit)), u32::try_from(count)) {
                         (None, _) => fault = Some(RejectReason::MissingField),
                         (Some(doc_id), Ok(position)) => {
                             results.push(Shown { doc_id, position, score: None, team: None })
@@ -264,7 +265,7 @@ impl<'a> Scan<'a> {
         Some(())
     }
 
-    /// `event_attributes` as [`super::EventAttributesSeed`] reads it.
+    /// `event_attributes` as [`super::attributes::EventAttributesSeed`] reads it.
     fn event_attributes(&mut self, mut capture: Capture<'_, '_, 'a>) -> Option<Option<RawEventAttributes<'a>>> {
         if self.peek()? == b'n' {
             self.literal("null")?;
@@ -297,7 +298,7 @@ impl<'a> Scan<'a> {
         Some(Some(out))
     }
 
-    /// `object` or `position` as [`super::Holder`] reads it: its known
+    /// `object` or `position` as [`super::attributes::Holder`] reads it: its known
     /// member `K`, and the rest for the dimension paths through it.
     fn holder<K: Known<'a>>(
         &mut self,
