@@ -33,7 +33,8 @@
 //! a message in `walk`; this module turns what the walk captured into an
 //! event.
 
-use super::toolkit::{RawTimestamp, classify, message_text};
+use super::toolkit::visit::AnyValue;
+use super::toolkit::{RawGrade, RawTimestamp, array_position, classify, message_text, position, present};
 use super::{DecodeLimits, Event, IgnoreReason, Impression, Judgment, RejectReason, Shown};
 use crate::metrics::Grade;
 use mapping::{MAX_DIMENSIONS, MESSAGE_SLOTS, RESULT_SLOTS, Seen, Target};
@@ -69,7 +70,7 @@ pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, R
         root: true,
     };
     let mut de = serde_json::Deserializer::from_str(text);
-    walk.deserialize(&mut de).and_then(|()| de.end()).map_err(|e| classify(&e, text))?;
+    AnyValue(walk).deserialize(&mut de).and_then(|()| de.end()).map_err(|e| classify(&e, text))?;
     let take = |t: Target, slots: &mut [Slot<'a>]| slots[t.slot()].take().map(|(_, v)| v);
     match results {
         Some((_, Found::Array(shown, failed))) => {
@@ -131,8 +132,8 @@ fn shown(slots: [Slot<'_>; RESULT_SLOTS], index: usize, base: u32) -> Result<Sho
     let [doc, position_at, score] = slots.map(|s| s.map(|(_, v)| v));
     let doc_id = id_text(doc)?.ok_or(RejectReason::MissingField)?;
     let position = match position_at {
-        None => u32::try_from(index + 1).map_err(|_| RejectReason::InvalidPosition)?,
-        Some(p) => position(p, base)?,
+        None => array_position(index)?,
+        Some(p) => position(ordinal(p)?, base)?,
     };
     let score = match score {
         None => None,
@@ -148,7 +149,7 @@ fn shown(slots: [Slot<'_>; RESULT_SLOTS], index: usize, base: u32) -> Result<Sho
 fn id_text(value: Option<Scalar<'_>>) -> Result<Option<Cow<'_, str>>, RejectReason> {
     match value {
         None => Ok(None),
-        Some(Scalar::Str(s)) => Ok(Some(s).filter(|s| !s.is_empty())),
+        Some(Scalar::Str(s)) => Ok(present(Some(s))),
         Some(Scalar::I64(v)) => Ok(Some(Cow::Owned(v.to_string()))),
         Some(Scalar::U64(v)) => Ok(Some(Cow::Owned(v.to_string()))),
         Some(_) => Err(RejectReason::WrongType),
@@ -176,32 +177,25 @@ fn time(value: Option<Scalar<'_>>) -> Result<i64, RejectReason> {
     raw.to_millis_with(true)
 }
 
-/// A result's 1-based position from the mapped one (`base`-based).
-fn position(value: Scalar<'_>, base: u32) -> Result<u32, RejectReason> {
-    let p = match value {
-        Scalar::I64(v) => v,
-        Scalar::U64(v) => i64::try_from(v).map_err(|_| RejectReason::InvalidPosition)?,
-        _ => return Err(RejectReason::WrongType),
-    };
-    p.checked_sub(i64::from(base))
-        .and_then(|p| p.checked_add(1))
-        .filter(|p| *p >= 1)
-        .and_then(|p| u32::try_from(p).ok())
-        .ok_or(RejectReason::InvalidPosition)
+/// A result's mapped position as the integer it was sent as (`base`-based,
+/// made 1-based by [`position`]).
+fn ordinal(value: Scalar<'_>) -> Result<i64, RejectReason> {
+    match value {
+        Scalar::I64(v) => Ok(v),
+        Scalar::U64(v) => i64::try_from(v).map_err(|_| RejectReason::InvalidPosition),
+        _ => Err(RejectReason::WrongType),
+    }
 }
 
 /// A grade: an integer, or a number with no fraction, within the range.
 fn grade(value: Scalar<'_>, max: Grade) -> Result<Grade, RejectReason> {
     let g = match value {
-        Scalar::I64(v) => v,
-        Scalar::U64(v) => i64::try_from(v).unwrap_or(i64::MAX),
-        Scalar::F64(v) if v.fract() == 0.0 && v.abs() < 1e15 => v as i64,
+        Scalar::I64(v) => RawGrade::from_i64(v),
+        Scalar::U64(v) => RawGrade::from_u64(v),
+        Scalar::F64(v) => RawGrade::from_f64(v).ok_or(RejectReason::WrongType)?,
         _ => return Err(RejectReason::WrongType),
     };
-    if !(0..=i64::from(max)).contains(&g) {
-        return Err(RejectReason::GradeOutOfRange);
-    }
-    Ok(g as Grade)
+    g.within(max)
 }
 
 /// A dimension value: strings as sent, numbers and booleans as their JSON

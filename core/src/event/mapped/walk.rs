@@ -6,9 +6,10 @@
 
 use super::mapping::{Mapping, RESULT_SLOTS, Seen, Trie};
 use super::shown;
-use crate::event::toolkit::Text;
+use crate::event::toolkit::visit::AnyValue;
+use crate::event::toolkit::{Text, page_capacity};
 use crate::event::{RejectReason, Shown};
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::fmt;
 
@@ -120,13 +121,6 @@ impl<'c, 'm, 's, 'de> Walk<'c, 'm, 's, 'de> {
     }
 }
 
-impl<'de> DeserializeSeed<'de> for Walk<'_, '_, '_, 'de> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
 impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
     type Value = ();
 
@@ -169,7 +163,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
             match self.trie.child_by_key(self.node, &key.0) {
                 Some(c) => {
                     self.meet(c)?;
-                    map.next_value_seed(self.child(c))?
+                    map.next_value_seed(AnyValue(self.child(c)))?
                 }
                 None => map.next_value::<IgnoredAny>().map(|_| ())?,
             }
@@ -182,7 +176,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
         }
         self.put(Scalar::Compound);
         if let Some(alt) = self.results_wanted() {
-            let mut found = Vec::with_capacity(seq.size_hint().unwrap_or(16).min(16));
+            let mut found = Vec::with_capacity(page_capacity(seq.size_hint()));
             let mut failed = None;
             // Elements read, kept or not: more than `max_results` is
             // `too_many_results` whatever else is wrong with them.
@@ -210,7 +204,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
                     seen: &mut seen,
                     root: false,
                 };
-                if seq.next_element_seed(element)?.is_none() {
+                if seq.next_element_seed(AnyValue(element))?.is_none() {
                     break;
                 }
                 match shown(slots, count, mapping.position_base) {
@@ -225,7 +219,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
         let mut index = 0usize;
         loop {
             let more = match self.trie.child_by_index(self.node, index) {
-                Some(c) => seq.next_element_seed(self.child(c))?.is_some(),
+                Some(c) => seq.next_element_seed(AnyValue(self.child(c)))?.is_some(),
                 None => seq.next_element::<IgnoredAny>()?.is_some(),
             };
             if !more {

@@ -10,10 +10,12 @@
 //! first fault maps to. Unknown fields are ignored, so producers can add
 //! fields without breaking consumers.
 
-use super::toolkit::{RESULTS_CAPACITY, RawTimestamp, ScalarText, Text, classify, message_text};
+use super::toolkit::visit::ArrayOrNull;
+use super::toolkit::{
+    RawGrade, RawTimestamp, ScalarText, Text, array_position, classify, message_text, page_capacity, position, present,
+};
 use super::{DecodeLimits, Event, Impression, Judgment, RejectReason, Shown};
 use crate::interleave::Team;
-use crate::metrics::Grade;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use std::borrow::Cow;
@@ -30,35 +32,6 @@ struct DimValue<'a>(Option<Cow<'a, str>>);
 impl<'de: 'a, 'a> Deserialize<'de> for DimValue<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(ScalarText::<false>).map(DimValue)
-    }
-}
-
-/// A grade: an integer, or a number with no fraction (`2.0`).
-struct RawGrade(i64);
-
-impl<'de> Deserialize<'de> for RawGrade {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawGrade;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an integer grade")
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(RawGrade(v))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                Ok(RawGrade(i64::try_from(v).unwrap_or(i64::MAX)))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-                if v.fract() == 0.0 && v.abs() < 1e15 {
-                    Ok(RawGrade(v as i64))
-                } else {
-                    Err(E::invalid_type(de::Unexpected::Float(v), &self))
-                }
-            }
-        }
-        d.deserialize_any(V)
     }
 }
 
@@ -105,41 +78,29 @@ struct RawShown<'a> {
 
 /// `results`, read into a `Vec` sized for a page up front.
 fn results_sized<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<RawShown<'a>>>, D::Error> {
-    struct V<'a>(std::marker::PhantomData<RawShown<'a>>);
-    impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-        type Value = Option<Vec<RawShown<'a>>>;
+    struct Results<'a>(std::marker::PhantomData<RawShown<'a>>);
+    impl<'de: 'a, 'a> Visitor<'de> for Results<'a> {
+        type Value = Vec<RawShown<'a>>;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("an array of results")
         }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_seq(self)
-        }
         fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut results = Vec::with_capacity(seq.size_hint().unwrap_or(RESULTS_CAPACITY).min(RESULTS_CAPACITY));
+            let mut results = Vec::with_capacity(page_capacity(seq.size_hint()));
             while let Some(r) = seq.next_element()? {
                 results.push(r);
             }
-            Ok(Some(results))
+            Ok(results)
         }
     }
-    d.deserialize_option(V(std::marker::PhantomData))
+    de::DeserializeSeed::deserialize(ArrayOrNull(Results(std::marker::PhantomData)), d)
 }
 
 fn required<'a>(field: Option<Text<'a>>) -> Result<Cow<'a, str>, RejectReason> {
-    match field {
-        Some(Text(s)) if !s.is_empty() => Ok(s),
-        _ => Err(RejectReason::MissingField),
-    }
+    optional(field).ok_or(RejectReason::MissingField)
 }
 
 fn optional<'a>(field: Option<Text<'a>>) -> Option<Cow<'a, str>> {
-    field.map(|t| t.0).filter(|s| !s.is_empty())
+    present(field.map(|t| t.0))
 }
 
 /// Decodes one message of rankpulse's own format. Never panics on any input.
@@ -181,9 +142,8 @@ fn decode_impression<'a>(raw: RawEvent<'a>, limits: &DecodeLimits) -> Result<Imp
     for (i, r) in raw_results.into_iter().enumerate() {
         let doc_id = required(r.doc_id)?;
         let position = match r.position {
-            None => u32::try_from(i + 1).map_err(|_| RejectReason::InvalidPosition)?,
-            Some(p) if p >= 1 => u32::try_from(p).map_err(|_| RejectReason::InvalidPosition)?,
-            Some(_) => return Err(RejectReason::InvalidPosition),
+            None => array_position(i)?,
+            Some(p) => position(p, 1)?,
         };
         if r.score.is_some_and(|s| !s.is_finite()) {
             return Err(RejectReason::NonFinite);
@@ -215,12 +175,7 @@ fn decode_judgment<'a>(raw: RawEvent<'a>, limits: &DecodeLimits) -> Result<Judgm
     let doc_id = required(raw.doc_id)?;
     let timestamp_ms = raw.timestamp.ok_or(RejectReason::MissingField)?.to_millis()?;
     let grade = match (raw.grade, raw.action) {
-        (Some(RawGrade(g)), _) => {
-            if !(0..=i64::from(limits.max_grade)).contains(&g) {
-                return Err(RejectReason::GradeOutOfRange);
-            }
-            g as Grade
-        }
+        (Some(g), _) => g.within(limits.max_grade)?,
         (None, Some(action)) => *limits.actions.get(action.0.as_ref()).ok_or(RejectReason::UnknownAction)?,
         (None, None) => return Err(RejectReason::MissingField),
     };

@@ -25,9 +25,9 @@
 //! every member) and the `decode_assemble` fuzz target compare the two on
 //! every input they make.
 
-use super::{DimValue, RawEvent, RawGrade, RawShown};
+use super::{DimValue, RawEvent, RawShown};
 use crate::event::toolkit::cursor::Scan;
-use crate::event::toolkit::{RESULTS_CAPACITY, Text};
+use crate::event::toolkit::{RESULTS_CAPACITY, RawGrade, Text};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -143,7 +143,7 @@ impl<'a> Scan<'a> {
 
     /// [`RawGrade`] from an unsigned integer, as its `visit_u64` takes it.
     fn grade(&mut self) -> Option<RawGrade> {
-        self.uint().map(|(_, v)| RawGrade(i64::try_from(v).unwrap_or(i64::MAX)))
+        self.uint().map(|(_, v)| RawGrade::from_u64(v))
     }
 
     /// `results`: an array of result objects.

@@ -5,13 +5,16 @@
 //! UBI ([`super::ubi`]) and in mapped JSON ([`super::mapped`]).
 //!
 //! It owns the field values every schema reads ([`Text`], [`ScalarText`],
-//! [`RawTimestamp`]), the reason a message that cannot be read gets
-//! ([`reject`]), and the byte cursor the fast readers run ahead of serde
-//! with ([`cursor`]). All of it is plain or generic code: nothing here
-//! allocates or dispatches dynamically per message beyond what the
+//! [`RawTimestamp`], [`RawGrade`]) and the rules that make them an event's
+//! fields ([`present`], [`position`]), the reason a message that cannot be
+//! read gets ([`reject`]), the serde pieces the hand-written readers are
+//! built from ([`visit`]), and the byte cursor the fast readers run ahead
+//! of serde with ([`cursor`]). All of it is plain or generic code: nothing
+//! here allocates or dispatches dynamically per message beyond what the
 //! decoders did with their own copies.
 
 use super::RejectReason;
+use crate::metrics::Grade;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use std::borrow::Cow;
@@ -20,8 +23,10 @@ use std::fmt;
 pub(super) mod cursor;
 mod iso;
 mod reject;
+pub(super) mod visit;
 
 pub(super) use reject::{classify, message_text};
+use visit::null_is;
 
 /// A JSON string borrowed from the message when it has no escapes (serde's
 /// own `Option<Cow<str>>` always copies).
@@ -95,12 +100,7 @@ impl<'de, const OPEN: bool> Visitor<'de> for ScalarText<OPEN> {
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
         Ok(Some(Cow::Borrowed(if v { "true" } else { "false" })))
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
+    null_is!(None);
     fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         if !OPEN {
             return Err(de::Error::invalid_type(de::Unexpected::Seq, &self));
@@ -123,6 +123,87 @@ impl<'de, const OPEN: bool> Visitor<'de> for ScalarText<OPEN> {
 /// the heap is busy, as it is beside a consumer's message buffers: 2% of
 /// the daemon's loop in a profile, next to nothing for a bare consumer.
 pub(super) const RESULTS_CAPACITY: usize = 16;
+
+/// The capacity of a `Vec` of results read through serde: a page, or
+/// fewer when the reader knows the length.
+pub(super) fn page_capacity(size_hint: Option<usize>) -> usize {
+    size_hint.unwrap_or(RESULTS_CAPACITY).min(RESULTS_CAPACITY)
+}
+
+/// A field's text, absent when empty: an empty id, session or action
+/// names nothing, in every format.
+pub(super) fn present(text: Option<Cow<'_, str>>) -> Option<Cow<'_, str>> {
+    text.filter(|s| !s.is_empty())
+}
+
+/// The 1-based position of a result given as `ordinal` by a producer that
+/// counts from `base` (0 or 1): `invalid_position` before the first, or
+/// beyond what a position holds.
+pub(super) fn position(ordinal: i64, base: u32) -> Result<u32, RejectReason> {
+    ordinal
+        .checked_sub(i64::from(base))
+        .and_then(|p| p.checked_add(1))
+        .filter(|p| *p >= 1)
+        .and_then(|p| u32::try_from(p).ok())
+        .ok_or(RejectReason::InvalidPosition)
+}
+
+/// The 1-based position of the `index`th (0-based) result of an array that
+/// gives none: its place.
+pub(super) fn array_position(index: usize) -> Result<u32, RejectReason> {
+    u32::try_from(index + 1).map_err(|_| RejectReason::InvalidPosition)
+}
+
+/// A grade as sent: an integer, or a number with no fraction (`2.0`);
+/// checked against the configured range by [`RawGrade::within`].
+pub(super) struct RawGrade(i64);
+
+impl RawGrade {
+    pub(super) fn from_i64(v: i64) -> RawGrade {
+        RawGrade(v)
+    }
+
+    /// Beyond `i64`: out of any range, as `i64::MAX` is.
+    pub(super) fn from_u64(v: u64) -> RawGrade {
+        RawGrade(i64::try_from(v).unwrap_or(i64::MAX))
+    }
+
+    /// `None` for a number with a fraction, or too large to be told from
+    /// one: not a grade.
+    pub(super) fn from_f64(v: f64) -> Option<RawGrade> {
+        (v.fract() == 0.0 && v.abs() < 1e15).then_some(RawGrade(v as i64))
+    }
+
+    /// The grade, if within `0..=max`.
+    pub(super) fn within(self, max: Grade) -> Result<Grade, RejectReason> {
+        if !(0..=i64::from(max)).contains(&self.0) {
+            return Err(RejectReason::GradeOutOfRange);
+        }
+        Ok(self.0 as Grade)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawGrade {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawGrade;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an integer grade")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(RawGrade::from_i64(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(RawGrade::from_u64(v))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                RawGrade::from_f64(v).ok_or_else(|| E::invalid_type(de::Unexpected::Float(v), &self))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
 
 /// `timestamp`: epoch milliseconds (integer or float) or an RFC 3339 string.
 pub(super) enum RawTimestamp<'a> {

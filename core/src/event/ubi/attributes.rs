@@ -12,6 +12,7 @@
 use super::UbiPath;
 use super::read::Id;
 use crate::event::MAX_DIMENSION_LABELS;
+use crate::event::toolkit::visit::{AnyValue, null_is};
 use crate::event::toolkit::{ScalarText, Text};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -73,7 +74,7 @@ impl<'de> Capture<'_, '_, 'de> {
     fn entry<A: MapAccess<'de>>(&mut self, map: &mut A, key: &str) -> Result<(), A::Error> {
         match self.through(key) {
             0 => map.next_value::<de::IgnoredAny>().map(drop),
-            mask => map.next_value_seed(self.member(mask)),
+            mask => map.next_value_seed(AnyValue(self.member(mask))),
         }
     }
 
@@ -94,13 +95,6 @@ impl<'de> Capture<'_, '_, 'de> {
         }
         self.store(text);
         Ok(())
-    }
-}
-
-impl<'de> de::DeserializeSeed<'de> for Capture<'_, '_, 'de> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
     }
 }
 
@@ -127,12 +121,7 @@ impl<'de> Visitor<'de> for Capture<'_, '_, 'de> {
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
         self.scalar(ScalarText::<true>.visit_bool(v)?, de::Unexpected::Bool(v))
     }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
+    null_is!(());
     fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         if self.depth == 0 {
             return Err(de::Error::invalid_type(de::Unexpected::Seq, &self));
@@ -194,12 +183,7 @@ impl<'de> Deserialize<'de> for Ordinal {
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Ordinal, E> {
                 Ok(i64::try_from(v).map_or(Ordinal::Unreadable, Ordinal::At))
             }
-            fn visit_unit<E: de::Error>(self) -> Result<Ordinal, E> {
-                Ok(Ordinal::Absent)
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Ordinal, E> {
-                Ok(Ordinal::Absent)
-            }
+            null_is!(Ordinal::Absent);
             fn visit_f64<E: de::Error>(self, _: f64) -> Result<Ordinal, E> {
                 Ok(Ordinal::Unreadable)
             }
@@ -243,13 +227,6 @@ struct Holder<'s, 'l, 'de, K> {
     known: std::marker::PhantomData<K>,
 }
 
-impl<'de, K: Known<'de>> de::DeserializeSeed<'de> for Holder<'_, '_, 'de, K> {
-    type Value = Option<K>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<K>, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
 impl<'de, K: Known<'de>> Holder<'_, '_, 'de, K> {
     /// A value that is neither an object nor `null`: what `K` makes of it
     /// ([`Known::unreadable`]), else a wrong type.
@@ -263,12 +240,7 @@ impl<'de, K: Known<'de>> Visitor<'de> for Holder<'_, '_, 'de, K> {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "an object with {}", K::NAME)
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Option<K>, E> {
-        Ok(None)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Option<K>, E> {
-        Ok(None)
-    }
+    null_is!(None);
     // `position` as a scalar or an array: its ordinal is unreadable (an
     // error only of an impression event); `object` so is a wrong type.
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Option<K>, E> {
@@ -324,24 +296,12 @@ pub(super) struct RawEventAttributes<'a> {
 /// Reads `event_attributes` (`None` for `null`).
 pub(super) struct EventAttributesSeed<'s, 'l, 'de>(pub(super) Capture<'s, 'l, 'de>);
 
-impl<'de> de::DeserializeSeed<'de> for EventAttributesSeed<'_, '_, 'de> {
-    type Value = Option<RawEventAttributes<'de>>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
 impl<'de> Visitor<'de> for EventAttributesSeed<'_, '_, 'de> {
     type Value = Option<RawEventAttributes<'de>>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an object")
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
+    null_is!(None);
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut out = RawEventAttributes::default();
         while let Some(key) = map.next_key::<Text<'de>>()? {
@@ -350,9 +310,11 @@ impl<'de> Visitor<'de> for EventAttributesSeed<'_, '_, 'de> {
                 "object" | "position" => {
                     let capture = self.0.member(self.0.through(key));
                     if key == "object" {
-                        out.object_id = map.next_value_seed(Holder { capture, known: std::marker::PhantomData })?;
+                        out.object_id =
+                            map.next_value_seed(AnyValue(Holder { capture, known: std::marker::PhantomData }))?;
                     } else {
-                        out.ordinal = map.next_value_seed(Holder { capture, known: std::marker::PhantomData })?;
+                        out.ordinal =
+                            map.next_value_seed(AnyValue(Holder { capture, known: std::marker::PhantomData }))?;
                     }
                 }
                 _ => self.0.entry(&mut map, key)?,

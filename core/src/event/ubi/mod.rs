@@ -35,7 +35,7 @@
 //! UBI has no event id: the message itself is its id, so a re-delivered
 //! message counts once and two messages that differ in any byte both count.
 
-use super::toolkit::{RawTimestamp, classify, message_text};
+use super::toolkit::{self, RawTimestamp, classify, message_text, position};
 use super::{DecodeLimits, Event, Format, IgnoreReason, Impression, Judgment, RejectReason, Shown};
 use attributes::{Ordinal, Slots};
 use read::{Id, RawUbi, RawUbiSeed, Settings, present};
@@ -177,7 +177,7 @@ fn decode_event<'a>(
     slots: &mut Slots<'a>,
     limits: &DecodeLimits,
 ) -> Result<Event<'a>, RejectReason> {
-    let action = raw.action_name.map(|a| a.0).filter(|a| !a.is_empty()).ok_or(RejectReason::MissingField)?;
+    let action = toolkit::present(raw.action_name.map(|a| a.0)).ok_or(RejectReason::MissingField)?;
     let grade = match action.as_ref() {
         "impression" => None,
         other => match limits.actions.get(other) {
@@ -199,12 +199,7 @@ fn decode_event<'a>(
         Some(Ordinal::Unreadable) => return Err(RejectReason::WrongType),
         Some(Ordinal::Absent) | None => return Err(RejectReason::MissingField),
     };
-    let position = ordinal
-        .checked_sub(i64::from(limits.ubi.ordinal_base))
-        .and_then(|p| p.checked_add(1))
-        .filter(|p| *p >= 1)
-        .and_then(|p| u32::try_from(p).ok())
-        .ok_or(RejectReason::InvalidPosition)?;
+    let position = position(ordinal, limits.ubi.ordinal_base)?;
     let dimensions = dimensions(limits, raw.application, slots, true);
     Ok(Event::Impression(Impression {
         event_id,

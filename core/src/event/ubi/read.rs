@@ -7,7 +7,8 @@
 
 use super::UbiPath;
 use super::attributes::{Capture, EventAttributesSeed, RawEventAttributes, Slots};
-use crate::event::toolkit::{RESULTS_CAPACITY, RawTimestamp, ScalarText, Text};
+use crate::event::toolkit::visit::{AnyValue, ArrayOrNull, null_is};
+use crate::event::toolkit::{self, RawTimestamp, ScalarText, Text, page_capacity};
 use crate::event::{RejectReason, Shown};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -39,12 +40,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Id<'a> {
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
                 Ok(Id(Some(Cow::Owned(v.to_string()))))
             }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(Id(None))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(Id(None))
-            }
+            null_is!(Id(None));
         }
         d.deserialize_any(V)
     }
@@ -115,17 +111,6 @@ impl<'de> de::DeserializeSeed<'de> for RawUbiSeed<'_, 'de> {
     }
 }
 
-/// A member of an open object read as a dimension value
-/// ([`ScalarText`], objects and arrays as absent).
-struct OpenScalar;
-
-impl<'de> de::DeserializeSeed<'de> for OpenScalar {
-    type Value = Option<Cow<'de, str>>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(ScalarText::<true>)
-    }
-}
-
 /// Refuses a field seen before.
 fn first<E: de::Error>(seen: &mut u16, bit: u16, name: &'static str) -> Result<(), E> {
     if *seen & bit != 0 {
@@ -166,7 +151,7 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
                 }
                 "application" => {
                     first(&mut seen, 1 << 1, "application")?;
-                    raw.application = map.next_value_seed(OpenScalar)?;
+                    raw.application = map.next_value_seed(AnyValue(ScalarText::<true>))?;
                 }
                 "query_id" => raw.query_id = once(&mut map, &mut seen, 1 << 2, "query_id")?,
                 "client_id" => raw.client_id = once(&mut map, &mut seen, 1 << 3, "client_id")?,
@@ -174,18 +159,25 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
                 "timestamp" => raw.timestamp = once(&mut map, &mut seen, 1 << 5, "timestamp")?,
                 "query_response_hit_ids" => {
                     first(&mut seen, 1 << 6, "query_response_hit_ids")?;
-                    raw.query_response_hit_ids = map.next_value_seed(HitsSeed { max: self.settings.max_results })?;
+                    raw.query_response_hit_ids =
+                        map.next_value_seed(ArrayOrNull(HitsSeed { max: self.settings.max_results }))?;
                 }
                 "query_attributes" => {
                     first(&mut seen, 1 << 7, "query_attributes")?;
                     let (dims, mask) = (self.settings.dims, self.settings.query_mask);
-                    map.next_value_seed(Capture { dims, event: false, mask, depth: 0, slots: &mut *self.slots })?;
+                    map.next_value_seed(AnyValue(Capture {
+                        dims,
+                        event: false,
+                        mask,
+                        depth: 0,
+                        slots: &mut *self.slots,
+                    }))?;
                 }
                 "event_attributes" => {
                     first(&mut seen, 1 << 8, "event_attributes")?;
                     let (dims, mask) = (self.settings.dims, self.settings.event_mask);
                     let capture = Capture { dims, event: true, mask, depth: 0, slots: &mut *self.slots };
-                    raw.event_attributes = map.next_value_seed(EventAttributesSeed(capture))?;
+                    raw.event_attributes = map.next_value_seed(AnyValue(EventAttributesSeed(capture)))?;
                 }
                 // Not refused twice, as any member rankpulse does not read.
                 "user_query" => raw.user_query |= map.next_value::<Option<de::IgnoredAny>>()?.is_some(),
@@ -208,30 +200,13 @@ struct HitsSeed {
     max: usize,
 }
 
-impl<'de> de::DeserializeSeed<'de> for HitsSeed {
-    type Value = Option<Result<Vec<Shown<'de>>, RejectReason>>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
 impl<'de> Visitor<'de> for HitsSeed {
-    type Value = Option<Result<Vec<Shown<'de>>, RejectReason>>;
+    type Value = Result<Vec<Shown<'de>>, RejectReason>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array of ids")
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_seq(self)
-    }
     fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let capacity = seq.size_hint().unwrap_or(RESULTS_CAPACITY).min(RESULTS_CAPACITY);
-        let mut results = Vec::with_capacity(capacity.min(self.max));
+        let mut results = Vec::with_capacity(page_capacity(seq.size_hint()).min(self.max));
         let (mut count, mut fault) = (0usize, None);
         while let Some(hit) = seq.next_element::<Id<'de>>()? {
             count += 1;
@@ -247,14 +222,15 @@ impl<'de> Visitor<'de> for HitsSeed {
                 Err(_) => fault = Some(RejectReason::InvalidPosition),
             }
         }
-        Ok(Some(match fault {
+        Ok(match fault {
             _ if count > self.max => Err(RejectReason::TooManyResults),
             Some(reason) => Err(reason),
             None => Ok(results),
-        }))
+        })
     }
 }
 
+/// An id's text, absent when `null` or empty.
 pub(super) fn present(id: Option<Id<'_>>) -> Option<Cow<'_, str>> {
-    id.and_then(|i| i.0).filter(|s| !s.is_empty())
+    toolkit::present(id.and_then(|i| i.0))
 }
