@@ -5,6 +5,7 @@
 //! that the configuration's error points at it.
 
 use crate::event::MAX_DIMENSION_LABELS;
+use crate::event::toolkit;
 use thiserror::Error;
 
 /// The configured paths, as written (`[mapped]`): each key a list of
@@ -173,7 +174,7 @@ pub(super) const RESULT_SLOTS: usize = 3;
 /// one bit per node on the stack, to find a member given twice.
 const MAX_NODES: usize = 512;
 /// The bits of [`MAX_NODES`].
-pub(super) type Seen = [u64; MAX_NODES / 64];
+pub(super) type Seen = toolkit::Seen<{ MAX_NODES / 64 }>;
 
 impl Target {
     pub(super) fn slot(self) -> usize {

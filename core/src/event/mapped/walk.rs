@@ -92,19 +92,9 @@ impl<'c, 'm, 's, 'de> Walk<'c, 'm, 's, 'de> {
 
     /// Marks member `node` met. A member a path reaches, given twice in
     /// its object, is `wrong_type` (as serde rejects it in the other
-    /// formats), whatever its values (`null` too) and wherever it stands:
-    /// keeping the first, or the last as most JSON parsers do, would be a
-    /// guess between two grades or two sessions.
+    /// formats), whatever its values (`null` too) and wherever it stands.
     fn meet<E: de::Error>(&mut self, node: usize) -> Result<(), E> {
-        let (word, bit) = (node / 64, 1u64 << (node % 64));
-        match self.seen.get_mut(word) {
-            Some(w) if *w & bit != 0 => Err(E::custom("a member given twice")),
-            Some(w) => {
-                *w |= bit;
-                Ok(())
-            }
-            None => Ok(()),
-        }
+        if self.seen.first(node) { Ok(()) } else { Err(E::custom("a member given twice")) }
     }
 
     fn child(&mut self, node: usize) -> Walk<'_, 'm, '_, 'de> {

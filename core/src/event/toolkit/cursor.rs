@@ -50,6 +50,32 @@ pub(in crate::event) fn special_at(rest: &[u8]) -> Option<usize> {
     (hit < tail.len()).then_some(at + hit)
 }
 
+/// A member name of an object a fast reader reads, and its colon, as the
+/// member it names: `$cursor.$known` by the list of known names, each
+/// told by its first byte (checked against the name at compile time) and
+/// one fixed-length compare ([`Scan::is_name`]), not scanned and then
+/// matched; any other name is read by [`Scan::key`] (which leaves escapes
+/// to serde) as `$other`, and cannot be a known name, whose bytes would
+/// have matched. `None` where serde must decide.
+macro_rules! known_member {
+    ($scan:expr, { $($first:literal $name:literal => $member:expr,)+ } else $other:expr) => {{
+        let scan: &mut $crate::event::toolkit::cursor::Scan<'_> = $scan;
+        scan.ws();
+        let known = match scan.text.as_bytes().get(scan.at + 1) {
+            $(Some($first) if {
+                const { assert!($name.as_bytes()[0] == $first, "a known name under another first byte") };
+                scan.is_name($name)
+            } => Some($member),)+
+            _ => None,
+        };
+        match known {
+            Some(member) => scan.eat(b':').map(|()| member),
+            None => scan.key().map(|_| $other),
+        }
+    }};
+}
+pub(in crate::event) use known_member;
+
 /// A cursor over the message. Every method returns `None` where the serde
 /// reader must decide, and leaves the cursor anywhere then.
 pub(in crate::event) struct Scan<'a> {
@@ -74,7 +100,7 @@ impl<'a> Scan<'a> {
         self.byte()
     }
 
-    pub(in crate::event) fn eat_if(&mut self, c: u8) -> bool {
+    fn eat_if(&mut self, c: u8) -> bool {
         let hit = self.peek() == Some(c);
         self.at += usize::from(hit);
         hit
@@ -92,7 +118,7 @@ impl<'a> Scan<'a> {
 
     /// After a member or an element: `true` at `,` (another follows),
     /// `false` at the closing `close`.
-    pub(in crate::event) fn next(&mut self, close: u8) -> Option<bool> {
+    fn next(&mut self, close: u8) -> Option<bool> {
         match self.peek()? {
             b',' => {
                 self.at += 1;
@@ -106,8 +132,32 @@ impl<'a> Scan<'a> {
         }
     }
 
-    pub(in crate::event) fn next_member(&mut self) -> Option<bool> {
-        self.next(b'}')
+    /// An object, each of its members read by `member` (its name
+    /// included), the commas and braces between them here.
+    #[inline(always)]
+    pub(in crate::event) fn members(&mut self, member: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.list(b'{', b'}', member)
+    }
+
+    /// An array, each of its elements read by `element`, the commas and
+    /// brackets between them here.
+    #[inline(always)]
+    pub(in crate::event) fn elements(&mut self, element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.list(b'[', b']', element)
+    }
+
+    #[inline(always)]
+    fn list(&mut self, open: u8, close: u8, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(open)?;
+        if !self.eat_if(close) {
+            loop {
+                item(self)?;
+                if !self.next(close)? {
+                    break;
+                }
+            }
+        }
+        Some(())
     }
 
     /// A string with neither escapes nor control characters, borrowed.
@@ -226,38 +276,12 @@ impl<'a> Scan<'a> {
     pub(in crate::event) fn skip(&mut self, nesting: u32) -> Option<()> {
         match self.peek()? {
             b'"' => self.skip_string(),
-            b'{' => {
-                self.at += 1;
-                if nesting >= MAX_NESTING {
-                    return None;
-                }
-                if !self.eat_if(b'}') {
-                    loop {
-                        self.skip_string()?;
-                        self.eat(b':')?;
-                        self.skip(nesting + 1)?;
-                        if !self.next_member()? {
-                            break;
-                        }
-                    }
-                }
-                Some(())
-            }
-            b'[' => {
-                self.at += 1;
-                if nesting >= MAX_NESTING {
-                    return None;
-                }
-                if !self.eat_if(b']') {
-                    loop {
-                        self.skip(nesting + 1)?;
-                        if !self.next(b']')? {
-                            break;
-                        }
-                    }
-                }
-                Some(())
-            }
+            b'{' if nesting < MAX_NESTING => self.members(|s| {
+                s.skip_string()?;
+                s.eat(b':')?;
+                s.skip(nesting + 1)
+            }),
+            b'[' if nesting < MAX_NESTING => self.elements(|s| s.skip(nesting + 1)),
             b't' => self.literal("true"),
             b'f' => self.literal("false"),
             b'n' => self.literal("null"),
@@ -310,14 +334,44 @@ impl<'a> Scan<'a> {
 }
 
 /// Generators of hostile JSON for the fast readers' `same_as_serde`
-/// proptests: each reader's test names its own scalars and member names.
+/// proptests: each reader's test names its own scalars and member names
+/// ([`strategies::Words`]).
 #[cfg(test)]
 pub(in crate::event) mod strategies {
     use proptest::prelude::*;
 
+    /// The scalars and member names one reader's messages are made of.
+    #[derive(Clone, Copy)]
+    pub struct Words {
+        pub scalars: &'static [&'static str],
+        pub keys: &'static [&'static str],
+    }
+
+    impl Words {
+        /// Any value of these words ([`value`]).
+        pub fn value(self) -> impl Strategy<Value = String> {
+            value(self.scalars, self.keys)
+        }
+
+        /// `typical` most of the time, else any value.
+        pub fn mostly(self, typical: &'static [&'static str]) -> impl Strategy<Value = String> {
+            prop_oneof![6 => prop::sample::select(typical).prop_map(str::to_string), 1 => self.value()]
+        }
+
+        /// Member `name`, its value mostly `typical`.
+        pub fn member(self, name: &'static str, typical: &'static [&'static str]) -> BoxedStrategy<String> {
+            self.mostly(typical).prop_map(move |v| format!("\"{name}\":{v}")).boxed()
+        }
+
+        /// An object of some of `members` ([`object`]).
+        pub fn object(self, members: Vec<BoxedStrategy<String>>) -> impl Strategy<Value = String> {
+            object(members, self.scalars, self.keys)
+        }
+    }
+
     /// Any value: one of `scalars`, or arrays and objects of them (members
     /// named from `keys`), four deep at most.
-    pub fn value(scalars: &'static [&'static str], keys: &'static [&'static str]) -> impl Strategy<Value = String> {
+    fn value(scalars: &'static [&'static str], keys: &'static [&'static str]) -> impl Strategy<Value = String> {
         let leaf = prop::sample::select(scalars).prop_map(str::to_string);
         leaf.prop_recursive(4, 24, 4, move |inner| {
             prop_oneof![
@@ -332,7 +386,7 @@ pub(in crate::event) mod strategies {
 
     /// An object of some of `members` (each kept or not, now and then
     /// twice), in any order, perhaps with another member named from `keys`.
-    pub fn object(
+    fn object(
         members: Vec<BoxedStrategy<String>>,
         scalars: &'static [&'static str],
         keys: &'static [&'static str],

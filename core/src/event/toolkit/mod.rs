@@ -6,12 +6,14 @@
 //!
 //! It owns the field values every schema reads ([`Text`], [`ScalarText`],
 //! [`RawTimestamp`], [`RawGrade`]) and the rules that make them an event's
-//! fields ([`present`], [`position`]), the reason a message that cannot be
-//! read gets ([`reject`]), the serde pieces the hand-written readers are
-//! built from ([`visit`]), and the byte cursor the fast readers run ahead
-//! of serde with ([`cursor`]). All of it is plain or generic code: nothing
-//! here allocates or dispatches dynamically per message beyond what the
-//! decoders did with their own copies.
+//! fields ([`present`], [`position`]), the refusal of a member given twice
+//! ([`Seen`]), the reason a message that cannot be read gets ([`reject`]),
+//! the serde pieces the hand-written readers are built from ([`visit`]),
+//! and the byte cursor the fast readers run ahead of serde with
+//! ([`cursor`], with its dispatch on member names, `known_member!`). All of
+//! it is plain, generic or a macro: nothing here allocates or dispatches
+//! dynamically per message beyond what the decoders did with their own
+//! copies.
 
 use super::RejectReason;
 use crate::metrics::Grade;
@@ -26,7 +28,7 @@ mod reject;
 pub(super) mod visit;
 
 pub(super) use reject::{classify, message_text};
-use visit::null_is;
+use visit::{null_is, str_is};
 
 /// A JSON string borrowed from the message when it has no escapes (serde's
 /// own `Option<Cow<str>>` always copies).
@@ -40,12 +42,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a string")
             }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(v.to_string())))
-            }
+            str_is!(Text);
             fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
                 Ok(Text(Cow::Owned(v)))
             }
@@ -82,12 +79,7 @@ impl<'de, const OPEN: bool> Visitor<'de> for ScalarText<OPEN> {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str(if OPEN { "any JSON value" } else { "a string, number, boolean or null" })
     }
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-        Ok(Some(Cow::Borrowed(v)))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Some(Cow::Owned(v.to_string())))
-    }
+    str_is!(Some);
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
         Ok(Some(Cow::Owned(v.to_string())))
     }
@@ -128,6 +120,37 @@ pub(super) const RESULTS_CAPACITY: usize = 16;
 /// fewer when the reader knows the length.
 pub(super) fn page_capacity(size_hint: Option<usize>) -> usize {
     size_hint.unwrap_or(RESULTS_CAPACITY).min(RESULTS_CAPACITY)
+}
+
+/// The members of one object already read, a bit each by the member's
+/// index among those its reader knows (a few for the native and UBI
+/// readers, a mapping's trie nodes for the mapped one). Every reader
+/// refuses a member it reads given twice, as serde's derive does: keeping
+/// the first, or the last as most JSON parsers do, would be a guess between
+/// two grades or two sessions.
+pub(super) struct Seen<const WORDS: usize = 1>([u64; WORDS]);
+
+impl<const WORDS: usize> Default for Seen<WORDS> {
+    fn default() -> Self {
+        Seen([0; WORDS])
+    }
+}
+
+impl<const WORDS: usize> Seen<WORDS> {
+    /// Marks member `i` read: `false` if it was read before. A member past
+    /// the set's bits is never refused.
+    #[inline]
+    pub(super) fn first(&mut self, i: usize) -> bool {
+        let (word, bit) = (i / 64, 1u64 << (i % 64));
+        match self.0.get_mut(word) {
+            Some(w) if *w & bit != 0 => false,
+            Some(w) => {
+                *w |= bit;
+                true
+            }
+            None => true,
+        }
+    }
 }
 
 /// A field's text, absent when empty: an empty id, session or action
@@ -228,12 +251,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawTimestamp<'a> {
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
                 Ok(RawTimestamp::Millis(v))
             }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(RawTimestamp::Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(RawTimestamp::Text(Cow::Owned(v.to_string())))
-            }
+            str_is!(RawTimestamp::Text);
         }
         d.deserialize_any(V)
     }

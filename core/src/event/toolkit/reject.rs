@@ -81,12 +81,9 @@ mod tests {
     use super::*;
     use crate::event::decode;
 
-    fn limits() -> DecodeLimits {
-        DecodeLimits::default()
-    }
-
+    /// The reason the native decoder gives `json`.
     fn reason(json: &str) -> RejectReason {
-        decode(json.as_bytes(), &limits()).unwrap_err()
+        decode(json.as_bytes(), &DecodeLimits::default()).unwrap_err()
     }
 
     /// `non_finite`: serde_json's syntax error on a number too large for
@@ -104,7 +101,10 @@ mod tests {
         for number in ["1e999", "-1e999", "1.5E+400", "17976931348623159e292", &huge, "1e99999999999999999999"] {
             assert_eq!(reason(&imp(number)), RejectReason::NonFinite, "{number}");
         }
-        assert!(decode(imp("1.7976931348623157e308").as_bytes(), &limits()).is_ok(), "f64::MAX is a number");
+        assert!(
+            decode(imp("1.7976931348623157e308").as_bytes(), &DecodeLimits::default()).is_ok(),
+            "f64::MAX is a number"
+        );
         let j = |field: &str| {
             format!(r#"{{"type":"judgment","event_id":"e","session_id":"s","doc_id":"d","timestamp":1,{field}}}"#)
         };
@@ -114,8 +114,8 @@ mod tests {
         assert_eq!(reason(timestamp), RejectReason::NonFinite);
         assert_eq!(reason("1e999"), RejectReason::NonFinite, "a lone number");
         // Text is text, and an unknown field is skipped without converting its number.
-        assert!(decode(j(r#""grade":1,"query_id":"1e999""#).as_bytes(), &limits()).is_ok());
-        assert!(decode(j(r#""grade":1,"extra":9e999"#).as_bytes(), &limits()).is_ok());
+        assert!(decode(j(r#""grade":1,"query_id":"1e999""#).as_bytes(), &DecodeLimits::default()).is_ok());
+        assert!(decode(j(r#""grade":1,"extra":9e999"#).as_bytes(), &DecodeLimits::default()).is_ok());
     }
 
     /// `invalid_json`: every other syntax error, and a document cut short,

@@ -1,9 +1,9 @@
 //! The serde pieces the decoders' hand-written readers are built from
 //! (Kafka message → **decode** → assemble → …): the reading of JSON's
-//! `null`, a visitor handed to serde as the seed of one value, an array
-//! that may be `null`, and the members of an object already read. Each is
-//! generic, so a reader built from them compiles to what it wrote out
-//! before: no allocation, no dynamic dispatch per message.
+//! `null` and of strings, a visitor handed to serde as the seed of one
+//! value, and an array that may be `null`. Each is a macro or generic, so
+//! a reader built from them compiles to what it wrote out before: no
+//! allocation, no dynamic dispatch per message.
 
 use serde::de::{DeserializeSeed, Deserializer, SeqAccess, Visitor};
 use std::fmt;
@@ -23,6 +23,21 @@ macro_rules! null_is {
     };
 }
 pub(in crate::event) use null_is;
+
+/// `visit_borrowed_str` and `visit_str` of a [`Visitor`], giving the
+/// string as `$wrap(Cow)`: borrowed from the message where serde_json can
+/// (no escapes), copied where it cannot, as every decoder keeps strings.
+macro_rules! str_is {
+    ($wrap:expr) => {
+        fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(($wrap)(std::borrow::Cow::Borrowed(v)))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(($wrap)(std::borrow::Cow::Owned(v.to_string())))
+        }
+    };
+}
+pub(in crate::event) use str_is;
 
 /// A visitor as the seed of one value of any type (`deserialize_any`):
 /// serde hands state down a walk (the dimension paths, the mapped trie)

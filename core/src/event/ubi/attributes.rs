@@ -35,15 +35,15 @@ pub(super) type Slots<'a> = Option<[Option<Cow<'a, str>>; MAX_DIMENSION_LABELS]>
 /// [`MAX_DIMENSION_LABELS`]), so those still on the way are a bit mask,
 /// not a trie: nothing is built per message.
 pub(super) struct Capture<'s, 'l, 'de> {
-    pub(super) dims: &'l [(String, UbiPath)],
+    dims: &'l [(String, UbiPath)],
     /// `true` below `event_attributes`, `false` below `query_attributes`.
-    pub(super) event: bool,
+    event: bool,
     /// The paths through this value, as bits of their index in `dims`.
-    pub(super) mask: u32,
+    mask: u32,
     /// Member names walked from the attributes object (0: the object
     /// itself, which must be an object or `null`).
     pub(super) depth: usize,
-    pub(super) slots: &'s mut Slots<'de>,
+    slots: &'s mut Slots<'de>,
 }
 
 /// The indices set in `mask`.
@@ -55,7 +55,13 @@ fn bits(mut mask: u32) -> impl Iterator<Item = usize> {
     })
 }
 
-impl<'de> Capture<'_, '_, 'de> {
+impl<'s, 'l, 'de> Capture<'s, 'l, 'de> {
+    /// The reader of an attributes object, for the paths of `dims` below
+    /// it (`mask`, [`super::UbiSettings`]'s mask of the object).
+    pub(super) fn new(dims: &'l [(String, UbiPath)], event: bool, mask: u32, slots: &'s mut Slots<'de>) -> Self {
+        Capture { dims, event, mask, depth: 0, slots }
+    }
+
     fn names(&self, i: usize) -> &[String] {
         self.dims.get(i).and_then(|(_, p)| p.below(self.event)).unwrap_or_default()
     }
@@ -86,6 +92,16 @@ impl<'de> Capture<'_, '_, 'de> {
             {
                 *slot = text.clone();
             }
+        }
+    }
+
+    /// Stores the value of member `K`, read by its own reader, in the
+    /// slots of the paths that end at it (its text made only if one does).
+    #[inline]
+    pub(super) fn store_known<K: Known<'de>>(&mut self, value: &K) {
+        let mask = self.through(K::NAME);
+        if mask != 0 {
+            self.member(mask).store(value.text());
         }
     }
 
@@ -274,10 +290,7 @@ impl<'de, K: Known<'de>> Visitor<'de> for Holder<'_, '_, 'de, K> {
                 return Err(de::Error::duplicate_field(K::NAME));
             }
             let value: K = map.next_value()?;
-            let mask = self.capture.through(K::NAME);
-            if mask != 0 {
-                self.capture.member(mask).store(value.text());
-            }
+            self.capture.store_known(&value);
             known = Some(value);
         }
         Ok(known)

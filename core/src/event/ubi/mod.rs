@@ -73,13 +73,7 @@ fn decode_with<'a>(
     fast: bool,
 ) -> Result<Event<'a>, RejectReason> {
     let text = message_text(bytes, limits)?;
-    let settings = Settings {
-        stop_unless_in: (format != Format::UbiQueries).then_some(&limits.actions),
-        dims: &limits.ubi.dimensions,
-        query_mask: limits.ubi.mask(false),
-        event_mask: limits.ubi.mask(true),
-        max_results: limits.max_results,
-    };
+    let settings = Settings::new(format, limits);
     let mut slots: Slots = None;
     let fast = if fast { scan::read(text, &settings, &mut slots) } else { None };
     let raw = match fast {

@@ -7,9 +7,9 @@
 
 use super::UbiPath;
 use super::attributes::{Capture, EventAttributesSeed, RawEventAttributes, Slots};
-use crate::event::toolkit::visit::{AnyValue, ArrayOrNull, null_is};
-use crate::event::toolkit::{self, RawTimestamp, ScalarText, Text, page_capacity};
-use crate::event::{RejectReason, Shown};
+use crate::event::toolkit::visit::{AnyValue, ArrayOrNull, null_is, str_is};
+use crate::event::toolkit::{self, RawTimestamp, ScalarText, Seen, Text, page_capacity};
+use crate::event::{DecodeLimits, Format, RejectReason, Shown};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use std::borrow::Cow;
@@ -28,12 +28,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Id<'a> {
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a string or an integer")
             }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Id(Some(Cow::Borrowed(v))))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Id(Some(Cow::Owned(v.to_string()))))
-            }
+            str_is!(|text| Id(Some(text)));
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
                 Ok(Id(Some(Cow::Owned(v.to_string()))))
             }
@@ -85,22 +80,102 @@ pub(super) struct RawUbiSeed<'l, 'de> {
 /// What reading a message needs besides its bytes, for both readers.
 pub(super) struct Settings<'l> {
     /// `[judgments.actions]`; `None` reads every field (queries).
-    pub(super) stop_unless_in: Option<&'l BTreeMap<String, crate::metrics::Grade>>,
+    stop_unless_in: Option<&'l BTreeMap<String, crate::metrics::Grade>>,
     /// `[ubi.dimensions]`, read below the attributes.
-    pub(super) dims: &'l [(String, UbiPath)],
+    dims: &'l [(String, UbiPath)],
     /// The dimensions read below `query_attributes`, `event_attributes`.
-    pub(super) query_mask: u32,
-    pub(super) event_mask: u32,
+    query_mask: u32,
+    event_mask: u32,
     /// `input.max_results`, for `query_response_hit_ids`.
     pub(super) max_results: usize,
 }
 
-impl Settings<'_> {
+impl<'l> Settings<'l> {
+    pub(super) fn new(format: Format, limits: &'l DecodeLimits) -> Settings<'l> {
+        Settings {
+            stop_unless_in: (format != Format::UbiQueries).then_some(&limits.actions),
+            dims: &limits.ubi.dimensions,
+            query_mask: limits.ubi.mask(false),
+            event_mask: limits.ubi.mask(true),
+            max_results: limits.max_results,
+        }
+    }
+
     /// Whether `action` (an `action_name`) makes the message one to ignore
     /// unread: an event naming an action rankpulse does not score.
     pub(super) fn ignores(&self, action: &Text<'_>) -> bool {
         let a = action.0.as_ref();
         self.stop_unless_in.is_some_and(|actions| !a.is_empty() && a != "impression" && !actions.contains_key(a))
+    }
+
+    /// The reader of `event_attributes` (`event`) or `query_attributes`
+    /// for the dimension paths below it, into `slots`.
+    pub(super) fn capture<'s, 'de>(&self, event: bool, slots: &'s mut Slots<'de>) -> Capture<'s, 'l, 'de> {
+        Capture::new(self.dims, event, if event { self.event_mask } else { self.query_mask }, slots)
+    }
+}
+
+/// A member of a UBI message that rankpulse reads, as both readers name
+/// it; the discriminant is its bit among the members seen, so that both
+/// refuse the same member given twice.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Member {
+    ActionName,
+    Application,
+    QueryId,
+    ClientId,
+    SessionId,
+    Timestamp,
+    HitIds,
+    QueryAttributes,
+    EventAttributes,
+    /// Only whether it is `null` is read; not refused twice, as any member
+    /// rankpulse does not read.
+    UserQuery,
+    /// Any other name: skipped.
+    Other,
+}
+
+impl Member {
+    /// The member named `name`, as the serde reader meets it (the fast
+    /// reader tells the names by their bytes, `Scan::member`).
+    fn named(name: &str) -> Member {
+        match name {
+            "action_name" => Member::ActionName,
+            "application" => Member::Application,
+            "query_id" => Member::QueryId,
+            "client_id" => Member::ClientId,
+            "session_id" => Member::SessionId,
+            "timestamp" => Member::Timestamp,
+            "query_response_hit_ids" => Member::HitIds,
+            "query_attributes" => Member::QueryAttributes,
+            "event_attributes" => Member::EventAttributes,
+            "user_query" => Member::UserQuery,
+            _ => Member::Other,
+        }
+    }
+
+    /// Its name, for serde's `duplicate_field` error.
+    fn name(self) -> &'static str {
+        match self {
+            Member::ActionName => "action_name",
+            Member::Application => "application",
+            Member::QueryId => "query_id",
+            Member::ClientId => "client_id",
+            Member::SessionId => "session_id",
+            Member::Timestamp => "timestamp",
+            Member::HitIds => "query_response_hit_ids",
+            Member::QueryAttributes => "query_attributes",
+            Member::EventAttributes => "event_attributes",
+            Member::UserQuery => "user_query",
+            Member::Other => "",
+        }
+    }
+
+    /// Whether it is read once per message, seen again or not (`seen`):
+    /// `false` for a member given twice that rankpulse reads.
+    pub(super) fn first_in(self, seen: &mut Seen) -> bool {
+        matches!(self, Member::UserQuery | Member::Other) || seen.first(self as usize)
     }
 }
 
@@ -111,26 +186,6 @@ impl<'de> de::DeserializeSeed<'de> for RawUbiSeed<'_, 'de> {
     }
 }
 
-/// Refuses a field seen before.
-fn first<E: de::Error>(seen: &mut u16, bit: u16, name: &'static str) -> Result<(), E> {
-    if *seen & bit != 0 {
-        return Err(E::duplicate_field(name));
-    }
-    *seen |= bit;
-    Ok(())
-}
-
-/// The next value of `map`, refused if its field was seen before.
-fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
-    map: &mut A,
-    seen: &mut u16,
-    bit: u16,
-    name: &'static str,
-) -> Result<Option<T>, A::Error> {
-    first(seen, bit, name)?;
-    map.next_value()
-}
-
 impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
     type Value = RawUbi<'de>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -138,50 +193,39 @@ impl<'de> Visitor<'de> for RawUbiSeed<'_, 'de> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut raw = RawUbi::default();
-        let mut seen = 0u16;
+        let mut seen: Seen = Seen::default();
         while let Some(key) = map.next_key::<Text<'de>>()? {
-            match key.0.as_ref() {
-                "action_name" => {
+            let member = Member::named(&key.0);
+            if !member.first_in(&mut seen) {
+                return Err(de::Error::duplicate_field(member.name()));
+            }
+            match member {
+                Member::ActionName => {
                     raw.action_key = true;
-                    raw.action_name = once(&mut map, &mut seen, 1, "action_name")?;
+                    raw.action_name = map.next_value()?;
                     if raw.action_name.as_ref().is_some_and(|a| self.settings.ignores(a)) {
                         self.unmapped.set(true);
                         return Err(de::Error::custom("unmapped action"));
                     }
                 }
-                "application" => {
-                    first(&mut seen, 1 << 1, "application")?;
-                    raw.application = map.next_value_seed(AnyValue(ScalarText::<true>))?;
-                }
-                "query_id" => raw.query_id = once(&mut map, &mut seen, 1 << 2, "query_id")?,
-                "client_id" => raw.client_id = once(&mut map, &mut seen, 1 << 3, "client_id")?,
-                "session_id" => raw.session_id = once(&mut map, &mut seen, 1 << 4, "session_id")?,
-                "timestamp" => raw.timestamp = once(&mut map, &mut seen, 1 << 5, "timestamp")?,
-                "query_response_hit_ids" => {
-                    first(&mut seen, 1 << 6, "query_response_hit_ids")?;
+                Member::Application => raw.application = map.next_value_seed(AnyValue(ScalarText::<true>))?,
+                Member::QueryId => raw.query_id = map.next_value()?,
+                Member::ClientId => raw.client_id = map.next_value()?,
+                Member::SessionId => raw.session_id = map.next_value()?,
+                Member::Timestamp => raw.timestamp = map.next_value()?,
+                Member::HitIds => {
                     raw.query_response_hit_ids =
-                        map.next_value_seed(ArrayOrNull(HitsSeed { max: self.settings.max_results }))?;
+                        map.next_value_seed(ArrayOrNull(HitsSeed { max: self.settings.max_results }))?
                 }
-                "query_attributes" => {
-                    first(&mut seen, 1 << 7, "query_attributes")?;
-                    let (dims, mask) = (self.settings.dims, self.settings.query_mask);
-                    map.next_value_seed(AnyValue(Capture {
-                        dims,
-                        event: false,
-                        mask,
-                        depth: 0,
-                        slots: &mut *self.slots,
-                    }))?;
+                Member::QueryAttributes => {
+                    map.next_value_seed(AnyValue(self.settings.capture(false, &mut *self.slots)))?
                 }
-                "event_attributes" => {
-                    first(&mut seen, 1 << 8, "event_attributes")?;
-                    let (dims, mask) = (self.settings.dims, self.settings.event_mask);
-                    let capture = Capture { dims, event: true, mask, depth: 0, slots: &mut *self.slots };
+                Member::EventAttributes => {
+                    let capture = self.settings.capture(true, &mut *self.slots);
                     raw.event_attributes = map.next_value_seed(AnyValue(EventAttributesSeed(capture)))?;
                 }
-                // Not refused twice, as any member rankpulse does not read.
-                "user_query" => raw.user_query |= map.next_value::<Option<de::IgnoredAny>>()?.is_some(),
-                _ => {
+                Member::UserQuery => raw.user_query |= map.next_value::<Option<de::IgnoredAny>>()?.is_some(),
+                Member::Other => {
                     map.next_value::<de::IgnoredAny>()?;
                 }
             }
@@ -206,27 +250,54 @@ impl<'de> Visitor<'de> for HitsSeed {
         f.write_str("an array of ids")
     }
     fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut results = Vec::with_capacity(page_capacity(seq.size_hint()).min(self.max));
-        let (mut count, mut fault) = (0usize, None);
+        let mut hits = Hits::new(self.max, page_capacity(seq.size_hint()));
         while let Some(hit) = seq.next_element::<Id<'de>>()? {
-            count += 1;
-            if count > self.max || fault.is_some() {
-                continue;
-            }
-            let Some(doc_id) = present(Some(hit)) else {
-                fault = Some(RejectReason::MissingField);
-                continue;
-            };
-            match u32::try_from(count) {
-                Ok(position) => results.push(Shown { doc_id, position, score: None, team: None }),
-                Err(_) => fault = Some(RejectReason::InvalidPosition),
-            }
+            hits.push(hit);
         }
-        Ok(match fault {
-            _ if count > self.max => Err(RejectReason::TooManyResults),
+        Ok(hits.end())
+    }
+}
+
+/// `query_response_hit_ids` as either reader meets them, one hit at a
+/// time: the shown results, positions 1, 2, … in array order. A hit that
+/// cannot be a result does not stop the read: its reason is given by
+/// [`Hits::end`] (more than `max` hits is `too_many_results`, before any
+/// missing id).
+pub(super) struct Hits<'a> {
+    results: Vec<Shown<'a>>,
+    max: usize,
+    /// Hits met, kept or not.
+    count: usize,
+    /// Why the first hit that could not be a result could not.
+    fault: Option<RejectReason>,
+}
+
+impl<'a> Hits<'a> {
+    /// Room for `capacity` results, `max` at most (`input.max_results`).
+    pub(super) fn new(max: usize, capacity: usize) -> Hits<'a> {
+        Hits { results: Vec::with_capacity(capacity.min(max)), max, count: 0, fault: None }
+    }
+
+    #[inline]
+    pub(super) fn push(&mut self, hit: Id<'a>) {
+        self.count += 1;
+        if self.count > self.max || self.fault.is_some() {
+            return;
+        }
+        match (present(Some(hit)), u32::try_from(self.count)) {
+            (None, _) => self.fault = Some(RejectReason::MissingField),
+            (Some(doc_id), Ok(position)) => self.results.push(Shown { doc_id, position, score: None, team: None }),
+            (Some(_), Err(_)) => self.fault = Some(RejectReason::InvalidPosition),
+        }
+    }
+
+    #[inline]
+    pub(super) fn end(self) -> Result<Vec<Shown<'a>>, RejectReason> {
+        match self.fault {
+            _ if self.count > self.max => Err(RejectReason::TooManyResults),
             Some(reason) => Err(reason),
-            None => Ok(results),
-        })
+            None => Ok(self.results),
+        }
     }
 }
 
