@@ -33,7 +33,6 @@
 //! a message in `walk`; this module turns what the walk captured into an
 //! event.
 
-use super::toolkit::visit::AnyValue;
 use super::toolkit::{RawGrade, RawTimestamp, array_position, classify, message_text, position, present};
 use super::{DecodeLimits, Event, IgnoreReason, Impression, Judgment, RejectReason, Shown};
 use crate::metrics::Grade;
@@ -70,7 +69,7 @@ pub fn decode<'a>(bytes: &'a [u8], limits: &DecodeLimits) -> Result<Event<'a>, R
         root: true,
     };
     let mut de = serde_json::Deserializer::from_str(text);
-    AnyValue(walk).deserialize(&mut de).and_then(|()| de.end()).map_err(|e| classify(&e, text))?;
+    walk.deserialize(&mut de).and_then(|()| de.end()).map_err(|e| classify(&e, text))?;
     let take = |t: Target, slots: &mut [Slot<'a>]| slots[t.slot()].take().map(|(_, v)| v);
     match results {
         Some((_, Found::Array(shown, failed))) => {

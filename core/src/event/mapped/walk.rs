@@ -6,10 +6,9 @@
 
 use super::mapping::{Mapping, RESULT_SLOTS, Seen, Trie};
 use super::shown;
-use crate::event::toolkit::visit::AnyValue;
 use crate::event::toolkit::{Text, page_capacity};
 use crate::event::{RejectReason, Shown};
-use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::fmt;
 
@@ -111,6 +110,16 @@ impl<'c, 'm, 's, 'de> Walk<'c, 'm, 's, 'de> {
     }
 }
 
+// A seed of its own rather than the toolkit's `AnyValue`: through the
+// wrapper, the walk's recursion inlined differently and decoding a mapped
+// message cost 1.5% more instructions (callgrind).
+impl<'de> DeserializeSeed<'de> for Walk<'_, '_, '_, 'de> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
 impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
     type Value = ();
 
@@ -153,7 +162,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
             match self.trie.child_by_key(self.node, &key.0) {
                 Some(c) => {
                     self.meet(c)?;
-                    map.next_value_seed(AnyValue(self.child(c)))?
+                    map.next_value_seed(self.child(c))?
                 }
                 None => map.next_value::<IgnoredAny>().map(|_| ())?,
             }
@@ -194,7 +203,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
                     seen: &mut seen,
                     root: false,
                 };
-                if seq.next_element_seed(AnyValue(element))?.is_none() {
+                if seq.next_element_seed(element)?.is_none() {
                     break;
                 }
                 match shown(slots, count, mapping.position_base) {
@@ -209,7 +218,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_, '_, 'de> {
         let mut index = 0usize;
         loop {
             let more = match self.trie.child_by_index(self.node, index) {
-                Some(c) => seq.next_element_seed(AnyValue(self.child(c)))?.is_some(),
+                Some(c) => seq.next_element_seed(self.child(c))?.is_some(),
                 None => seq.next_element::<IgnoredAny>()?.is_some(),
             };
             if !more {
