@@ -12,8 +12,9 @@
 //! reasons, the [`DecodeLimits`]) and the choice of decoder by [`Format`].
 //! Each wire format has its own decoder: rankpulse's schema in `native`,
 //! the UBI formats in [`ubi`], the declarative mapping of any other JSON
-//! schema in [`mapped`]; what they share (field values, the reason of a
-//! failed read, the fast readers' cursor) is one toolkit, `toolkit`.
+//! schema in [`mapped`]; what they share (field values, serde visitors,
+//! member dispatch, the reason of a failed read, the fast readers' cursor)
+//! is one toolkit, `toolkit`.
 
 use crate::interleave::Team;
 use crate::metrics::Grade;

@@ -20,7 +20,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// The dimension values found in a message, by the index of their label
-/// in [`UbiSettings::dimensions`]: a fixed array, so that reading them
+/// in [`super::UbiSettings::dimensions`]: a fixed array, so that reading them
 /// allocates nothing (values with escapes and numbers are copied, as
 /// everywhere), made only once a value is found (most events carry none,
 /// and the array is 16 values to clear and drop).

@@ -22,15 +22,15 @@
 //!   rejected;
 //! - dimensions come from the paths of `[ubi.dimensions]`, of any depth
 //!   (`query_attributes.experiment.arm`), read on the way through the
-//!   message into a fixed array ([`attributes::Capture`]), nothing built
+//!   message into a fixed array (`attributes::Capture`), nothing built
 //!   per message.
 //!
-//! The usual message is read by [`scan`], straight from its bytes; the
-//! serde reader ([`read`]) decides whatever that one leaves to it
+//! The usual message is read by `scan`, straight from its bytes; the
+//! serde reader (`read`) decides whatever that one leaves to it
 //! (escapes, unusual numbers, errors), so both give the same result on any
 //! input. This module turns what either read into an event; the
-//! attributes' reader is in [`attributes`], the `[ubi]` settings in
-//! [`paths`], the lines of a `_bulk` export in [`bulk`].
+//! attributes' reader is in `attributes`, the `[ubi]` settings in
+//! `paths`, the lines of a `_bulk` export in `bulk`.
 //!
 //! UBI has no event id: the message itself is its id, so a re-delivered
 //! message counts once and two messages that differ in any byte both count.

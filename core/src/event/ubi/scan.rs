@@ -135,7 +135,7 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// `query_response_hit_ids` as [`super::read::HitsSeed`] reads it.
+    /// `query_response_hit_ids` as the serde reader reads them ([`Hits`]).
     fn hits(&mut self, max: usize) -> Option<Result<Vec<Shown<'a>>, RejectReason>> {
         let mut hits = Hits::new(max, RESULTS_CAPACITY);
         self.elements(|s| s.id().map(|hit| hits.push(hit)))?;
@@ -211,7 +211,7 @@ impl<'a> Scan<'a> {
         })
     }
 
-    /// `object` or `position` as [`super::attributes::Holder`] reads it:
+    /// `object` or `position` as `attributes::Holder` reads it:
     /// its known member `K`, and the rest for the dimension paths through
     /// it.
     fn holder<K: Known<'a>>(
