@@ -30,8 +30,10 @@
 //! hostile variants of every member) and the `decode_assemble` fuzz target
 //! compare the two on every input they make.
 
-use super::{Capture, Id, Known, Ordinal, RawEventAttributes, RawUbi, Settings, Slots};
-use crate::event::cursor::{MAX_NESTING, Scan};
+use super::attributes::{Capture, Known, Ordinal, RawEventAttributes, Slots};
+use super::read::{Hits, Id, Member, RawUbi, Settings};
+use crate::event::toolkit::cursor::{MAX_NESTING, Scan, known_member};
+use crate::event::toolkit::{RESULTS_CAPACITY, Seen};
 use crate::event::{RejectReason, Shown};
 use std::borrow::Cow;
 
@@ -49,119 +51,71 @@ pub(super) enum Read<'a> {
 /// must decide. `slots` may hold values when it answers `None`.
 pub(super) fn read<'a>(text: &'a str, settings: &Settings<'_>, slots: &mut Slots<'a>) -> Option<Read<'a>> {
     let mut s = Scan { text, at: 0 };
-    s.eat(b'{')?;
     let mut raw = RawUbi::default();
-    let mut seen = 0u16;
-    if !s.eat_if(b'}') {
-        loop {
-            let member = s.member()?;
-            let mut once = |bit: u16| {
-                let fresh = seen & bit == 0;
-                seen |= bit;
-                fresh.then_some(())
-            };
-            match member {
-                Member::ActionName => {
-                    once(1)?;
-                    raw.action_key = true;
-                    raw.action_name = s.optional(Scan::text)?;
-                    if raw.action_name.as_ref().is_some_and(|a| settings.ignores(a)) {
-                        return Some(Read::Unmapped);
-                    }
-                }
-                Member::Application => {
-                    once(1 << 1)?;
-                    raw.application = s.optional(Scan::text)?.map(|t| t.0);
-                }
-                Member::QueryId => {
-                    once(1 << 2)?;
-                    raw.query_id = s.optional(Scan::id)?;
-                }
-                Member::ClientId => {
-                    once(1 << 3)?;
-                    raw.client_id = s.optional(Scan::id)?;
-                }
-                Member::SessionId => {
-                    once(1 << 4)?;
-                    raw.session_id = s.optional(Scan::id)?;
-                }
-                Member::Timestamp => {
-                    once(1 << 5)?;
-                    raw.timestamp = s.optional(Scan::timestamp)?;
-                }
-                Member::HitIds => {
-                    once(1 << 6)?;
-                    raw.query_response_hit_ids = s.optional(|s| s.hits(settings.max_results))?;
-                }
-                Member::QueryAttributes => {
-                    once(1 << 7)?;
-                    let (dims, mask) = (settings.dims, settings.query_mask);
-                    s.capture(Capture { dims, event: false, mask, depth: 0, slots: &mut *slots }, 1)?;
-                }
-                Member::EventAttributes => {
-                    once(1 << 8)?;
-                    let (dims, mask) = (settings.dims, settings.event_mask);
-                    let capture = Capture { dims, event: true, mask, depth: 0, slots: &mut *slots };
-                    raw.event_attributes = s.event_attributes(capture)?;
-                }
-                Member::UserQuery => raw.user_query |= s.optional(|s| s.skip(1))?.is_some(),
-                Member::Other => s.skip(1)?,
-            }
-            if !s.next_member()? {
-                break;
-            }
+    let mut seen: Seen = Seen::default();
+    let mut unmapped = false;
+    let read = s.members(|s| {
+        let member = s.member()?;
+        if !member.first_in(&mut seen) {
+            return None;
         }
+        match member {
+            Member::ActionName => {
+                raw.action_key = true;
+                raw.action_name = s.optional(Scan::text)?;
+                // Read no further: the message is ignored.
+                unmapped = raw.action_name.as_ref().is_some_and(|a| settings.ignores(a));
+                if unmapped {
+                    return None;
+                }
+            }
+            Member::Application => raw.application = s.optional(Scan::text)?.map(|t| t.0),
+            Member::QueryId => raw.query_id = s.optional(Scan::id)?,
+            Member::ClientId => raw.client_id = s.optional(Scan::id)?,
+            Member::SessionId => raw.session_id = s.optional(Scan::id)?,
+            Member::Timestamp => raw.timestamp = s.optional(Scan::timestamp)?,
+            Member::HitIds => raw.query_response_hit_ids = s.optional(|s| s.hits(settings.max_results))?,
+            Member::QueryAttributes => s.capture(settings.capture(false, &mut *slots), 1)?,
+            Member::EventAttributes => {
+                raw.event_attributes = s.event_attributes(settings.capture(true, &mut *slots))?
+            }
+            Member::UserQuery => raw.user_query |= s.optional(|s| s.skip(1))?.is_some(),
+            Member::Other => s.skip(1)?,
+        }
+        Some(())
+    });
+    if unmapped {
+        return Some(Read::Unmapped);
     }
+    read?;
     s.ws();
     (s.at == text.len()).then_some(Read::Raw(raw))
 }
 
-/// A member of the message, as [`Scan::member`] names it.
-enum Member {
-    ActionName,
-    Application,
-    QueryId,
-    ClientId,
-    SessionId,
-    Timestamp,
-    HitIds,
-    QueryAttributes,
-    EventAttributes,
-    /// Only whether it is `null` is read.
-    UserQuery,
-    /// Any other name: skipped.
-    Other,
-}
-
 impl<'a> Scan<'a> {
-    /// A member name of the message and its colon. The known names are
-    /// told by their first byte and one compare each; any other is read
-    /// by [`Self::key`] (which leaves escapes to serde), and cannot be a
-    /// known name, whose bytes would have matched.
+    /// A member name of the message and its colon ([`known_member`]).
+    /// Inlined into the member loop of [`read`]: out of line it cost 2% of
+    /// decoding a UBI message (callgrind).
+    #[inline(always)]
     fn member(&mut self) -> Option<Member> {
-        self.ws();
-        let known = match self.text.as_bytes().get(self.at + 1) {
-            Some(b'a') if self.is_name("action_name") => Some(Member::ActionName),
-            Some(b'a') if self.is_name("application") => Some(Member::Application),
-            Some(b'q') if self.is_name("query_id") => Some(Member::QueryId),
-            Some(b'q') if self.is_name("query_attributes") => Some(Member::QueryAttributes),
-            Some(b'q') if self.is_name("query_response_hit_ids") => Some(Member::HitIds),
-            Some(b'c') if self.is_name("client_id") => Some(Member::ClientId),
-            Some(b's') if self.is_name("session_id") => Some(Member::SessionId),
-            Some(b't') if self.is_name("timestamp") => Some(Member::Timestamp),
-            Some(b'e') if self.is_name("event_attributes") => Some(Member::EventAttributes),
+        known_member!(self, {
+            b'a' "action_name" => Member::ActionName,
+            b'a' "application" => Member::Application,
+            b'q' "query_id" => Member::QueryId,
+            b'q' "query_attributes" => Member::QueryAttributes,
+            b'q' "query_response_hit_ids" => Member::HitIds,
+            b'c' "client_id" => Member::ClientId,
+            b's' "session_id" => Member::SessionId,
+            b't' "timestamp" => Member::Timestamp,
+            b'e' "event_attributes" => Member::EventAttributes,
             // The spec's other members: names told without a scan, values skipped.
-            Some(b'u') if self.is_name("user_query") => Some(Member::UserQuery),
-            Some(b'u') if self.is_name("user_id") => Some(Member::Other),
-            Some(b'm') if self.is_name("message_type") || self.is_name("message") => Some(Member::Other),
-            Some(b'q') if self.is_name("query_response_id") => Some(Member::Other),
-            Some(b'o') if self.is_name("object_id_field") => Some(Member::Other),
-            _ => None,
-        };
-        match known {
-            Some(member) => self.eat(b':').map(|()| member),
-            None => self.key().map(|_| Member::Other),
-        }
+            b'u' "user_query" => Member::UserQuery,
+            b'u' "user_id" => Member::Other,
+            b'm' "message_type" => Member::Other,
+            b'm' "message" => Member::Other,
+            b'q' "query_response_id" => Member::Other,
+            b'o' "object_id_field" => Member::Other,
+        } else Member::Other)
     }
 
     /// [`Id`]: a string, an integer, `null` as absent.
@@ -181,34 +135,11 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// `query_response_hit_ids` as [`super::HitsSeed`] reads it.
+    /// `query_response_hit_ids` as the serde reader reads them ([`Hits`]).
     fn hits(&mut self, max: usize) -> Option<Result<Vec<Shown<'a>>, RejectReason>> {
-        self.eat(b'[')?;
-        let mut results = Vec::with_capacity(crate::event::RESULTS_CAPACITY.min(max));
-        let (mut count, mut fault) = (0usize, None);
-        if !self.eat_if(b']') {
-            loop {
-                let hit = self.id()?;
-                count += 1;
-                if count <= max && fault.is_none() {
-                    match (super::present(Some(hit)), u32::try_from(count)) {
-                        (None, _) => fault = Some(RejectReason::MissingField),
-                        (Some(doc_id), Ok(position)) => {
-                            results.push(Shown { doc_id, position, score: None, team: None })
-                        }
-                        (Some(_), Err(_)) => fault = Some(RejectReason::InvalidPosition),
-                    }
-                }
-                if !self.next(b']')? {
-                    break;
-                }
-            }
-        }
-        Some(match fault {
-            _ if count > max => Err(RejectReason::TooManyResults),
-            Some(reason) => Err(reason),
-            None => Ok(results),
-        })
+        let mut hits = Hits::new(max, RESULTS_CAPACITY);
+        self.elements(|s| s.id().map(|hit| hits.push(hit)))?;
+        Some(hits.end())
     }
 
     /// A value below `query_attributes` or `event_attributes` (or one of
@@ -220,23 +151,13 @@ impl<'a> Scan<'a> {
             return self.literal("null");
         }
         if b == b'{' {
-            self.at += 1;
             if nesting >= MAX_NESTING {
                 return None;
             }
-            if !self.eat_if(b'}') {
-                loop {
-                    let key = self.key()?;
-                    match capture.through(key) {
-                        0 => self.skip(nesting + 1)?,
-                        mask => self.capture(capture.member(mask), nesting + 1)?,
-                    }
-                    if !self.next_member()? {
-                        break;
-                    }
-                }
-            }
-            return Some(());
+            return self.members(|s| {
+                let key = s.key()?;
+                s.capture_member(&mut capture, key, nesting + 1)
+            });
         }
         if capture.depth == 0 {
             return None;
@@ -263,76 +184,57 @@ impl<'a> Scan<'a> {
         Some(())
     }
 
-    /// `event_attributes` as [`super::EventAttributesSeed`] reads it.
-    fn event_attributes(&mut self, mut capture: Capture<'_, '_, 'a>) -> Option<Option<RawEventAttributes<'a>>> {
-        if self.peek()? == b'n' {
-            self.literal("null")?;
-            return Some(None);
+    /// The value of member `key` of an object `capture` reads, at
+    /// `nesting`: read for the paths through it, else skipped.
+    fn capture_member(&mut self, capture: &mut Capture<'_, '_, 'a>, key: &str, nesting: u32) -> Option<()> {
+        match capture.through(key) {
+            0 => self.skip(nesting),
+            mask => self.capture(capture.member(mask), nesting),
         }
-        self.eat(b'{')?;
-        let mut out = RawEventAttributes::default();
-        if !self.eat_if(b'}') {
-            loop {
-                let key = self.key_among(&["object", "position"])?;
-                match key {
-                    "object" => {
-                        let holder = capture.member(capture.through(key));
-                        out.object_id = self.holder(holder, Scan::id)?;
-                    }
-                    "position" => {
-                        let holder = capture.member(capture.through(key));
-                        out.ordinal = self.holder(holder, Scan::ordinal)?;
-                    }
-                    _ => match capture.through(key) {
-                        0 => self.skip(2)?,
-                        mask => self.capture(capture.member(mask), 2)?,
-                    },
-                }
-                if !self.next_member()? {
-                    break;
-                }
-            }
-        }
-        Some(Some(out))
     }
 
-    /// `object` or `position` as [`super::Holder`] reads it: its known
-    /// member `K`, and the rest for the dimension paths through it.
+    /// `event_attributes` as [`super::attributes::EventAttributesSeed`]
+    /// reads it.
+    fn event_attributes(&mut self, mut capture: Capture<'_, '_, 'a>) -> Option<Option<RawEventAttributes<'a>>> {
+        self.optional(|s| {
+            let mut out = RawEventAttributes::default();
+            s.members(|s| {
+                let key = s.key_among(&["object", "position"])?;
+                match key {
+                    "object" => out.object_id = s.holder(capture.member(capture.through(key)), Scan::id)?,
+                    "position" => out.ordinal = s.holder(capture.member(capture.through(key)), Scan::ordinal)?,
+                    _ => s.capture_member(&mut capture, key, 2)?,
+                }
+                Some(())
+            })?;
+            Some(out)
+        })
+    }
+
+    /// `object` or `position` as `attributes::Holder` reads it:
+    /// its known member `K`, and the rest for the dimension paths through
+    /// it.
     fn holder<K: Known<'a>>(
         &mut self,
         mut capture: Capture<'_, '_, 'a>,
         known_value: fn(&mut Self) -> Option<K>,
     ) -> Option<Option<K>> {
-        if self.peek()? == b'n' {
-            self.literal("null")?;
-            return Some(None);
-        }
-        self.eat(b'{')?;
         let mut known: Option<K> = None;
-        if !self.eat_if(b'}') {
-            loop {
-                let key = self.key_among(&[K::NAME, "object_id_field"])?;
-                if key == K::NAME {
-                    if known.is_some() {
-                        return None;
-                    }
-                    let value = known_value(self)?;
-                    let mask = capture.through(K::NAME);
-                    if mask != 0 {
-                        capture.member(mask).store(value.text());
-                    }
-                    known = Some(value);
-                } else {
-                    match capture.through(key) {
-                        0 => self.skip(3)?,
-                        mask => self.capture(capture.member(mask), 3)?,
-                    }
+        self.optional(|s| {
+            s.members(|s| {
+                let key = s.key_among(&[K::NAME, "object_id_field"])?;
+                if key != K::NAME {
+                    return s.capture_member(&mut capture, key, 3);
                 }
-                if !self.next_member()? {
-                    break;
+                if known.is_some() {
+                    return None;
                 }
-            }
-        }
+                let value = known_value(s)?;
+                capture.store_known(&value);
+                known = Some(value);
+                Some(())
+            })
+        })?;
         Some(known)
     }
 }
@@ -341,7 +243,7 @@ impl<'a> Scan<'a> {
 mod tests {
     use super::super::{UbiPath, decode, decode_by_serde};
     use super::*;
-    use crate::event::cursor::strategies;
+    use crate::event::toolkit::cursor::strategies::{self, Words};
     use crate::event::{DecodeLimits, Format};
     use proptest::prelude::*;
 
@@ -366,13 +268,7 @@ mod tests {
     }
 
     fn settings(l: &DecodeLimits, format: Format) -> Settings<'_> {
-        Settings {
-            stop_unless_in: (format != Format::UbiQueries).then_some(&l.actions),
-            dims: &l.ubi.dimensions,
-            query_mask: l.ubi.mask(false),
-            event_mask: l.ubi.mask(true),
-            max_results: l.max_results,
-        }
+        Settings::new(format, l)
     }
 
     /// Scalars as producers send them, and the ones this reader leaves to
@@ -453,28 +349,17 @@ mod tests {
         "user_querys",
     ];
 
-    fn value() -> impl Strategy<Value = String> {
-        strategies::value(SCALARS, KEYS)
-    }
-
-    /// `typical` most of the time, else any value.
-    fn mostly(typical: &'static [&'static str]) -> impl Strategy<Value = String> {
-        prop_oneof![6 => prop::sample::select(typical).prop_map(str::to_string), 1 => value()]
-    }
-
-    fn object(members: Vec<BoxedStrategy<String>>) -> impl Strategy<Value = String> {
-        strategies::object(members, SCALARS, KEYS)
-    }
+    const WORDS: Words = Words { scalars: SCALARS, keys: KEYS };
 
     /// A member of `event_attributes.object` or `.position`, or of the
     /// attributes themselves.
     fn attribute_members(known: &'static str, typical: &'static [&'static str]) -> impl Strategy<Value = String> {
         let members = vec![
-            mostly(typical).prop_map(move |v| format!("\"{known}\":{v}")).boxed(),
-            mostly(&[r#""sku""#]).prop_map(|v| format!("\"object_id_field\":{v}")).boxed(),
-            mostly(&[r#""s""#, "3", "true"]).prop_map(|v| format!("\"x\":{v}")).boxed(),
+            WORDS.member(known, typical),
+            WORDS.member("object_id_field", &[r#""sku""#]),
+            WORDS.member("x", &[r#""s""#, "3", "true"]),
         ];
-        object(members)
+        WORDS.object(members)
     }
 
     /// A UBI query or event as producers write it, each member kept or
@@ -482,37 +367,31 @@ mod tests {
     /// byte put in.
     fn message() -> impl Strategy<Value = String> {
         let ids: &'static [&'static str] = &[r#""d1""#, "42", r#""D0000007""#];
-        let event_attributes = object(vec![
+        let event_attributes = WORDS.object(vec![
             attribute_members("object_id", ids).prop_map(|v| format!("\"object\":{v}")).boxed(),
             attribute_members("ordinal", &["0", "1", "3"]).prop_map(|v| format!("\"position\":{v}")).boxed(),
-            mostly(&[r#""b""#, "2"]).prop_map(|v| format!("\"arm\":{v}")).boxed(),
+            WORDS.member("arm", &[r#""b""#, "2"]),
         ]);
-        let query_attributes = object(vec![
-            mostly(&[r#""v2""#, "5"]).prop_map(|v| format!("\"ranker\":{v}")).boxed(),
-            mostly(&[r#"{"y":"deep"}"#, r#"{"y":{"z":1}}"#]).prop_map(|v| format!("\"x\":{v}")).boxed(),
+        let query_attributes = WORDS.object(vec![
+            WORDS.member("ranker", &[r#""v2""#, "5"]),
+            WORDS.member("x", &[r#"{"y":"deep"}"#, r#"{"y":{"z":1}}"#]),
             Just(r#""filters":{"brand":["a","b"]},"page":1,"score":0.5"#.to_string()).boxed(),
         ]);
-        let top = object(vec![
-            mostly(&[r#""impression""#, r#""click""#, r#""purchase""#, r#""hover""#])
-                .prop_map(|v| format!("\"action_name\":{v}"))
-                .boxed(),
-            mostly(&[r#""shop""#]).prop_map(|v| format!("\"application\":{v}")).boxed(),
-            mostly(&[r#""q-1""#, "9"]).prop_map(|v| format!("\"query_id\":{v}")).boxed(),
-            mostly(&[r#""c-1""#]).prop_map(|v| format!("\"client_id\":{v}")).boxed(),
-            mostly(&[r#""s-1""#]).prop_map(|v| format!("\"session_id\":{v}")).boxed(),
-            mostly(&["1763780000000", r#""2025-11-22T02:53:20.017Z""#])
-                .prop_map(|v| format!("\"timestamp\":{v}"))
-                .boxed(),
-            mostly(&[r#"["a","b",7]"#, "[]", r#"["a",null]"#, r#"["a","b","c","d"]"#])
-                .prop_map(|v| format!("\"query_response_hit_ids\":{v}"))
-                .boxed(),
-            prop_oneof![4 => query_attributes.boxed(), 1 => value().boxed()]
+        let top = WORDS.object(vec![
+            WORDS.member("action_name", &[r#""impression""#, r#""click""#, r#""purchase""#, r#""hover""#]),
+            WORDS.member("application", &[r#""shop""#]),
+            WORDS.member("query_id", &[r#""q-1""#, "9"]),
+            WORDS.member("client_id", &[r#""c-1""#]),
+            WORDS.member("session_id", &[r#""s-1""#]),
+            WORDS.member("timestamp", &["1763780000000", r#""2025-11-22T02:53:20.017Z""#]),
+            WORDS.member("query_response_hit_ids", &[r#"["a","b",7]"#, "[]", r#"["a",null]"#, r#"["a","b","c","d"]"#]),
+            prop_oneof![4 => query_attributes.boxed(), 1 => WORDS.value().boxed()]
                 .prop_map(|v| format!("\"query_attributes\":{v}"))
                 .boxed(),
-            prop_oneof![4 => event_attributes.boxed(), 1 => value().boxed()]
+            prop_oneof![4 => event_attributes.boxed(), 1 => WORDS.value().boxed()]
                 .prop_map(|v| format!("\"event_attributes\":{v}"))
                 .boxed(),
-            mostly(&[r#""q""#, "null"]).prop_map(|v| format!("\"user_query\":{v}")).boxed(),
+            WORDS.member("user_query", &[r#""q""#, "null"]),
         ]);
         strategies::damaged(top)
     }

@@ -1,19 +1,19 @@
 //! A cursor over one JSON message for the fast readers that run ahead of
-//! serde: [`super::scan`] (rankpulse's own events) and
-//! [`super::ubi`]'s. Each method reads exactly what serde_json would read
-//! there, or answers `None`, and the reader then leaves the whole message
-//! to serde, which decides (its error, or its value). So a fast reader
-//! built on it is never different from serde (a message it leaves is
-//! read twice, a cost paid by what producers rarely send); each one's
-//! `same_as_serde` proptest and the `decode_assemble` fuzz target hold it
-//! to that.
+//! serde in the decode stage (Kafka message → **decode** → assemble → …):
+//! `native::scan` (rankpulse's own events) and `ubi::scan`. Each method
+//! reads exactly what serde_json would read there, or answers `None`, and
+//! the reader then leaves the whole message to serde, which decides (its
+//! error, or its value). So a fast reader built on it is never different
+//! from serde (a message it leaves is read twice, a cost paid by what
+//! producers rarely send); each one's `same_as_serde` proptest and the
+//! `decode_assemble` fuzz target hold it to that.
 
 use super::{RawTimestamp, Text};
 use std::borrow::Cow;
 
 /// Nesting beyond this is left to serde (which reads 127 levels and skips
 /// any number).
-pub(super) const MAX_NESTING: u32 = 16;
+pub(in crate::event) const MAX_NESTING: u32 = 16;
 
 /// Where the first quote, backslash or control character of `rest` is
 /// (`None`: there is none). Eight bytes at a time, as serde_json's own
@@ -23,7 +23,7 @@ pub(super) const MAX_NESTING: u32 = 16;
 /// word that holds the hit also says where. The last, shorter word is
 /// padded with zero bytes, which count as control characters: a hit there
 /// at or beyond the end is no hit.
-pub(super) fn special_at(rest: &[u8]) -> Option<usize> {
+pub(in crate::event) fn special_at(rest: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_le_bytes([1; 8]);
     const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
     let zero_in = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
@@ -50,41 +50,67 @@ pub(super) fn special_at(rest: &[u8]) -> Option<usize> {
     (hit < tail.len()).then_some(at + hit)
 }
 
+/// A member name of an object a fast reader reads, and its colon, as the
+/// member it names: `$cursor.$known` by the list of known names, each
+/// told by its first byte (checked against the name at compile time) and
+/// one fixed-length compare ([`Scan::is_name`]), not scanned and then
+/// matched; any other name is read by [`Scan::key`] (which leaves escapes
+/// to serde) as `$other`, and cannot be a known name, whose bytes would
+/// have matched. `None` where serde must decide.
+macro_rules! known_member {
+    ($scan:expr, { $($first:literal $name:literal => $member:expr,)+ } else $other:expr) => {{
+        let scan: &mut $crate::event::toolkit::cursor::Scan<'_> = $scan;
+        scan.ws();
+        let known = match scan.text.as_bytes().get(scan.at + 1) {
+            $(Some($first) if {
+                const { assert!($name.as_bytes()[0] == $first, "a known name under another first byte") };
+                scan.is_name($name)
+            } => Some($member),)+
+            _ => None,
+        };
+        match known {
+            Some(member) => scan.eat(b':').map(|()| member),
+            None => scan.key().map(|_| $other),
+        }
+    }};
+}
+pub(in crate::event) use known_member;
+
 /// A cursor over the message. Every method returns `None` where the serde
 /// reader must decide, and leaves the cursor anywhere then.
-pub(super) struct Scan<'a> {
-    pub(super) text: &'a str,
-    pub(super) at: usize,
+pub(in crate::event) struct Scan<'a> {
+    pub(in crate::event) text: &'a str,
+    pub(in crate::event) at: usize,
 }
 
 impl<'a> Scan<'a> {
-    pub(super) fn byte(&self) -> Option<u8> {
+    pub(in crate::event) fn byte(&self) -> Option<u8> {
         self.text.as_bytes().get(self.at).copied()
     }
 
     /// Skips JSON whitespace (exactly serde_json's four bytes).
-    pub(super) fn ws(&mut self) {
+    pub(in crate::event) fn ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.byte() {
             self.at += 1;
         }
     }
 
-    pub(super) fn peek(&mut self) -> Option<u8> {
+    pub(in crate::event) fn peek(&mut self) -> Option<u8> {
         self.ws();
         self.byte()
     }
 
-    pub(super) fn eat_if(&mut self, c: u8) -> bool {
+    fn eat_if(&mut self, c: u8) -> bool {
         let hit = self.peek() == Some(c);
         self.at += usize::from(hit);
         hit
     }
 
-    pub(super) fn eat(&mut self, c: u8) -> Option<()> {
+    pub(in crate::event) fn eat(&mut self, c: u8) -> Option<()> {
         self.eat_if(c).then_some(())
     }
 
-    pub(super) fn literal(&mut self, word: &str) -> Option<()> {
+    pub(in crate::event) fn literal(&mut self, word: &str) -> Option<()> {
         self.ws();
         let rest = self.text.as_bytes().get(self.at..)?;
         rest.starts_with(word.as_bytes()).then(|| self.at += word.len())
@@ -92,7 +118,7 @@ impl<'a> Scan<'a> {
 
     /// After a member or an element: `true` at `,` (another follows),
     /// `false` at the closing `close`.
-    pub(super) fn next(&mut self, close: u8) -> Option<bool> {
+    fn next(&mut self, close: u8) -> Option<bool> {
         match self.peek()? {
             b',' => {
                 self.at += 1;
@@ -106,12 +132,36 @@ impl<'a> Scan<'a> {
         }
     }
 
-    pub(super) fn next_member(&mut self) -> Option<bool> {
-        self.next(b'}')
+    /// An object, each of its members read by `member` (its name
+    /// included), the commas and braces between them here.
+    #[inline(always)]
+    pub(in crate::event) fn members(&mut self, member: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.list(b'{', b'}', member)
+    }
+
+    /// An array, each of its elements read by `element`, the commas and
+    /// brackets between them here.
+    #[inline(always)]
+    pub(in crate::event) fn elements(&mut self, element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.list(b'[', b']', element)
+    }
+
+    #[inline(always)]
+    fn list(&mut self, open: u8, close: u8, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(open)?;
+        if !self.eat_if(close) {
+            loop {
+                item(self)?;
+                if !self.next(close)? {
+                    break;
+                }
+            }
+        }
+        Some(())
     }
 
     /// A string with neither escapes nor control characters, borrowed.
-    pub(super) fn string(&mut self) -> Option<&'a str> {
+    pub(in crate::event) fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
         let rest = self.text.as_bytes().get(start..)?;
@@ -127,7 +177,7 @@ impl<'a> Scan<'a> {
     /// them when it skips (a `\\u` escape need not make a valid code
     /// point there): producers that write non-ASCII text as `\\u` escapes
     /// (Python's `json.dumps`) are read here too.
-    pub(super) fn skip_string(&mut self) -> Option<()> {
+    pub(in crate::event) fn skip_string(&mut self) -> Option<()> {
         self.eat(b'"')?;
         let bytes = self.text.as_bytes();
         loop {
@@ -158,7 +208,7 @@ impl<'a> Scan<'a> {
     /// compare (inlined, the compare is of a known length). `false` leaves
     /// the cursor where it was.
     #[inline(always)]
-    pub(super) fn is_name(&mut self, name: &'static str) -> bool {
+    pub(in crate::event) fn is_name(&mut self, name: &'static str) -> bool {
         let n = name.len();
         let hit = self
             .text
@@ -174,7 +224,7 @@ impl<'a> Scan<'a> {
     /// A member name and its colon: one of `names` (each compared as
     /// [`Self::is_name`] does), else as [`Self::key`] reads it.
     #[inline(always)]
-    pub(super) fn key_among(&mut self, names: &[&'static str]) -> Option<&'a str> {
+    pub(in crate::event) fn key_among(&mut self, names: &[&'static str]) -> Option<&'a str> {
         self.ws();
         for name in names {
             if self.is_name(name) {
@@ -185,7 +235,7 @@ impl<'a> Scan<'a> {
     }
 
     /// A member's name and its colon.
-    pub(super) fn key(&mut self) -> Option<&'a str> {
+    pub(in crate::event) fn key(&mut self) -> Option<&'a str> {
         let key = self.string()?;
         self.eat(b':')?;
         Some(key)
@@ -194,7 +244,7 @@ impl<'a> Scan<'a> {
     /// A non-negative integer without fraction or exponent that fits a
     /// `u64` (exactly what serde_json visits as a `u64`), as its text and
     /// value.
-    pub(super) fn uint(&mut self) -> Option<(&'a str, u64)> {
+    pub(in crate::event) fn uint(&mut self) -> Option<(&'a str, u64)> {
         self.ws();
         let start = self.at;
         let mut value = 0u64;
@@ -213,7 +263,7 @@ impl<'a> Scan<'a> {
     }
 
     /// `null` as `None`, else what `value` reads (serde's `Option<T>`).
-    pub(super) fn optional<T>(&mut self, value: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+    pub(in crate::event) fn optional<T>(&mut self, value: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
         if self.peek()? == b'n' {
             self.literal("null")?;
             return Some(None);
@@ -223,41 +273,15 @@ impl<'a> Scan<'a> {
 
     /// Any value, validated and dropped (serde's `IgnoredAny`); `nesting`
     /// is the depth of the value.
-    pub(super) fn skip(&mut self, nesting: u32) -> Option<()> {
+    pub(in crate::event) fn skip(&mut self, nesting: u32) -> Option<()> {
         match self.peek()? {
             b'"' => self.skip_string(),
-            b'{' => {
-                self.at += 1;
-                if nesting >= MAX_NESTING {
-                    return None;
-                }
-                if !self.eat_if(b'}') {
-                    loop {
-                        self.skip_string()?;
-                        self.eat(b':')?;
-                        self.skip(nesting + 1)?;
-                        if !self.next_member()? {
-                            break;
-                        }
-                    }
-                }
-                Some(())
-            }
-            b'[' => {
-                self.at += 1;
-                if nesting >= MAX_NESTING {
-                    return None;
-                }
-                if !self.eat_if(b']') {
-                    loop {
-                        self.skip(nesting + 1)?;
-                        if !self.next(b']')? {
-                            break;
-                        }
-                    }
-                }
-                Some(())
-            }
+            b'{' if nesting < MAX_NESTING => self.members(|s| {
+                s.skip_string()?;
+                s.eat(b':')?;
+                s.skip(nesting + 1)
+            }),
+            b'[' if nesting < MAX_NESTING => self.elements(|s| s.skip(nesting + 1)),
             b't' => self.literal("true"),
             b'f' => self.literal("false"),
             b'n' => self.literal("null"),
@@ -268,7 +292,7 @@ impl<'a> Scan<'a> {
 
     /// A number that is only skipped: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`; one
     /// with an exponent is left to serde.
-    pub(super) fn number(&mut self) -> Option<()> {
+    pub(in crate::event) fn number(&mut self) -> Option<()> {
         if self.byte() == Some(b'-') {
             self.at += 1;
         }
@@ -295,13 +319,13 @@ impl<'a> Scan<'a> {
     }
 
     /// A string as [`Text`], borrowed.
-    pub(super) fn text(&mut self) -> Option<Text<'a>> {
+    pub(in crate::event) fn text(&mut self) -> Option<Text<'a>> {
         self.string().map(|s| Text(Cow::Borrowed(s)))
     }
 
     /// [`RawTimestamp`]: a string, or an unsigned integer (serde visits a
     /// `u64`, taken `as f64`).
-    pub(super) fn timestamp(&mut self) -> Option<RawTimestamp<'a>> {
+    pub(in crate::event) fn timestamp(&mut self) -> Option<RawTimestamp<'a>> {
         match self.peek()? {
             b'"' => self.string().map(|s| RawTimestamp::Text(Cow::Borrowed(s))),
             _ => self.uint().map(|(_, v)| RawTimestamp::Millis(v as f64)),
@@ -310,14 +334,44 @@ impl<'a> Scan<'a> {
 }
 
 /// Generators of hostile JSON for the fast readers' `same_as_serde`
-/// proptests: each reader's test names its own scalars and member names.
+/// proptests: each reader's test names its own scalars and member names
+/// ([`strategies::Words`]).
 #[cfg(test)]
-pub(super) mod strategies {
+pub(in crate::event) mod strategies {
     use proptest::prelude::*;
+
+    /// The scalars and member names one reader's messages are made of.
+    #[derive(Clone, Copy)]
+    pub struct Words {
+        pub scalars: &'static [&'static str],
+        pub keys: &'static [&'static str],
+    }
+
+    impl Words {
+        /// Any value of these words ([`value`]).
+        pub fn value(self) -> impl Strategy<Value = String> {
+            value(self.scalars, self.keys)
+        }
+
+        /// `typical` most of the time, else any value.
+        pub fn mostly(self, typical: &'static [&'static str]) -> impl Strategy<Value = String> {
+            prop_oneof![6 => prop::sample::select(typical).prop_map(str::to_string), 1 => self.value()]
+        }
+
+        /// Member `name`, its value mostly `typical`.
+        pub fn member(self, name: &'static str, typical: &'static [&'static str]) -> BoxedStrategy<String> {
+            self.mostly(typical).prop_map(move |v| format!("\"{name}\":{v}")).boxed()
+        }
+
+        /// An object of some of `members` ([`object`]).
+        pub fn object(self, members: Vec<BoxedStrategy<String>>) -> impl Strategy<Value = String> {
+            object(members, self.scalars, self.keys)
+        }
+    }
 
     /// Any value: one of `scalars`, or arrays and objects of them (members
     /// named from `keys`), four deep at most.
-    pub fn value(scalars: &'static [&'static str], keys: &'static [&'static str]) -> impl Strategy<Value = String> {
+    fn value(scalars: &'static [&'static str], keys: &'static [&'static str]) -> impl Strategy<Value = String> {
         let leaf = prop::sample::select(scalars).prop_map(str::to_string);
         leaf.prop_recursive(4, 24, 4, move |inner| {
             prop_oneof![
@@ -332,7 +386,7 @@ pub(super) mod strategies {
 
     /// An object of some of `members` (each kept or not, now and then
     /// twice), in any order, perhaps with another member named from `keys`.
-    pub fn object(
+    fn object(
         members: Vec<BoxedStrategy<String>>,
         scalars: &'static [&'static str],
         keys: &'static [&'static str],

@@ -25,8 +25,9 @@
 //! every member) and the `decode_assemble` fuzz target compare the two on
 //! every input they make.
 
-use super::cursor::Scan;
-use super::{DimValue, RawEvent, RawGrade, RawShown, Text};
+use super::{DimValue, RawEvent, RawShown};
+use crate::event::toolkit::cursor::{Scan, known_member};
+use crate::event::toolkit::{RESULTS_CAPACITY, RawGrade, Seen, Text};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -34,44 +35,35 @@ use std::collections::BTreeMap;
 /// must decide.
 pub(super) fn read(text: &str) -> Option<RawEvent<'_>> {
     let mut s = Scan { text, at: 0 };
-    s.eat(b'{')?;
     let mut raw = RawEvent::default();
-    let mut seen = 0u16;
-    if !s.eat_if(b'}') {
-        loop {
-            let member = s.native_member()?;
-            let bit = 1u16 << member as u16;
-            if member != Member::Other {
-                if seen & bit != 0 {
-                    return None;
-                }
-                seen |= bit;
-            }
-            match member {
-                Member::Type => raw.kind = s.optional(Scan::text)?,
-                Member::EventId => raw.event_id = s.optional(Scan::text)?,
-                Member::SessionId => raw.session_id = s.optional(Scan::text)?,
-                Member::QueryId => raw.query_id = s.optional(Scan::text)?,
-                Member::Timestamp => raw.timestamp = s.optional(Scan::timestamp)?,
-                Member::Results => raw.results = s.optional(Scan::results)?,
-                Member::Dimensions => raw.dimensions = s.optional(Scan::dimensions)?,
-                Member::DocId => raw.doc_id = s.optional(Scan::text)?,
-                Member::Grade => raw.grade = s.optional(Scan::grade)?,
-                Member::Action => raw.action = s.optional(Scan::text)?,
-                Member::Randomized => raw.randomized = s.optional(Scan::boolean)?,
-                Member::Other => s.skip(1)?,
-            }
-            if !s.next_member()? {
-                break;
-            }
+    let mut seen: Seen = Seen::default();
+    s.members(|s| {
+        let member = s.native_member()?;
+        if member != Member::Other && !seen.first(member as usize) {
+            return None;
         }
-    }
+        match member {
+            Member::Type => raw.kind = s.optional(Scan::text)?,
+            Member::EventId => raw.event_id = s.optional(Scan::text)?,
+            Member::SessionId => raw.session_id = s.optional(Scan::text)?,
+            Member::QueryId => raw.query_id = s.optional(Scan::text)?,
+            Member::Timestamp => raw.timestamp = s.optional(Scan::timestamp)?,
+            Member::Results => raw.results = s.optional(Scan::results)?,
+            Member::Dimensions => raw.dimensions = s.optional(Scan::dimensions)?,
+            Member::DocId => raw.doc_id = s.optional(Scan::text)?,
+            Member::Grade => raw.grade = s.optional(Scan::grade)?,
+            Member::Action => raw.action = s.optional(Scan::text)?,
+            Member::Randomized => raw.randomized = s.optional(Scan::boolean)?,
+            Member::Other => s.skip(1)?,
+        }
+        Some(())
+    })?;
     s.ws();
     (s.at == text.len()).then_some(raw)
 }
 
-/// A member of the event, as [`Scan::native_member`] names it; the discriminant
-/// is its bit among the members seen.
+/// A member of the event, as [`Scan::native_member`] names it; the
+/// discriminant is its bit among the members seen.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Member {
     Type,
@@ -108,29 +100,21 @@ const POW10: [f64; 23] = [
 ];
 
 impl<'a> Scan<'a> {
-    /// A member name of the event and its colon: the known names told by
-    /// their first byte and one compare each, any other read by
-    /// [`Self::key`] (which leaves escapes to serde).
+    /// A member name of the event and its colon ([`known_member`]).
     fn native_member(&mut self) -> Option<Member> {
-        self.ws();
-        let known = match self.text.as_bytes().get(self.at + 1) {
-            Some(b't') if self.is_name("type") => Some(Member::Type),
-            Some(b't') if self.is_name("timestamp") => Some(Member::Timestamp),
-            Some(b'e') if self.is_name("event_id") => Some(Member::EventId),
-            Some(b's') if self.is_name("session_id") => Some(Member::SessionId),
-            Some(b'q') if self.is_name("query_id") => Some(Member::QueryId),
-            Some(b'r') if self.is_name("results") => Some(Member::Results),
-            Some(b'r') if self.is_name("randomized") => Some(Member::Randomized),
-            Some(b'd') if self.is_name("doc_id") => Some(Member::DocId),
-            Some(b'd') if self.is_name("dimensions") => Some(Member::Dimensions),
-            Some(b'g') if self.is_name("grade") => Some(Member::Grade),
-            Some(b'a') if self.is_name("action") => Some(Member::Action),
-            _ => None,
-        };
-        match known {
-            Some(member) => self.eat(b':').map(|()| member),
-            None => self.key().map(|_| Member::Other),
-        }
+        known_member!(self, {
+            b't' "type" => Member::Type,
+            b't' "timestamp" => Member::Timestamp,
+            b'e' "event_id" => Member::EventId,
+            b's' "session_id" => Member::SessionId,
+            b'q' "query_id" => Member::QueryId,
+            b'r' "results" => Member::Results,
+            b'r' "randomized" => Member::Randomized,
+            b'd' "doc_id" => Member::DocId,
+            b'd' "dimensions" => Member::Dimensions,
+            b'g' "grade" => Member::Grade,
+            b'a' "action" => Member::Action,
+        } else Member::Other)
     }
 
     fn boolean(&mut self) -> Option<bool> {
@@ -142,71 +126,47 @@ impl<'a> Scan<'a> {
 
     /// [`RawGrade`] from an unsigned integer, as its `visit_u64` takes it.
     fn grade(&mut self) -> Option<RawGrade> {
-        self.uint().map(|(_, v)| RawGrade(i64::try_from(v).unwrap_or(i64::MAX)))
+        self.uint().map(|(_, v)| RawGrade::from_u64(v))
     }
 
     /// `results`: an array of result objects.
     fn results(&mut self) -> Option<Vec<RawShown<'a>>> {
-        self.eat(b'[')?;
-        let mut results = Vec::with_capacity(super::RESULTS_CAPACITY);
-        if !self.eat_if(b']') {
-            loop {
-                results.push(self.result()?);
-                if !self.next(b']')? {
-                    break;
-                }
-            }
-        }
+        let mut results = Vec::with_capacity(RESULTS_CAPACITY);
+        self.elements(|s| s.result().map(|r| results.push(r)))?;
         Some(results)
     }
 
     fn result(&mut self) -> Option<RawShown<'a>> {
-        self.eat(b'{')?;
         let mut r = RawShown { doc_id: None, position: None, score: None, team: None };
-        let mut seen = 0u8;
-        if !self.eat_if(b'}') {
-            loop {
-                let member = self.result_member()?;
-                let bit = 1u8 << member as u8;
-                if member != ResultMember::Other {
-                    if seen & bit != 0 {
-                        return None;
-                    }
-                    seen |= bit;
-                }
-                match member {
-                    ResultMember::DocId => r.doc_id = self.optional(Scan::text)?,
-                    // serde's i64 takes a u64 up to i64::MAX.
-                    ResultMember::Position => {
-                        r.position = self.optional(|s| s.uint().and_then(|(_, v)| i64::try_from(v).ok()))?
-                    }
-                    ResultMember::Score => r.score = self.optional(Scan::score)?,
-                    ResultMember::Team => r.team = self.optional(Scan::text)?,
-                    ResultMember::Other => self.skip(3)?,
-                }
-                if !self.next_member()? {
-                    break;
-                }
+        let mut seen: Seen = Seen::default();
+        self.members(|s| {
+            let member = s.result_member()?;
+            if member != ResultMember::Other && !seen.first(member as usize) {
+                return None;
             }
-        }
+            match member {
+                ResultMember::DocId => r.doc_id = s.optional(Scan::text)?,
+                // serde's i64 takes a u64 up to i64::MAX.
+                ResultMember::Position => {
+                    r.position = s.optional(|s| s.uint().and_then(|(_, v)| i64::try_from(v).ok()))?
+                }
+                ResultMember::Score => r.score = s.optional(Scan::score)?,
+                ResultMember::Team => r.team = s.optional(Scan::text)?,
+                ResultMember::Other => s.skip(3)?,
+            }
+            Some(())
+        })?;
         Some(r)
     }
 
-    /// A member name of a result and its colon, as [`Self::native_member`]
-    /// reads the event's.
+    /// A member name of a result and its colon ([`known_member`]).
     fn result_member(&mut self) -> Option<ResultMember> {
-        self.ws();
-        let known = match self.text.as_bytes().get(self.at + 1) {
-            Some(b'd') if self.is_name("doc_id") => Some(ResultMember::DocId),
-            Some(b'p') if self.is_name("position") => Some(ResultMember::Position),
-            Some(b's') if self.is_name("score") => Some(ResultMember::Score),
-            Some(b't') if self.is_name("team") => Some(ResultMember::Team),
-            _ => None,
-        };
-        match known {
-            Some(member) => self.eat(b':').map(|()| member),
-            None => self.key().map(|_| ResultMember::Other),
-        }
+        known_member!(self, {
+            b'd' "doc_id" => ResultMember::DocId,
+            b'p' "position" => ResultMember::Position,
+            b's' "score" => ResultMember::Score,
+            b't' "team" => ResultMember::Team,
+        } else ResultMember::Other)
     }
 
     /// A score as serde_json reads an `f64`, where that is exact for any
@@ -255,34 +215,30 @@ impl<'a> Scan<'a> {
     /// (a later member of the same name replaces the earlier's value, as
     /// in serde's map).
     fn dimensions(&mut self) -> Option<BTreeMap<Text<'a>, DimValue<'a>>> {
-        self.eat(b'{')?;
         let mut dimensions = BTreeMap::new();
-        if !self.eat_if(b'}') {
-            loop {
-                let key = self.key()?;
-                let value = match self.peek()? {
-                    b'"' => Some(Cow::Borrowed(self.string()?)),
-                    b't' => self.literal("true").map(|()| Some(Cow::Borrowed("true")))?,
-                    b'f' => self.literal("false").map(|()| Some(Cow::Borrowed("false")))?,
-                    b'n' => self.literal("null").map(|()| None)?,
-                    // A u64's text is its digits (no leading zeros in JSON).
-                    _ => Some(Cow::Owned(self.uint()?.0.to_string())),
-                };
-                dimensions.insert(Text(Cow::Borrowed(key)), DimValue(value));
-                if !self.next_member()? {
-                    break;
-                }
-            }
-        }
+        self.members(|s| {
+            let key = s.key()?;
+            let value = match s.peek()? {
+                b'"' => Some(Cow::Borrowed(s.string()?)),
+                b't' => s.literal("true").map(|()| Some(Cow::Borrowed("true")))?,
+                b'f' => s.literal("false").map(|()| Some(Cow::Borrowed("false")))?,
+                b'n' => s.literal("null").map(|()| None)?,
+                // A u64's text is its digits (no leading zeros in JSON).
+                _ => Some(Cow::Owned(s.uint()?.0.to_string())),
+            };
+            dimensions.insert(Text(Cow::Borrowed(key)), DimValue(value));
+            Some(())
+        })?;
         Some(dimensions)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::cursor::strategies;
-    use super::super::{DecodeLimits, Event, decode, decode_by_serde};
+    use super::super::{decode, decode_by_serde};
     use super::*;
+    use crate::event::toolkit::cursor::strategies::{self, Words};
+    use crate::event::{DecodeLimits, Event, RejectReason};
     use proptest::prelude::*;
 
     /// Scalars as producers send them, and the ones this reader leaves to
@@ -356,60 +312,47 @@ mod tests {
         r"sc\u006fre",
     ];
 
-    fn value() -> impl Strategy<Value = String> {
-        strategies::value(SCALARS, KEYS)
-    }
-
-    /// `typical` most of the time, else any value.
-    fn mostly(typical: &'static [&'static str]) -> impl Strategy<Value = String> {
-        prop_oneof![6 => prop::sample::select(typical).prop_map(str::to_string), 1 => value()]
-    }
-
-    fn object(members: Vec<BoxedStrategy<String>>) -> impl Strategy<Value = String> {
-        strategies::object(members, SCALARS, KEYS)
-    }
-
-    fn member(name: &'static str, typical: &'static [&'static str]) -> BoxedStrategy<String> {
-        mostly(typical).prop_map(move |v| format!("\"{name}\":{v}")).boxed()
-    }
+    const WORDS: Words = Words { scalars: SCALARS, keys: KEYS };
 
     /// An impression or judgment as producers write it, each member kept
     /// or not and sometimes any value instead, then perhaps cut, or with
     /// one byte put in.
     fn message() -> impl Strategy<Value = String> {
-        let result = object(vec![
-            member("doc_id", &[r#""d1""#, r#""d2""#]),
-            member("position", &["1", "2", "0"]),
-            member("score", &["0.5", "12", "-1.25", "3.14159"]),
-            member("team", &[r#""A""#, r#""B""#]),
+        let result = WORDS.object(vec![
+            WORDS.member("doc_id", &[r#""d1""#, r#""d2""#]),
+            WORDS.member("position", &["1", "2", "0"]),
+            WORDS.member("score", &["0.5", "12", "-1.25", "3.14159"]),
+            WORDS.member("team", &[r#""A""#, r#""B""#]),
         ]);
         let results = prop_oneof![
             4 => prop::collection::vec(result, 0..4).prop_map(|v| format!("[{}]", v.join(","))).boxed(),
-            1 => value().boxed(),
+            1 => WORDS.value().boxed(),
         ];
-        let dimensions =
-            object(vec![member("ranker", &[r#""v2""#, "5", "true", "null"]), member("market", &[r#""de""#])]);
-        let top = object(vec![
-            member("type", &[r#""impression""#, r#""judgment""#, r#""other""#]),
-            member("event_id", &[r#""e1""#]),
-            member("session_id", &[r#""s1""#]),
-            member("query_id", &[r#""q1""#, "null"]),
-            member("timestamp", &["1763780000000", r#""2025-11-22T02:53:20.017Z""#]),
+        let dimensions = WORDS.object(vec![
+            WORDS.member("ranker", &[r#""v2""#, "5", "true", "null"]),
+            WORDS.member("market", &[r#""de""#]),
+        ]);
+        let top = WORDS.object(vec![
+            WORDS.member("type", &[r#""impression""#, r#""judgment""#, r#""other""#]),
+            WORDS.member("event_id", &[r#""e1""#]),
+            WORDS.member("session_id", &[r#""s1""#]),
+            WORDS.member("query_id", &[r#""q1""#, "null"]),
+            WORDS.member("timestamp", &["1763780000000", r#""2025-11-22T02:53:20.017Z""#]),
             results.prop_map(|v| format!("\"results\":{v}")).boxed(),
-            prop_oneof![4 => dimensions.boxed(), 1 => value().boxed()]
+            prop_oneof![4 => dimensions.boxed(), 1 => WORDS.value().boxed()]
                 .prop_map(|v| format!("\"dimensions\":{v}"))
                 .boxed(),
-            member("doc_id", &[r#""d1""#]),
-            member("grade", &["2", "0", "4", "2.0"]),
-            member("action", &[r#""click""#, r#""purchase""#, r#""hover""#]),
-            member("randomized", &["true", "false"]),
+            WORDS.member("doc_id", &[r#""d1""#]),
+            WORDS.member("grade", &["2", "0", "4", "2.0"]),
+            WORDS.member("action", &[r#""click""#, r#""purchase""#, r#""hover""#]),
+            WORDS.member("randomized", &["true", "false"]),
         ]);
         strategies::damaged(top)
     }
 
     /// The scores of an impression's results, as bits (`==` on `f64`
     /// cannot tell -0.0 from 0.0).
-    fn score_bits(event: &Result<Event<'_>, super::super::RejectReason>) -> Vec<Option<u64>> {
+    fn score_bits(event: &Result<Event<'_>, RejectReason>) -> Vec<Option<u64>> {
         match event {
             Ok(Event::Impression(i)) => i.results.iter().map(|r| r.score.map(f64::to_bits)).collect(),
             _ => Vec::new(),
