@@ -72,6 +72,20 @@ fn prometheus_json(addr: &str, path: &str) -> serde_json::Value {
     }
 }
 
+/// Prometheus on `addr` with `dir/prometheus.yml`, its data in `dir/data`.
+fn start_prometheus(dir: &Path, addr: &str) -> Guard {
+    Guard(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 /// Firing alerts as (alertname, labels).
 fn firing(addr: &str) -> Vec<(String, serde_json::Value)> {
     let v = prometheus_json(addr, "/api/v1/alerts");
@@ -116,16 +130,7 @@ fn regression_alert_fires_for_the_degraded_ranker_and_dashboards_have_data() {
             .spawn()
             .unwrap(),
     );
-    let _prometheus = Guard(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address={prom_addr}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _prometheus = start_prometheus(&dir, &prom_addr);
 
     let started = Instant::now();
     let deadline = started + Duration::from_secs(240);
@@ -249,16 +254,7 @@ fn the_shipped_scrape_job_scrapes_over_tls_with_a_password_and_strangers_are_ref
             .spawn()
             .unwrap(),
     );
-    let _prometheus = Guard(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address={prom_addr}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _prometheus = start_prometheus(&dir, &prom_addr);
     let expected = [
         ("rankpulse", "up", ""),
         ("mtls", "up", ""),
