@@ -686,6 +686,10 @@ mod tests {
 
     impl Running {
         fn start(published: Arc<Published>, bounds: Bounds) -> Running {
+            Running::start_with(published, bounds, Access::default())
+        }
+
+        fn start_with(published: Arc<Published>, bounds: Bounds, access: Access) -> Running {
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
             let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
             let addr = listener.local_addr().unwrap();
@@ -693,8 +697,7 @@ mod tests {
             let shutdown = async move {
                 let _ = stopped.await;
             };
-            let server =
-                runtime.spawn(serve_bounded(listener, published, Routes::All, Access::default(), shutdown, bounds));
+            let server = runtime.spawn(serve_bounded(listener, published, Routes::All, access, shutdown, bounds));
             Running { runtime, addr, stop, server }
         }
 
@@ -836,6 +839,50 @@ mod tests {
         // health check took the first one's slot before the second left.
         assert!(published.slots_full.load(Ordering::Relaxed) >= 1);
         running.stop();
+    }
+
+    /// On the TLS port, a client that sends nothing, or the first byte of
+    /// a handshake and no more, is closed by the request-head bound and
+    /// counted, like a half-sent request on the plain port.
+    #[test]
+    fn silent_and_half_handshaking_tls_clients_are_closed_and_counted() {
+        let dir = std::env::temp_dir().join(format!("rankpulse-tls-silent-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap().self_signed(&key).unwrap();
+        std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+        std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+        std::fs::write(dir.join("web.yml"), "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n").unwrap();
+        let access = Access {
+            web_config: Some(Arc::new(WebConfig::load(&dir.join("web.yml")).unwrap())),
+            open_probes: true,
+            max_password_checks: 1,
+        };
+        let published = Arc::new(Published::new(&crate::config::Config::default()));
+        let timeout = Duration::from_millis(500);
+        let running = Running::start_with(published.clone(), Bounds { header_read: timeout, ..BOUNDS }, access);
+        let started = Instant::now();
+        let clients: Vec<TcpStream> = [&b""[..], &[TLS_HANDSHAKE][..]]
+            .iter()
+            .map(|sent| {
+                let mut s = TcpStream::connect(running.addr).unwrap();
+                s.write_all(sent).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                s
+            })
+            .collect();
+        for mut s in clients {
+            let mut rest = Vec::new();
+            match s.read_to_end(&mut rest) {
+                Ok(_) => assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest)),
+                Err(e) => assert!(!is_timeout(&e), "the silent TLS client was not closed: {e}"),
+            }
+        }
+        assert!(started.elapsed() >= timeout, "closed before the bound: {:?}", started.elapsed());
+        assert_eq!(published.timed_out.load(Ordering::Relaxed), 2);
+        assert_eq!(published.refused(Refusal::TlsHandshake), 0);
+        running.stop();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Every `/metrics` answer shares the published exposition: a copy per
