@@ -19,7 +19,7 @@ fn demo_shows_windowed_metrics_within_30_seconds() {
     let addr = format!("127.0.0.1:{}", free_port());
     let mut demo = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
         // --duration only as a backstop: the test stops it with Ctrl-C.
-        .args(["demo", "--listen", &addr, "--duration", "120", "--degrade-after", "20", "--report-every", "5"])
+        .args(["demo", "--listen", &addr, "--duration", "120", "--degrade-after", "10", "--report-every", "5"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -98,11 +98,7 @@ fn demo_shows_windowed_metrics_within_30_seconds() {
         panic!("{problems:#?}");
     }
     // Ctrl-C: the ordered stop, well before the backstop.
-    let interrupted = Instant::now();
-    let ok = Command::new("kill").args(["-INT", &demo.id().to_string()]).status().unwrap();
-    assert!(ok.success());
-    let out = demo.wait_with_output().unwrap();
-    assert!(interrupted.elapsed() < Duration::from_secs(10), "the demo took {:?} to stop", interrupted.elapsed());
+    let out = interrupted(demo);
     assert!(out.status.success(), "{:?}", out.status);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("status page  http://"), "{stdout}");
@@ -118,7 +114,8 @@ fn the_ubi_demo_shows_windowed_metrics() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let addr = format!("127.0.0.1:{}", free_port());
     let demo = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
-        .args(["demo", "--format", "ubi", "--listen", &addr, "--duration", "30", "--report-every", "5"])
+        // --duration only as a backstop: the test stops it with Ctrl-C.
+        .args(["demo", "--format", "ubi", "--listen", &addr, "--duration", "120", "--report-every", "5"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -135,8 +132,38 @@ fn the_ubi_demo_shows_windowed_metrics() {
     });
     assert!(body.contains(r#"topic="ubi_events""#) && body.contains(r#"topic="ubi_queries""#), "{body}");
     assert!(sum_of(&body, r#"rankpulse_events_ignored_total{reason="unmapped_action"}"#) > 0.0);
-    let out = demo.wait_with_output().unwrap();
+    let out = interrupted(demo);
     assert!(out.status.success(), "{:?}", out.status);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains(r#"topics ["ubi_queries", "ubi_events"]"#), "{stdout}");
+}
+
+/// `--duration` stops the demo by itself, in the same order as Ctrl-C,
+/// and it exits 0 with its banner printed.
+#[test]
+fn the_demo_stops_by_itself_after_its_duration() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_rankpulse"))
+        .args(["demo", "--listen", &addr, "--duration", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    assert!(started.elapsed() >= Duration::from_secs(3), "stopped after {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(20), "stopped after {:?}", started.elapsed());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("status page  http://"), "{stdout}");
+}
+
+/// Ctrl-C (SIGINT), as the banner says: the demo's ordered stop, well
+/// within 10 s.
+fn interrupted(demo: std::process::Child) -> std::process::Output {
+    let sent = Instant::now();
+    let ok = Command::new("kill").args(["-INT", &demo.id().to_string()]).status().unwrap();
+    assert!(ok.success());
+    let out = demo.wait_with_output().unwrap();
+    assert!(sent.elapsed() < Duration::from_secs(10), "the demo took {:?} to stop", sent.elapsed());
+    out
 }
