@@ -241,48 +241,17 @@ mod tests {
     use crate::event::{DecodeLimits, Event, RejectReason};
     use proptest::prelude::*;
 
-    /// Scalars as producers send them, and the ones this reader leaves to
-    /// serde (escapes, control characters, negative, fractional and
-    /// exponent numbers, leading zeros, numbers beyond u64).
+    /// Scalars as producers send them; the edges every reader is tried
+    /// on are drawn too ([`strategies::EDGES`]).
     const SCALARS: &[&str] = &[
         r#""impression""#,
         r#""judgment""#,
         r#""click""#,
-        r#""""#,
         r#""s1""#,
         r#""A""#,
         r#""B""#,
         r#""2024-12-10T00:01:29.378Z""#,
-        r#""t\u00e9""#,
-        r#""a\"b""#,
-        "\"x\u{1}y\"",
-        "\"\u{e9}t\u{e9}\"",
-        "0",
-        "2",
-        "7",
         "1733788889378",
-        "-3",
-        "-0",
-        "-0.0",
-        "1.5",
-        "2.0",
-        "-2.25",
-        "0.1",
-        "1e3",
-        "01",
-        "1.",
-        "123456789012345678901",
-        "9007199254740993",
-        "0.12345678901234567890123",
-        "9223372036854775807",
-        "9223372036854775808",
-        "18446744073709551615",
-        "18446744073709551616",
-        r#""\/\b\f\n\r\t\\""#,
-        r#""\u12""#,
-        "null",
-        "true",
-        "false",
     ];
     /// Members of the event and of its results, names near them, and
     /// known ones escaped.

@@ -343,9 +343,55 @@ pub(in crate::event) mod strategies {
     /// The scalars and member names one reader's messages are made of.
     #[derive(Clone, Copy)]
     pub struct Words {
+        /// The reader's own values, as producers send them; any value is
+        /// also drawn from [`EDGES`].
         pub scalars: &'static [&'static str],
         pub keys: &'static [&'static str],
     }
+
+    /// The scalars at the edges of what a fast reader reads exactly as
+    /// serde_json does, or leaves to it: escapes (valid, invalid, a lone
+    /// surrogate), control and non-ASCII characters, negative zero,
+    /// fractions and exponents, leading zeros, integers at 2^32, 2^53,
+    /// `i64` and `u64` and one beyond, a score with 23 digits after its
+    /// point, and the three literals. Every reader's values are drawn from
+    /// these too.
+    pub const EDGES: &[&str] = &[
+        r#""""#,
+        r#""t\u00e9""#,
+        r#""a\"b""#,
+        "\"x\u{1}y\"",
+        "\"\u{e9}t\u{e9}\"",
+        r#""\/\b\f\n\r\t\\""#,
+        r#""\u00e9\ud800""#,
+        r#""\u12""#,
+        r#""\x""#,
+        "0",
+        "2",
+        "7",
+        "-3",
+        "-0",
+        "-0.0",
+        "1.5",
+        "2.0",
+        "-2.25",
+        "0.1",
+        "1e3",
+        "01",
+        "1.",
+        "4294967296",
+        "9007199254740993",
+        "0.12345678901234567890123",
+        "9223372036854775807",
+        "9223372036854775808",
+        "12345678901234567890",
+        "18446744073709551615",
+        "18446744073709551616",
+        "123456789012345678901",
+        "null",
+        "true",
+        "false",
+    ];
 
     impl Words {
         /// Any value of these words ([`value`]).
@@ -372,7 +418,7 @@ pub(in crate::event) mod strategies {
     /// Any value: one of `scalars`, or arrays and objects of them (members
     /// named from `keys`), four deep at most.
     fn value(scalars: &'static [&'static str], keys: &'static [&'static str]) -> impl Strategy<Value = String> {
-        let leaf = prop::sample::select(scalars).prop_map(str::to_string);
+        let leaf = prop_oneof![prop::sample::select(scalars), prop::sample::select(EDGES)].prop_map(str::to_string);
         leaf.prop_recursive(4, 24, 4, move |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),

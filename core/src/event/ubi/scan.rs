@@ -271,44 +271,16 @@ mod tests {
         Settings::new(format, l)
     }
 
-    /// Scalars as producers send them, and the ones this reader leaves to
-    /// serde (escapes, control characters, negative, fractional and
-    /// exponent numbers, leading zeros, numbers beyond u64).
+    /// Scalars as producers send them; the edges every reader is tried
+    /// on are drawn too ([`strategies::EDGES`]).
     const SCALARS: &[&str] = &[
         r#""impression""#,
         r#""click""#,
         r#""purchase""#,
         r#""search""#,
-        r#""""#,
         r#""c1""#,
         r#""2024-12-10T00:01:29.378Z""#,
-        r#""t\u00e9""#,
-        r#""a\"b""#,
-        "\"x\u{1}y\"",
-        "\"\u{e9}t\u{e9}\"",
-        "0",
-        "7",
         "1733788889378",
-        "-3",
-        "-0",
-        "1.5",
-        "-2.25",
-        "1e3",
-        "01",
-        "123456789012345678901",
-        "4294967296",
-        "9223372036854775807",
-        "9223372036854775808",
-        "12345678901234567890",
-        "18446744073709551615",
-        "18446744073709551616",
-        r#""\/\b\f\n\r\t\\""#,
-        r#""\u00e9\ud800""#,
-        r#""\u12""#,
-        r#""\x""#,
-        "null",
-        "true",
-        "false",
     ];
     /// Members of the messages and of their attributes.
     const KEYS: &[&str] = &[
