@@ -461,7 +461,11 @@ async fn accepted(
             Some(Refusal::TlsHandshake)
         })
     };
-    match tokio::time::timeout(server.bounds.header_read, handshake).await {
+    // Pinned here, not moved into the timeout, so that a handshake cut
+    // short keeps its connection open until it is counted: a client that
+    // sees the close then sees the count, as on the plain port.
+    let mut handshake = std::pin::pin!(handshake);
+    match tokio::time::timeout(server.bounds.header_read, handshake.as_mut()).await {
         Ok(Ok(stream)) => connection(stream, server, closed, permit).await,
         Ok(Err(Some(why))) => server.published.refuse(why),
         Ok(Err(None)) => {}
