@@ -71,11 +71,30 @@ pub fn counters_add_up(got: &BTreeMap<String, f64>, want: &BTreeMap<String, f64>
 
 /// SIGTERM, then waits for the exit; fails if it takes over 15 s.
 pub fn sigterm(daemon: &mut Guard) {
-    let ok = Command::new("kill").args(["-TERM", &daemon.0.id().to_string()]).status().unwrap();
+    signal(&mut daemon.0, "TERM", Duration::from_secs(15));
+}
+
+/// Sends `SIG{signal}` to `child` and waits for its exit ([`exited_within`]).
+pub fn signal(child: &mut Child, signal: &str, within: Duration) -> std::process::ExitStatus {
+    let ok = Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap();
     assert!(ok.success());
+    exited_within(child, within, &format!("of SIG{signal}"))
+}
+
+/// The exit status of `child` once it exits; if it is still running after
+/// `within`, kills it and fails, so that a process that does not stop
+/// fails the test instead of hanging it. `after` says since what.
+pub fn exited_within(child: &mut Child, within: Duration, after: &str) -> std::process::ExitStatus {
     let started = Instant::now();
-    while daemon.0.try_wait().unwrap().is_none() {
-        assert!(started.elapsed() < Duration::from_secs(15), "rankpulse did not exit within 15 s of SIGTERM");
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() >= within {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("rankpulse did not exit within {within:?} {after}");
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -34,16 +34,7 @@ fn stop_and_read_log(daemon: &mut Guard) -> String {
 
 /// `signal`, the exit within 10 s, its status and everything the daemon logged.
 fn signal_and_read_log(daemon: &mut Guard, signal: &str) -> (std::process::ExitStatus, String) {
-    let ok = Command::new("kill").args([&format!("-{signal}"), &daemon.0.id().to_string()]).status().unwrap();
-    assert!(ok.success());
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = daemon.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "rankpulse did not exit within 10 s of SIG{signal}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = crate::common::signal(&mut daemon.0, signal, Duration::from_secs(10));
     let mut log = String::new();
     daemon.0.stderr.take().unwrap().read_to_string(&mut log).unwrap();
     (status, log)
@@ -129,10 +120,6 @@ fn log_level_filters_the_log_and_rust_log_wins() {
     }
 }
 
-/// SIGHUP (a closed terminal, a supervisor) is the ordered shutdown, not
-/// the instant death that is its default action; and an HTTP client that
-/// never finishes its request does not hold the exit: the server is given
-/// a moment, then dropped.
 /// SIGINT (Ctrl-C in a terminal) is the same ordered shutdown as SIGTERM.
 #[test]
 fn sigint_is_the_ordered_shutdown() {
@@ -158,6 +145,10 @@ fn sigint_is_the_ordered_shutdown() {
     assert!(log.contains("shutting down"), "{log}");
 }
 
+/// SIGHUP (a closed terminal, a supervisor) is the ordered shutdown, not
+/// the instant death that is its default action; and an HTTP client that
+/// never finishes its request does not hold the exit: the server is given
+/// a moment, then dropped.
 #[test]
 fn sighup_with_a_half_sent_request_still_exits_in_order() {
     use std::io::Write;
